@@ -1,0 +1,97 @@
+package v1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Condition is metav1.Condition with reason and message optional: the Helm manager
+// (helm-operator-plugins) writes conditions into the same list without a reason.
+type Condition struct {
+	// type of the condition, CamelCase.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=316
+	Type string `json:"type"`
+	// status is True, False or Unknown.
+	// +kubebuilder:validation:Enum=True;False;Unknown
+	Status metav1.ConditionStatus `json:"status"`
+	// observedGeneration is the generation the condition was set for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// lastTransitionTime is when status last changed.
+	// +optional
+	LastTransitionTime metav1.Time `json:"lastTransitionTime,omitempty"`
+	// reason is a CamelCase word for why.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// message says why, for a person.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// Condition types the sidecar owns.
+const (
+	// ConditionReady is True when the primary and every replica are ready.
+	ConditionReady = "Ready"
+	// ConditionCredentialsReady is True when the credentials Secrets exist and are usable.
+	ConditionCredentialsReady = "CredentialsReady"
+)
+
+// Condition types the Helm manager owns.
+const (
+	ConditionDeployed       = "Deployed"
+	ConditionReleaseFailed  = "ReleaseFailed"
+	ConditionIrreconcilable = "Irreconcilable"
+)
+
+// Reasons of the sidecar's conditions and events.
+const (
+	ReasonAllInstancesReady  = "AllInstancesReady"
+	ReasonInstancesNotReady  = "InstancesNotReady"
+	ReasonPrimaryNotReady    = "PrimaryNotReady"
+	ReasonNoPrimary          = "NoPrimary"
+	ReasonReleaseFailed      = "ReleaseFailed"
+	ReasonCredentialsCreated = "CredentialsCreated"
+	ReasonCredentialsAdopted = "CredentialsAdopted"
+	ReasonCredentialsInvalid = "CredentialsInvalid"
+	ReasonPrimaryDesignated  = "PrimaryDesignated"
+)
+
+// Phases of a cluster.
+const (
+	PhaseCreating    Phase = "Creating"
+	PhaseHealthy     Phase = "Healthy"
+	PhaseDegraded    Phase = "Degraded"
+	PhaseUnavailable Phase = "Unavailable"
+	PhaseFailed      Phase = "Failed"
+)
+
+// FindCondition returns the condition of type t, or nil.
+func FindCondition(conditions []Condition, t string) *Condition {
+	for i := range conditions {
+		if conditions[i].Type == t {
+			return &conditions[i]
+		}
+	}
+	return nil
+}
+
+// SetCondition sets c in conditions, keeping lastTransitionTime when the status did
+// not change, and reports whether anything changed.
+func SetCondition(conditions *[]Condition, c Condition, now metav1.Time) bool {
+	existing := FindCondition(*conditions, c.Type)
+	if existing == nil {
+		c.LastTransitionTime = now
+		*conditions = append(*conditions, c)
+		return true
+	}
+	if existing.Status != c.Status {
+		c.LastTransitionTime = now
+	} else {
+		c.LastTransitionTime = existing.LastTransitionTime
+	}
+	if *existing == c {
+		return false
+	}
+	*existing = c
+	return true
+}

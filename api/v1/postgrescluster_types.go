@@ -1,0 +1,230 @@
+package v1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// PostgresClusterSpec is what a user asks for. It is also, verbatim, the values of the
+// postgrescluster Helm chart, so every field here has a key of the same name in
+// helm-charts/postgrescluster/values.yaml and values.schema.json.
+type PostgresClusterSpec struct {
+	// replicas is the number of PostgreSQL instances in total: one primary and
+	// replicas-1 streaming replicas.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	// +kubebuilder:default=3
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// version is the PostgreSQL major version. It selects the default image
+	// (postgres:<version>.<minor>). Downgrades are refused: a data directory cannot
+	// be opened by an older major.
+	// +kubebuilder:validation:Enum="14";"15";"16";"17";"18"
+	// +kubebuilder:validation:XValidation:rule="int(self) >= int(oldSelf)",messageExpression="'version cannot go down from ' + oldSelf + ' to ' + self + ': PostgreSQL cannot open a data directory of a newer major version; restore a backup into a new cluster instead'"
+	Version string `json:"version"`
+
+	// image overrides the PostgreSQL container image chosen from version. It must run
+	// the same major version as version.
+	// +kubebuilder:validation:MinLength=1
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// imagePullPolicy of the PostgreSQL container.
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
+	// +kubebuilder:default=IfNotPresent
+	// +optional
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+
+	// storage of each instance's data directory.
+	// +kubebuilder:default={}
+	// +optional
+	Storage StorageSpec `json:"storage,omitempty"`
+
+	// resources of the PostgreSQL container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// postgresql holds PostgreSQL server settings.
+	// +kubebuilder:default={}
+	// +optional
+	PostgreSQL PostgreSQLSpec `json:"postgresql,omitempty"`
+
+	// bootstrap says how a new cluster's first instance is initialised.
+	// +kubebuilder:default={}
+	// +optional
+	Bootstrap BootstrapSpec `json:"bootstrap,omitempty"`
+
+	// affinity of the instance pods. When unset, instances prefer to run on
+	// different nodes.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// tolerations of the instance pods.
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// nodeSelector of the instance pods.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// monitoring configures Prometheus scraping of the instances.
+	// +kubebuilder:default={}
+	// +optional
+	Monitoring MonitoringSpec `json:"monitoring,omitempty"`
+}
+
+// StorageSpec is the persistent volume of each instance.
+// +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storageClassName cannot be changed after creation: existing volumes cannot move to another class"
+type StorageSpec struct {
+	// size of each instance's volume. It can grow but never shrink.
+	// +kubebuilder:default="1Gi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="size must be greater than zero"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0",messageExpression="'size cannot shrink from ' + string(oldSelf) + ' to ' + string(self) + ': a volume cannot be made smaller without losing data'"
+	// +optional
+	Size resource.Quantity `json:"size,omitempty"`
+
+	// storageClassName of the instances' volumes; the cluster's default class when
+	// unset. Fixed at creation.
+	// +kubebuilder:validation:MinLength=1
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+}
+
+// PostgreSQLSpec holds PostgreSQL server settings.
+type PostgreSQLSpec struct {
+	// parameters are postgresql.conf settings. Settings that pgpilot manages itself
+	// (replication, archiving, listening addresses, file locations) are refused.
+	// +kubebuilder:validation:MaxProperties=256
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k in ['archive_command', 'archive_mode', 'cluster_name', 'config_file', 'data_directory', 'external_pid_file', 'hba_file', 'hot_standby', 'ident_file', 'listen_addresses', 'logging_collector', 'max_replication_slots', 'max_wal_senders', 'port', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'recovery_target', 'recovery_target_action', 'recovery_target_inclusive', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_timeline', 'recovery_target_xid', 'restore_command', 'synchronous_standby_names', 'unix_socket_directories', 'wal_level', 'wal_log_hints']))",messageExpression="'these parameters are managed by pgpilot and cannot be set: ' + self.filter(k, k in ['archive_command', 'archive_mode', 'cluster_name', 'config_file', 'data_directory', 'external_pid_file', 'hba_file', 'hot_standby', 'ident_file', 'listen_addresses', 'logging_collector', 'max_replication_slots', 'max_wal_senders', 'port', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'recovery_target', 'recovery_target_action', 'recovery_target_inclusive', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_timeline', 'recovery_target_xid', 'restore_command', 'synchronous_standby_names', 'unix_socket_directories', 'wal_level', 'wal_log_hints']).join(', ')"
+	// +optional
+	Parameters map[string]string `json:"parameters,omitempty"`
+}
+
+// BootstrapSpec says how the first instance of a new cluster is initialised.
+type BootstrapSpec struct {
+	// database is the application database created at initialisation.
+	// +kubebuilder:default=app
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]{0,62}$`
+	// +kubebuilder:validation:XValidation:rule="!(self in ['postgres', 'template0', 'template1'])",message="database cannot be a PostgreSQL system database (postgres, template0, template1)"
+	// +optional
+	Database string `json:"database,omitempty"`
+
+	// owner is the role that owns the application database; its credentials are in
+	// the Secret <cluster>-app.
+	// +kubebuilder:default=app
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]{0,62}$`
+	// +kubebuilder:validation:XValidation:rule="!(self in ['postgres', 'pgpilot_replication']) && !self.startsWith('pg_')",message="owner cannot be postgres, pgpilot_replication or start with pg_: those roles are reserved"
+	// +optional
+	Owner string `json:"owner,omitempty"`
+}
+
+// MonitoringSpec configures Prometheus scraping.
+type MonitoringSpec struct {
+	// enabled renders a PodMonitor for the instances' metrics endpoint when the
+	// Prometheus Operator's CRDs are installed.
+	// +kubebuilder:default=false
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+}
+
+// PostgresClusterStatus is what pgpilot observes. The sidecar writes every field here
+// but conditions of the Helm types and deployedRelease, which the Helm manager writes.
+type PostgresClusterStatus struct {
+	// conditions: Ready and CredentialsReady (sidecar); Initialized, Deployed,
+	// ReleaseFailed and Irreconcilable (Helm manager).
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []Condition `json:"conditions,omitempty"`
+
+	// phase is a one-word summary: Creating, Healthy, Degraded, Unavailable or Failed.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+
+	// currentPrimary is the name of the pod that holds the primary role.
+	// +optional
+	CurrentPrimary string `json:"currentPrimary,omitempty"`
+
+	// readyInstances counts instance pods that are Ready.
+	// +optional
+	ReadyInstances int32 `json:"readyInstances,omitempty"`
+
+	// instances lists every instance pod with its role and readiness.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Instances []InstanceStatus `json:"instances,omitempty"`
+
+	// observedGeneration is the generation the sidecar last reconciled.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// deployedRelease is written by the Helm manager: the Helm release that renders
+	// this cluster.
+	// +optional
+	DeployedRelease *DeployedRelease `json:"deployedRelease,omitempty"`
+}
+
+// InstanceStatus is one instance pod as the sidecar last saw it.
+type InstanceStatus struct {
+	// name of the pod.
+	Name string `json:"name"`
+	// role is primary, replica, fenced, or empty before the sidecar assigned one.
+	// +optional
+	Role string `json:"role,omitempty"`
+	// ready is the pod's Ready condition.
+	Ready bool `json:"ready"`
+	// node the pod is scheduled on.
+	// +optional
+	Node string `json:"node,omitempty"`
+}
+
+// DeployedRelease is the Helm release of the cluster, as the Helm manager writes it.
+type DeployedRelease struct {
+	// name of the Helm release.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// manifest is the rendered chart. It never contains a password: the chart only
+	// names the credentials Secrets.
+	// +optional
+	Manifest string `json:"manifest,omitempty"`
+}
+
+// Phase is a one-word summary of a cluster's health.
+type Phase string
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=pgc,categories=pgpilot
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.version`
+// +kubebuilder:printcolumn:name="Instances",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyInstances`
+// +kubebuilder:printcolumn:name="Primary",type=string,JSONPath=`.status.currentPrimary`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 50 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be at most 50 characters of lowercase letters, digits and '-', start with a letter and end with a letter or digit: it names the cluster's Services and pods"
+
+// PostgresCluster is a highly available PostgreSQL cluster: one primary and streaming
+// replicas behind a read-write and a read-only Service.
+type PostgresCluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   PostgresClusterSpec   `json:"spec"`
+	Status PostgresClusterStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// PostgresClusterList is a list of PostgresCluster.
+type PostgresClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []PostgresCluster `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&PostgresCluster{}, &PostgresClusterList{})
+}

@@ -1,0 +1,58 @@
+// Command manager is pgpilot's Helm manager: it renders helm-charts/postgrescluster for
+// every PostgresCluster, as watches.yaml says.
+package main
+
+import (
+	"flag"
+	"os"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/pgpilot/pgpilot/internal/helmmanager"
+	"github.com/pgpilot/pgpilot/internal/managerflags"
+)
+
+func main() {
+	var f managerflags.Flags
+	f.Register(flag.CommandLine, ":8080", ":8081", "pgpilot-manager.db.example.com")
+	opts := helmmanager.DefaultOptions()
+	flag.StringVar(&opts.WatchesFile, "watches-file", opts.WatchesFile, "Path of watches.yaml.")
+	flag.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", opts.MaxConcurrentReconciles, "Concurrent reconciles per watch, where watches.yaml does not set maxConcurrentReconciles.")
+	flag.DurationVar(&opts.ReconcilePeriod, "reconcile-period", opts.ReconcilePeriod, "Resync period, where watches.yaml does not set reconcilePeriod.")
+	flag.IntVar(&opts.MaxReleaseHistory, "max-release-history", opts.MaxReleaseHistory, "Helm release revisions kept per cluster.")
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&f.Zap)))
+	log := ctrl.Log.WithName("setup")
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		log.Error(err, "Failed to build the scheme")
+		os.Exit(1)
+	}
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), f.Options(scheme))
+	if err != nil {
+		log.Error(err, "Failed to create the manager")
+		os.Exit(1)
+	}
+	if _, err := helmmanager.Setup(mgr, opts); err != nil {
+		log.Error(err, "Failed to set up the Helm reconcilers")
+		os.Exit(1)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		log.Error(err, "Failed to add the health check")
+		os.Exit(1)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		log.Error(err, "Failed to add the readiness check")
+		os.Exit(1)
+	}
+	log.Info("Starting the Helm manager")
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		log.Error(err, "The Helm manager stopped")
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,202 @@
+// Package credentials creates the superuser, replication and application Secrets of a
+// cluster once, with random passwords, and never changes them afterwards.
+package credentials
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"math/big"
+	"net/url"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+)
+
+// PasswordLength is the length of generated passwords: 32 characters of [A-Za-z0-9],
+// about 190 bits.
+const PasswordLength = 32
+
+const passwordAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+// Secret keys. username and password are those of the kubernetes.io/basic-auth type.
+const (
+	KeyUsername = corev1.BasicAuthUsernameKey
+	KeyPassword = corev1.BasicAuthPasswordKey
+	KeyDatabase = "dbname"
+	KeyHost     = "host"
+	KeyPort     = "port"
+	KeyURI      = "uri"
+)
+
+// PostgresPort is the port of every instance and Service.
+const PostgresPort = 5432
+
+// CredentialsReconciler creates a cluster's credentials Secrets.
+type CredentialsReconciler struct {
+	client client.Client
+	// reader reads Secrets uncached: the cache holds only Secrets labelled with a
+	// cluster, and a user may have created one beforehand without the label.
+	reader   client.Reader
+	scheme   *runtime.Scheme
+	recorder record.EventRecorder
+	random   io.Reader
+}
+
+// NewCredentialsReconciler returns a reconciler that draws passwords from random
+// (crypto/rand.Reader in production).
+func NewCredentialsReconciler(c client.Client, reader client.Reader, scheme *runtime.Scheme, recorder record.EventRecorder, random io.Reader) *CredentialsReconciler {
+	if random == nil {
+		random = rand.Reader
+	}
+	return &CredentialsReconciler{client: c, reader: reader, scheme: scheme, recorder: recorder, random: random}
+}
+
+// +kubebuilder:rbac:groups=db.example.com,resources=postgresclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+
+// Reconcile creates whichever of the cluster's credentials Secrets is missing. Existing
+// Secrets, including ones a user created beforehand to choose a password, are used as
+// they are and never modified.
+func (r *CredentialsReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var cluster dbv1.PostgresCluster
+	if err := r.client.Get(ctx, req.NamespacedName, &cluster); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !cluster.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	for _, want := range Wanted(&cluster) {
+		var existing corev1.Secret
+		err := r.reader.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: want.Name}, &existing)
+		if err == nil {
+			continue
+		}
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		secret, err := r.newSecret(&cluster, want)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if err := r.client.Create(ctx, secret); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				continue
+			}
+			return ctrl.Result{}, fmt.Errorf("creating Secret %s: %w", want.Name, err)
+		}
+		log.FromContext(ctx).Info("Created credentials Secret", "secret", want.Name, "username", want.Username)
+		r.recorder.Eventf(&cluster, corev1.EventTypeNormal, dbv1.ReasonCredentialsCreated,
+			"Created Secret %s for role %s", want.Name, want.Username)
+	}
+	return ctrl.Result{}, nil
+}
+
+// Credential is one role whose credentials live in a Secret.
+type Credential struct {
+	// Name of the Secret.
+	Name string
+	// Username is the PostgreSQL role.
+	Username string
+	// App marks the application Secret, which also carries connection details.
+	App bool
+}
+
+// Wanted lists the credentials Secrets of a cluster.
+func Wanted(c *dbv1.PostgresCluster) []Credential {
+	return []Credential{
+		{Name: c.SuperuserSecretName(), Username: dbv1.SuperuserName},
+		{Name: c.ReplicationSecretName(), Username: dbv1.ReplicationUser},
+		{Name: c.AppSecretName(), Username: c.Spec.Bootstrap.Owner, App: true},
+	}
+}
+
+// Problem says what makes an existing credentials Secret unusable, or "" when it is fine.
+func Problem(s *corev1.Secret) string {
+	for _, k := range []string{KeyUsername, KeyPassword} {
+		if len(s.Data[k]) == 0 {
+			return fmt.Sprintf("Secret %s has no %q key", s.Name, k)
+		}
+	}
+	return ""
+}
+
+func (r *CredentialsReconciler) newSecret(c *dbv1.PostgresCluster, want Credential) (*corev1.Secret, error) {
+	password, err := Password(r.random, PasswordLength)
+	if err != nil {
+		return nil, err
+	}
+	data := map[string][]byte{
+		KeyUsername: []byte(want.Username),
+		KeyPassword: []byte(password),
+	}
+	if want.App {
+		host := c.ReadWriteServiceName()
+		port := strconv.Itoa(PostgresPort)
+		uri := url.URL{
+			Scheme: "postgresql",
+			User:   url.UserPassword(want.Username, password),
+			Host:   host + "." + c.Namespace + ":" + port,
+			Path:   "/" + c.Spec.Bootstrap.Database,
+		}
+		data[KeyDatabase] = []byte(c.Spec.Bootstrap.Database)
+		data[KeyHost] = []byte(host)
+		data[KeyPort] = []byte(port)
+		data[KeyURI] = []byte(uri.String())
+	}
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      want.Name,
+			Namespace: c.Namespace,
+			Labels: map[string]string{
+				dbv1.LabelCluster:              c.Name,
+				"app.kubernetes.io/managed-by": "pgpilot",
+				"app.kubernetes.io/part-of":    "pgpilot",
+			},
+		},
+		Type: corev1.SecretTypeBasicAuth,
+		Data: data,
+	}
+	if err := controllerutil.SetControllerReference(c, s, r.scheme); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Password returns n characters drawn uniformly from [A-Za-z0-9].
+func Password(random io.Reader, n int) (string, error) {
+	max := big.NewInt(int64(len(passwordAlphabet)))
+	b := make([]byte, n)
+	for i := range b {
+		j, err := rand.Int(random, max)
+		if err != nil {
+			return "", fmt.Errorf("generating a password: %w", err)
+		}
+		b[i] = passwordAlphabet[j.Int64()]
+	}
+	return string(b), nil
+}
+
+// SetupWithManager watches clusters (spec changes only) and the Secrets they own, so a
+// deleted Secret is created again.
+func (r *CredentialsReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("credentials").
+		For(&dbv1.PostgresCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&corev1.Secret{}).
+		Complete(r)
+}

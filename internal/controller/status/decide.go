@@ -1,0 +1,106 @@
+package status
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
+)
+
+// Observed is everything the status of a cluster is computed from.
+type Observed struct {
+	Cluster *dbv1.PostgresCluster
+	// Pods are the cluster's instance pods, sorted by name.
+	Pods []corev1.Pod
+	// Primary is the holder of the primary Lease, "" when there is none yet.
+	Primary string
+	// CredentialProblems say what is wrong with each credentials Secret; empty when
+	// all exist and are usable.
+	CredentialProblems []string
+}
+
+// Decide computes the status fields and conditions the sidecar owns. It keeps every
+// other field of current (the Helm manager's conditions and deployedRelease) as is.
+func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
+	c := o.Cluster
+	st := *c.Status.DeepCopy()
+	st.ObservedGeneration = c.Generation
+	st.CurrentPrimary = o.Primary
+	st.Instances = nil
+	st.ReadyInstances = 0
+	primaryReady := false
+	for i := range o.Pods {
+		p := &o.Pods[i]
+		ready := clusterpods.IsReady(p)
+		st.Instances = append(st.Instances, dbv1.InstanceStatus{
+			Name:  p.Name,
+			Role:  p.Labels[dbv1.LabelRole],
+			Ready: ready,
+			Node:  p.Spec.NodeName,
+		})
+		if ready {
+			st.ReadyInstances++
+			if p.Name == o.Primary {
+				primaryReady = true
+			}
+		}
+	}
+
+	phase, reason, message := phaseOf(o, primaryReady, st.ReadyInstances)
+	st.Phase = phase
+	ready := metav1.ConditionFalse
+	if phase == dbv1.PhaseHealthy {
+		ready = metav1.ConditionTrue
+	}
+	dbv1.SetCondition(&st.Conditions, dbv1.Condition{
+		Type: dbv1.ConditionReady, Status: ready, Reason: reason, Message: message,
+		ObservedGeneration: c.Generation,
+	}, now)
+
+	creds := dbv1.Condition{
+		Type: dbv1.ConditionCredentialsReady, Status: metav1.ConditionTrue,
+		Reason: dbv1.ReasonCredentialsCreated, Message: "The superuser, replication and application Secrets exist",
+		ObservedGeneration: c.Generation,
+	}
+	if len(o.CredentialProblems) > 0 {
+		creds.Status = metav1.ConditionFalse
+		creds.Reason = dbv1.ReasonCredentialsInvalid
+		creds.Message = strings.Join(o.CredentialProblems, "; ")
+	}
+	dbv1.SetCondition(&st.Conditions, creds, now)
+	return st
+}
+
+// phaseOf summarises the cluster. A cluster stays Creating until it has been Healthy
+// once; after that a missing replica makes it Degraded and a missing primary Unavailable.
+func phaseOf(o Observed, primaryReady bool, readyInstances int32) (dbv1.Phase, string, string) {
+	c := o.Cluster
+	for _, t := range []string{dbv1.ConditionReleaseFailed, dbv1.ConditionIrreconcilable} {
+		if cond := dbv1.FindCondition(c.Status.Conditions, t); cond != nil && cond.Status == metav1.ConditionTrue {
+			return dbv1.PhaseFailed, dbv1.ReasonReleaseFailed,
+				fmt.Sprintf("Rendering the cluster failed (%s): %s", cond.Reason, cond.Message)
+		}
+	}
+	creating := c.Status.Phase == "" || c.Status.Phase == dbv1.PhaseCreating
+	want := c.Spec.Replicas
+	switch {
+	case o.Primary == "":
+		return dbv1.PhaseCreating, dbv1.ReasonNoPrimary, "No primary has been designated yet"
+	case primaryReady && readyInstances >= want:
+		return dbv1.PhaseHealthy, dbv1.ReasonAllInstancesReady,
+			fmt.Sprintf("%d of %d instances are ready; %s is primary", readyInstances, want, o.Primary)
+	case creating:
+		return dbv1.PhaseCreating, dbv1.ReasonInstancesNotReady,
+			fmt.Sprintf("%d of %d instances are ready", readyInstances, want)
+	case primaryReady:
+		return dbv1.PhaseDegraded, dbv1.ReasonInstancesNotReady,
+			fmt.Sprintf("%d of %d instances are ready; %s is primary", readyInstances, want, o.Primary)
+	default:
+		return dbv1.PhaseUnavailable, dbv1.ReasonPrimaryNotReady,
+			fmt.Sprintf("The primary %s is not ready; %d of %d instances are ready", o.Primary, readyInstances, want)
+	}
+}

@@ -1,0 +1,78 @@
+// Package helmmanager registers one helm-operator-plugins reconciler per watches.yaml entry.
+package helmmanager
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/operator-framework/helm-operator-plugins/pkg/annotation"
+	"github.com/operator-framework/helm-operator-plugins/pkg/reconciler"
+	"github.com/operator-framework/helm-operator-plugins/pkg/watches"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// Options are the defaults for watches.yaml entries that do not set their own.
+type Options struct {
+	// WatchesFile is the path of watches.yaml; chart paths in it are relative to the
+	// working directory.
+	WatchesFile string
+	// MaxConcurrentReconciles applies to entries without maxConcurrentReconciles.
+	MaxConcurrentReconciles int
+	// ReconcilePeriod applies to entries without reconcilePeriod.
+	ReconcilePeriod time.Duration
+	// MaxReleaseHistory is how many Helm release revisions are kept per cluster.
+	MaxReleaseHistory int
+}
+
+// DefaultOptions are the manager's flag defaults.
+func DefaultOptions() Options {
+	return Options{
+		WatchesFile:             "watches.yaml",
+		MaxConcurrentReconciles: 4,
+		ReconcilePeriod:         10 * time.Minute,
+		MaxReleaseHistory:       3,
+	}
+}
+
+// Setup loads the watches file and adds a Helm reconciler for each entry to mgr,
+// honouring each entry's own fields over the defaults in opts.
+func Setup(mgr ctrl.Manager, opts Options) ([]watches.Watch, error) {
+	ws, err := watches.Load(opts.WatchesFile)
+	if err != nil {
+		return nil, fmt.Errorf("loading %s: %w", opts.WatchesFile, err)
+	}
+	log := mgr.GetLogger().WithName("helm")
+	for _, w := range ws {
+		period := opts.ReconcilePeriod
+		if w.ReconcilePeriod != nil {
+			period = w.ReconcilePeriod.Duration
+		}
+		concurrency := opts.MaxConcurrentReconciles
+		if w.MaxConcurrentReconciles != nil {
+			concurrency = *w.MaxConcurrentReconciles
+		}
+		r, err := reconciler.New(
+			reconciler.WithChart(*w.Chart),
+			reconciler.WithGroupVersionKind(w.GroupVersionKind),
+			reconciler.WithOverrideValues(w.OverrideValues),
+			reconciler.WithSelector(*w.Selector),
+			reconciler.SkipDependentWatches(!*w.WatchDependentResources),
+			reconciler.WithMaxConcurrentReconciles(concurrency),
+			reconciler.WithReconcilePeriod(period),
+			reconciler.WithMaxReleaseHistory(opts.MaxReleaseHistory),
+			reconciler.WithInstallAnnotations(annotation.DefaultInstallAnnotations...),
+			reconciler.WithUpgradeAnnotations(annotation.DefaultUpgradeAnnotations...),
+			reconciler.WithUninstallAnnotations(annotation.DefaultUninstallAnnotations...),
+			reconciler.WithLog(log.WithValues("gvk", w.GroupVersionKind.String())),
+		)
+		if err != nil {
+			return nil, fmt.Errorf("creating the Helm reconciler for %s: %w", w.GroupVersionKind, err)
+		}
+		if err := r.SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("setting up the Helm reconciler for %s: %w", w.GroupVersionKind, err)
+		}
+		log.Info("Configured watch", "gvk", w.GroupVersionKind.String(), "chart", w.ChartPath,
+			"maxConcurrentReconciles", concurrency, "reconcilePeriod", period.String())
+	}
+	return ws, nil
+}

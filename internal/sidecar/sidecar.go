@@ -1,0 +1,63 @@
+// Package sidecar assembles the sidecar's controllers: what the chart cannot express.
+package sidecar
+
+import (
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/controller/credentials"
+	"github.com/pgpilot/pgpilot/internal/controller/primary"
+	"github.com/pgpilot/pgpilot/internal/controller/status"
+)
+
+// EventSource is the component name on the sidecar's events.
+const EventSource = "pgpilot-sidecar"
+
+// Scheme returns a scheme with the Kubernetes types and pgpilot's.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := dbv1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// CacheOptions keeps only pgpilot's Pods, Secrets and Leases in the cache (those
+// labelled with a cluster), not every one in the cluster.
+func CacheOptions() cache.Options {
+	req, err := labels.NewRequirement(dbv1.LabelCluster, selection.Exists, nil)
+	if err != nil {
+		panic(err) // a constant label key cannot be invalid
+	}
+	labelled := cache.ByObject{Label: labels.NewSelector().Add(*req)}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}:           labelled,
+		&corev1.Secret{}:        labelled,
+		&coordinationv1.Lease{}: labelled,
+	}}
+}
+
+// Setup adds the sidecar's controllers to mgr.
+func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
+	recorder := mgr.GetEventRecorderFor(EventSource)
+	if err := credentials.NewCredentialsReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme(), recorder, nil).
+		SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := primary.NewPrimaryReconciler(mgr.GetClient(), recorder, clk).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	return status.NewStatusReconciler(mgr.GetClient(), mgr.GetAPIReader(), clk).SetupWithManager(mgr)
+}
