@@ -45,6 +45,7 @@ const (
 
 // Reasons of the sidecar's conditions and events.
 const (
+	ReasonCreating           = "Creating"
 	ReasonAllInstancesReady  = "AllInstancesReady"
 	ReasonInstancesNotReady  = "InstancesNotReady"
 	ReasonPrimaryNotReady    = "PrimaryNotReady"

@@ -40,3 +40,17 @@ func (c *PostgresCluster) ReadWriteServiceName() string { return c.Name + "-rw" 
 func (c *PostgresCluster) InstanceName(i int) string {
 	return c.Name + "-" + strconv.Itoa(i)
 }
+
+// ManagedParameters are the postgresql.conf settings pgpilot sets itself; the CRD
+// refuses them in spec.postgresql.parameters. The CEL rule on that field lists the same
+// names (a test keeps the two in step).
+var ManagedParameters = []string{
+	"archive_command", "archive_mode", "cluster_name", "config_file", "data_directory",
+	"external_pid_file", "hba_file", "hot_standby", "ident_file", "listen_addresses",
+	"logging_collector", "max_replication_slots", "max_wal_senders", "port",
+	"primary_conninfo", "primary_slot_name", "promote_trigger_file", "recovery_target",
+	"recovery_target_action", "recovery_target_inclusive", "recovery_target_lsn",
+	"recovery_target_name", "recovery_target_time", "recovery_target_timeline",
+	"recovery_target_xid", "restore_command", "synchronous_standby_names",
+	"unix_socket_directories", "wal_level", "wal_log_hints",
+}

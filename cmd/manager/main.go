@@ -6,8 +6,6 @@ import (
 	"flag"
 	"os"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -28,8 +26,8 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&f.Zap)))
 	log := ctrl.Log.WithName("setup")
 
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+	scheme, err := helmmanager.Scheme()
+	if err != nil {
 		log.Error(err, "Failed to build the scheme")
 		os.Exit(1)
 	}

@@ -77,6 +77,8 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 
 // phaseOf summarises the cluster. A cluster stays Creating until it has been Healthy
 // once; after that a missing replica makes it Degraded and a missing primary Unavailable.
+// Whether it has been Healthy is read from the Ready condition's reason, not from the
+// phase: the Helm manager's status writes drop the phase but keep every condition.
 func phaseOf(o Observed, primaryReady bool, readyInstances int32) (dbv1.Phase, string, string) {
 	c := o.Cluster
 	for _, t := range []string{dbv1.ConditionReleaseFailed, dbv1.ConditionIrreconcilable} {
@@ -85,7 +87,10 @@ func phaseOf(o Observed, primaryReady bool, readyInstances int32) (dbv1.Phase, s
 				fmt.Sprintf("Rendering the cluster failed (%s): %s", cond.Reason, cond.Message)
 		}
 	}
-	creating := c.Status.Phase == "" || c.Status.Phase == dbv1.PhaseCreating
+	creating := true
+	if ready := dbv1.FindCondition(c.Status.Conditions, dbv1.ConditionReady); ready != nil {
+		creating = ready.Reason == dbv1.ReasonCreating || ready.Reason == dbv1.ReasonNoPrimary
+	}
 	want := c.Spec.Replicas
 	switch {
 	case o.Primary == "":
@@ -94,7 +99,7 @@ func phaseOf(o Observed, primaryReady bool, readyInstances int32) (dbv1.Phase, s
 		return dbv1.PhaseHealthy, dbv1.ReasonAllInstancesReady,
 			fmt.Sprintf("%d of %d instances are ready; %s is primary", readyInstances, want, o.Primary)
 	case creating:
-		return dbv1.PhaseCreating, dbv1.ReasonInstancesNotReady,
+		return dbv1.PhaseCreating, dbv1.ReasonCreating,
 			fmt.Sprintf("%d of %d instances are ready", readyInstances, want)
 	case primaryReady:
 		return dbv1.PhaseDegraded, dbv1.ReasonInstancesNotReady,

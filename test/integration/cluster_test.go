@@ -1,0 +1,476 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+)
+
+const timeout = 30 * time.Second
+
+// The README's example, applied verbatim from config/samples, renders the whole
+// topology, and the sidecar adds credentials and the primary Lease.
+func TestExampleRendersTheTopology(t *testing.T) {
+	ns := newNamespace(t)
+	sample, err := os.ReadFile(filepath.Join(repoRoot, "config", "samples", "db_v1_postgrescluster.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyYAML(t, ns, sample)
+
+	var sts appsv1.StatefulSet
+	eventually(t, timeout, func() error { return get(ns, "my-db", &sts) })
+	if got := *sts.Spec.Replicas; got != 3 {
+		t.Errorf("StatefulSet replicas = %d, want 3", got)
+	}
+	containers := map[string]corev1.Container{}
+	for _, c := range append(sts.Spec.Template.Spec.InitContainers, sts.Spec.Template.Spec.Containers...) {
+		containers[c.Name] = c
+	}
+	if got := containers["postgres"].Image; got != "postgres:16.11" {
+		t.Errorf("postgres image = %q, want the pinned default for version 16, postgres:16.11", got)
+	}
+	if got := containers["install-agent"].Image; got != agentImage {
+		t.Errorf("agent image = %q, want RELATED_IMAGE_AGENT %q", got, agentImage)
+	}
+	if sts.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType {
+		t.Errorf("update strategy = %s, want OnDelete", sts.Spec.UpdateStrategy.Type)
+	}
+	if p := sts.Spec.PersistentVolumeClaimRetentionPolicy; p == nil || p.WhenDeleted != appsv1.RetainPersistentVolumeClaimRetentionPolicyType ||
+		p.WhenScaled != appsv1.RetainPersistentVolumeClaimRetentionPolicyType {
+		t.Errorf("PVC retention = %+v, want Retain on delete and scale", p)
+	}
+
+	podLabels := labels.Set(sts.Spec.Template.Labels)
+	wantServices := map[string]string{"my-db-rw": dbv1.RolePrimary, "my-db-ro": dbv1.RoleReplica, "my-db-r": "", "my-db-headless": ""}
+	for name, role := range wantServices {
+		var svc corev1.Service
+		if err := get(ns, name, &svc); err != nil {
+			t.Errorf("Service %s: %v", name, err)
+			continue
+		}
+		if got := svc.Spec.Selector[dbv1.LabelRole]; got != role {
+			t.Errorf("Service %s selects role %q, want %q", name, got, role)
+		}
+		withRole := labels.Merge(podLabels, labels.Set{dbv1.LabelRole: role})
+		if !labels.SelectorFromSet(svc.Spec.Selector).Matches(withRole) {
+			t.Errorf("Service %s selector %v does not match the pods' labels %v", name, svc.Spec.Selector, withRole)
+		}
+	}
+	for _, obj := range []client.Object{
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "my-db-config"}},
+		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "my-db-primary"}},
+		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "my-db-replicas"}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "my-db-instance"}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "my-db-instance"}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "my-db-instance"}},
+	} {
+		if err := get(ns, obj.GetName(), obj); err != nil {
+			t.Errorf("%T %s: %v", obj, obj.GetName(), err)
+		}
+	}
+
+	var cluster dbv1.PostgresCluster
+	eventually(t, timeout, func() error { return get(ns, "my-db", &cluster) })
+	passwords := map[string]string{}
+	for _, name := range []string{"my-db-superuser", "my-db-replication", "my-db-app"} {
+		var s corev1.Secret
+		eventually(t, timeout, func() error { return get(ns, name, &s) })
+		pw := string(s.Data["password"])
+		if len(pw) != 32 || s.Type != corev1.SecretTypeBasicAuth {
+			t.Errorf("Secret %s: type %s, password of %d characters; want basic-auth, 32", name, s.Type, len(pw))
+		}
+		if ref := metav1.GetControllerOf(&s); ref == nil || ref.UID != cluster.UID {
+			t.Errorf("Secret %s is not owned by the cluster: %v", name, s.OwnerReferences)
+		}
+		passwords[name] = pw
+	}
+	if len(passwords) != 3 || passwords["my-db-app"] == passwords["my-db-superuser"] {
+		t.Errorf("passwords are not distinct")
+	}
+
+	var lease coordinationv1.Lease
+	eventually(t, timeout, func() error { return get(ns, "my-db-primary", &lease) })
+	if h := lease.Spec.HolderIdentity; h == nil || *h != "my-db-0" {
+		t.Errorf("primary Lease holder = %v, want my-db-0", h)
+	}
+
+	// Nothing readable from the cluster object or the rendered release reveals a password.
+	eventually(t, timeout, func() error {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(dbv1.GroupVersion.WithKind("PostgresCluster"))
+		if err := get(ns, "my-db", u); err != nil {
+			return err
+		}
+		manifest, _, _ := unstructured.NestedString(u.Object, "status", "deployedRelease", "manifest")
+		if !strings.Contains(manifest, "kind: StatefulSet") {
+			return fmt.Errorf("status.deployedRelease.manifest has no StatefulSet yet")
+		}
+		raw, err := json.Marshal(u.Object)
+		if err != nil {
+			return err
+		}
+		for name, pw := range passwords {
+			if bytes.Contains(raw, []byte(pw)) {
+				t.Fatalf("the password of %s appears in the PostgresCluster object", name)
+			}
+		}
+		if strings.Contains(manifest, "kind: Secret") {
+			t.Fatalf("the chart rendered a Secret")
+		}
+		return nil
+	})
+}
+
+// With the instance pods running, the sidecar labels them by role, fills the status,
+// and kubectl's columns show it; readiness changes move the phase.
+func TestStatusFollowsThePods(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newCluster(ns, "db"))
+	var sts appsv1.StatefulSet
+	eventually(t, timeout, func() error { return get(ns, "db", &sts) })
+	startPods(t, &sts)
+
+	eventually(t, timeout, func() error {
+		for i, want := range []string{dbv1.RolePrimary, dbv1.RoleReplica, dbv1.RoleReplica} {
+			var pod corev1.Pod
+			if err := get(ns, fmt.Sprintf("db-%d", i), &pod); err != nil {
+				return err
+			}
+			if got := pod.Labels[dbv1.LabelRole]; got != want {
+				return fmt.Errorf("pod %s role %q, want %q", pod.Name, got, want)
+			}
+		}
+		return nil
+	})
+	waitForStatus(t, ns, "db", dbv1.PhaseHealthy, 3)
+
+	out := kubectl(t, "get", "pgc", "-n", ns)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("kubectl get pgc printed:\n%s", out)
+	}
+	header, row := strings.Fields(lines[0]), strings.Fields(lines[1])
+	if diff := cmp.Diff([]string{"NAME", "VERSION", "INSTANCES", "READY", "PRIMARY", "PHASE", "AGE"}, header); diff != "" {
+		t.Errorf("columns (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"db", "16", "3", "3", "db-0", "Healthy"}, row[:len(row)-1]); diff != "" {
+		t.Errorf("row (-want +got):\n%s", diff)
+	}
+
+	setReady(t, ns, "db-2", false)
+	waitForStatus(t, ns, "db", dbv1.PhaseDegraded, 2)
+	setReady(t, ns, "db-0", false)
+	c := waitForStatus(t, ns, "db", dbv1.PhaseUnavailable, 1)
+	ready := dbv1.FindCondition(c.Status.Conditions, dbv1.ConditionReady)
+	if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != dbv1.ReasonPrimaryNotReady {
+		t.Errorf("Ready condition = %+v, want False/%s", ready, dbv1.ReasonPrimaryNotReady)
+	}
+	if c.Status.Instances[0].Role != dbv1.RolePrimary || c.Status.Instances[0].Ready {
+		t.Errorf("instances[0] = %+v, want the primary, not ready", c.Status.Instances[0])
+	}
+}
+
+// A spec change is rolled into the StatefulSet, and the sidecar's status fields come
+// back after the Helm manager's status write replaces the whole status.
+func TestSpecChangeRollsAndStatusSurvivesHelm(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newCluster(ns, "grow"))
+	var sts appsv1.StatefulSet
+	eventually(t, timeout, func() error { return get(ns, "grow", &sts) })
+	startPods(t, &sts)
+	waitForStatus(t, ns, "grow", dbv1.PhaseHealthy, 3)
+
+	if err := update(ns, "grow", func(c *dbv1.PostgresCluster) { c.Spec.Replicas = 5 }); err != nil {
+		t.Fatal(err)
+	}
+	var c dbv1.PostgresCluster
+	eventually(t, timeout, func() error {
+		if err := get(ns, "grow", &sts); err != nil {
+			return err
+		}
+		if *sts.Spec.Replicas != 5 {
+			return fmt.Errorf("StatefulSet replicas %d, want 5", *sts.Spec.Replicas)
+		}
+		return nil
+	})
+	var role rbacv1.Role
+	if err := get(ns, "grow-instance", &role); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(fmt.Sprint(role.Rules), "grow-4") {
+		t.Errorf("the pods' Role does not name grow-4 after scaling to 5: %v", role.Rules)
+	}
+	eventually(t, timeout, func() error {
+		if err := get(ns, "grow", &c); err != nil {
+			return err
+		}
+		deployed := dbv1.FindCondition(c.Status.Conditions, dbv1.ConditionDeployed)
+		if deployed == nil || deployed.Reason != "UpgradeSuccessful" {
+			return fmt.Errorf("no Deployed/UpgradeSuccessful condition yet: %+v", c.Status.Conditions)
+		}
+		if c.Status.Phase != dbv1.PhaseDegraded || c.Status.ReadyInstances != 3 || c.Status.CurrentPrimary != "grow-0" ||
+			c.Status.ObservedGeneration != c.Generation {
+			return fmt.Errorf("status = phase %q, ready %d, primary %q, observedGeneration %d (generation %d)",
+				c.Status.Phase, c.Status.ReadyInstances, c.Status.CurrentPrimary, c.Status.ObservedGeneration, c.Generation)
+		}
+		return nil
+	})
+}
+
+// Invalid specs are refused by the API server with a message that says what to fix.
+func TestInvalidSpecsAreRejected(t *testing.T) {
+	ns := newNamespace(t)
+	cases := []struct {
+		name string
+		spec map[string]any
+		want string
+	}{
+		{"no replicas", map[string]any{"replicas": int64(0), "version": "16"}, "should be greater than or equal to 1"},
+		{"too many replicas", map[string]any{"replicas": int64(17), "version": "16"}, "should be less than or equal to 16"},
+		{"unsupported version", map[string]any{"version": "9"}, `Unsupported value: "9"`},
+		{"version missing", map[string]any{"replicas": int64(3)}, "spec.version: Required value"},
+		{"system database", map[string]any{"version": "16", "bootstrap": map[string]any{"database": "postgres"}}, "cannot be a PostgreSQL system database"},
+		{"reserved owner", map[string]any{"version": "16", "bootstrap": map[string]any{"owner": "pg_monitor"}}, "those roles are reserved"},
+		{"zero storage", map[string]any{"version": "16", "storage": map[string]any{"size": "0"}}, "size must be greater than zero"},
+	}
+	for _, p := range dbv1.ManagedParameters {
+		cases = append(cases, struct {
+			name string
+			spec map[string]any
+			want string
+		}{"managed parameter " + p, map[string]any{"version": "16", "postgresql": map[string]any{"parameters": map[string]any{"work_mem": "8MB", p: "x"}}},
+			"parameters managed by pgpilot cannot be set"})
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			u := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": dbv1.GroupVersion.String(), "kind": "PostgresCluster",
+				"metadata": map[string]any{"name": fmt.Sprintf("bad-%d", i), "namespace": ns},
+				"spec":     tc.spec,
+			}}
+			err := k8s.Create(context.Background(), u)
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an Invalid error containing %q", err, tc.want)
+			}
+		})
+	}
+	t.Run("name too long", func(t *testing.T) {
+		err := k8s.Create(context.Background(), newCluster(ns, strings.Repeat("a", 51)))
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "at most 50 characters") {
+			t.Fatalf("got %v", err)
+		}
+	})
+}
+
+// Changes that would lose data or cannot be carried out are refused on update.
+func TestUnsafeUpdatesAreRejected(t *testing.T) {
+	ns := newNamespace(t)
+	cases := []struct {
+		name   string
+		change func(*dbv1.PostgresCluster)
+		want   string
+	}{
+		{"shrink storage", func(c *dbv1.PostgresCluster) { withStorage("5Gi", "fast")(c) }, "size cannot shrink from 10Gi to 5Gi"},
+		{"change storage class", func(c *dbv1.PostgresCluster) { withStorage("10Gi", "slow")(c) }, "storageClassName cannot be changed"},
+		{"drop storage class", func(c *dbv1.PostgresCluster) { c.Spec.Storage.StorageClassName = nil }, "storageClassName cannot be changed"},
+		{"downgrade", func(c *dbv1.PostgresCluster) { c.Spec.Version = "15" }, "version cannot go down from 16 to 15"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(ns, fmt.Sprintf("upd-%d", i), withStorage("10Gi", "fast"))
+			create(t, c)
+			err := update(ns, c.Name, tc.change)
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an Invalid error containing %q", err, tc.want)
+			}
+		})
+	}
+	t.Run("grow storage and upgrade are accepted", func(t *testing.T) {
+		create(t, newCluster(ns, "upd-ok", withStorage("10Gi", "fast")))
+		err := update(ns, "upd-ok", func(c *dbv1.PostgresCluster) {
+			withStorage("20Gi", "fast")(c)
+			c.Spec.Version = "17"
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// Deleting a cluster removes what the chart rendered and keeps the volumes and the
+// primary Lease; the credentials Secrets are owned by the cluster for the garbage
+// collector (which envtest does not run).
+func TestDeleteKeepsVolumes(t *testing.T) {
+	ns := newNamespace(t)
+	c := newCluster(ns, "gone")
+	create(t, c)
+	var sts appsv1.StatefulSet
+	eventually(t, timeout, func() error { return get(ns, "gone", &sts) })
+	for i := range 3 {
+		create(t, &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("data-gone-%d", i), Namespace: ns, Labels: sts.Spec.Selector.MatchLabels},
+			Spec:       sts.Spec.VolumeClaimTemplates[0].Spec,
+		})
+	}
+	eventually(t, timeout, func() error { return get(ns, "gone-primary", &coordinationv1.Lease{}) })
+
+	if err := k8s.Delete(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, timeout, func() error {
+		if err := get(ns, "gone", &dbv1.PostgresCluster{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("cluster still there (%v)", err)
+		}
+		return nil
+	})
+	for _, obj := range []client.Object{&appsv1.StatefulSet{}, &corev1.Service{}, &corev1.ConfigMap{}} {
+		name := map[string]string{"*v1.StatefulSet": "gone", "*v1.Service": "gone-rw", "*v1.ConfigMap": "gone-config"}[fmt.Sprintf("%T", obj)]
+		if err := get(ns, name, obj); !apierrors.IsNotFound(err) {
+			t.Errorf("%T %s survived the cluster (%v)", obj, name, err)
+		}
+	}
+	for i := range 3 {
+		if err := get(ns, fmt.Sprintf("data-gone-%d", i), &corev1.PersistentVolumeClaim{}); err != nil {
+			t.Errorf("volume data-gone-%d: %v", i, err)
+		}
+	}
+	if err := get(ns, "gone-primary", &coordinationv1.Lease{}); err != nil {
+		t.Errorf("primary Lease: %v", err)
+	}
+}
+
+// The Helm manager watches what it rendered and puts back a hand-edited object.
+func TestDriftIsReverted(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newCluster(ns, "drift"))
+	var svc corev1.Service
+	eventually(t, timeout, func() error { return get(ns, "drift-rw", &svc) })
+	svc.Spec.Selector[dbv1.LabelRole] = dbv1.RoleReplica
+	if err := k8s.Update(context.Background(), &svc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, timeout, func() error {
+		if err := get(ns, "drift-rw", &svc); err != nil {
+			return err
+		}
+		if got := svc.Spec.Selector[dbv1.LabelRole]; got != dbv1.RolePrimary {
+			return fmt.Errorf("drift-rw still selects role %q", got)
+		}
+		return nil
+	})
+}
+
+// A Secret the user created beforehand is used as it is; one without a password is
+// reported; passwords never change once created.
+func TestCredentials(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "own-app", Namespace: ns},
+		Type:       corev1.SecretTypeBasicAuth,
+		Data:       map[string][]byte{"username": []byte("app"), "password": []byte("chosen-by-the-user")},
+	})
+	create(t, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "own-superuser", Namespace: ns},
+		Data:       map[string][]byte{"username": []byte("postgres")},
+	})
+	create(t, newCluster(ns, "own"))
+	var repl corev1.Secret
+	eventually(t, timeout, func() error { return get(ns, "own-replication", &repl) })
+
+	var c dbv1.PostgresCluster
+	eventually(t, timeout, func() error {
+		if err := get(ns, "own", &c); err != nil {
+			return err
+		}
+		cond := dbv1.FindCondition(c.Status.Conditions, dbv1.ConditionCredentialsReady)
+		if cond == nil || cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, `Secret own-superuser has no "password" key`) {
+			return fmt.Errorf("CredentialsReady = %+v", cond)
+		}
+		return nil
+	})
+	var app corev1.Secret
+	if err := get(ns, "own-app", &app); err != nil || string(app.Data["password"]) != "chosen-by-the-user" {
+		t.Errorf("the user's app Secret was changed: %v %q", err, app.Data["password"])
+	}
+
+	if err := update(ns, "own", func(c *dbv1.PostgresCluster) { c.Spec.Replicas = 2 }); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, timeout, func() error {
+		if err := get(ns, "own", &c); err != nil {
+			return err
+		}
+		if c.Status.ObservedGeneration != c.Generation {
+			return fmt.Errorf("generation %d not observed yet", c.Generation)
+		}
+		return nil
+	})
+	var again corev1.Secret
+	if err := get(ns, "own-replication", &again); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(again.Data["password"], repl.Data["password"]) {
+		t.Error("the replication password changed")
+	}
+}
+
+// With the Prometheus Operator's CRD present, monitoring.enabled renders a PodMonitor.
+func TestMonitoringRendersAPodMonitor(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newCluster(ns, "mon", withMonitoring()))
+	eventually(t, timeout, func() error {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion("monitoring.coreos.com/v1")
+		u.SetKind("PodMonitor")
+		return get(ns, "mon", u)
+	})
+}
+
+func waitForStatus(t *testing.T, ns, name string, phase dbv1.Phase, ready int32) *dbv1.PostgresCluster {
+	t.Helper()
+	var c dbv1.PostgresCluster
+	eventually(t, timeout, func() error {
+		if err := get(ns, name, &c); err != nil {
+			return err
+		}
+		if c.Status.Phase != phase || c.Status.ReadyInstances != ready {
+			return fmt.Errorf("phase %q with %d ready, want %q with %d", c.Status.Phase, c.Status.ReadyInstances, phase, ready)
+		}
+		return nil
+	})
+	return &c
+}
+
+// kubectl runs the kubectl built with the control plane against it.
+func kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	stdout, stderr, err := env.ControlPlane.KubeCtl().Run(args...)
+	out, _ := io.ReadAll(stdout)
+	if err != nil {
+		msg, _ := io.ReadAll(stderr)
+		t.Fatalf("kubectl %v: %v: %s", args, err, msg)
+	}
+	return string(out)
+}

@@ -1,0 +1,121 @@
+// Package integration runs the Helm manager and the sidecar against a real
+// kube-apiserver and etcd (built from source by hack/control-plane.sh and cached).
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/pgpilot/pgpilot/internal/devenv"
+	"github.com/pgpilot/pgpilot/internal/sidecar"
+)
+
+// agentImage is what RELATED_IMAGE_AGENT says during the tests.
+const agentImage = "pgpilot:integration"
+
+var (
+	k8s      client.Client
+	cfg      *rest.Config
+	env      *envtest.Environment
+	repoRoot string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	// The managers log to a file, shown when a test fails.
+	logFile, err := os.CreateTemp("", "pgpilot-integration-*.log")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer logFile.Close()
+	ctrl.SetLogger(zap.New(zap.WriteTo(logFile), zap.Level(zapLevel())))
+	klog.SetOutput(logFile)
+	klog.LogToStderr(false)
+	if repoRoot, err = devenv.RepoRoot(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// The Deployment sets these from config/manager; the tests leave the PostgreSQL
+	// images unset so the chart's pinned defaults are used.
+	os.Setenv("RELATED_IMAGE_AGENT", agentImage)
+	env, err = devenv.StartControlPlane(repoRoot, filepath.Join(repoRoot, "test", "testdata", "crds"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
+		}
+	}()
+	cfg = env.Config
+	scheme, err := sidecar.Scheme()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs, err := devenv.StartOperator(ctx, cfg, repoRoot)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the operator:", err)
+		return 1
+	}
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintln(os.Stderr, "the managers' log is in", logFile.Name())
+	}
+	cancel()
+	for range 2 {
+		if err := <-errs; err != nil {
+			fmt.Fprintln(os.Stderr, "a manager stopped with:", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+// zapLevel is info; PGPILOT_TEST_LOG=debug adds the managers' debug logs.
+func zapLevel() zapcore.Level {
+	if os.Getenv("PGPILOT_TEST_LOG") == "debug" {
+		return zapcore.DebugLevel
+	}
+	return zapcore.InfoLevel
+}
+
+// eventually polls check until it returns nil or the deadline passes, then fails with
+// check's last error. Tests never sleep for a fixed time.
+func eventually(t *testing.T, timeout time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %v", timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
