@@ -149,7 +149,7 @@ type PostgresClusterStatus struct {
 
 	// readyInstances counts instance pods that are Ready.
 	// +optional
-	ReadyInstances int32 `json:"readyInstances,omitempty"`
+	ReadyInstances int32 `json:"readyInstances"`
 
 	// instances lists every instance pod with its role and readiness.
 	// +listType=map

@@ -1,0 +1,113 @@
+# pgpilot — `make help` lists the targets.
+
+# Tools and the control plane the tests use are built from source once and cached here,
+# keyed by version, so fresh clones on the same machine reuse them.
+PGPILOT_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pgpilot
+export PGPILOT_CACHE
+
+VERSION ?= 0.1.0
+IMG ?= controller:latest
+GO_VERSION := $(shell sed -n 's/^go \([0-9]*\.[0-9]*\).*/\1/p' go.mod)
+
+TOOLS := $(PGPILOT_CACHE)/tools
+CONTROLLER_GEN_VERSION ?= v0.17.2
+CONTROLLER_GEN := $(TOOLS)/controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen
+KUSTOMIZE_VERSION ?= v5.5.0
+KUSTOMIZE := $(TOOLS)/kustomize-$(KUSTOMIZE_VERSION)/kustomize
+# kubectl: the one on PATH, else the one built with the control plane.
+KUBECTL ?= $(or $(shell command -v kubectl 2>/dev/null),$(shell bash hack/control-plane.sh)/kubectl)
+
+CRD := config/crd/bases/db.example.com_postgresclusters.yaml
+
+.DEFAULT_GOAL := help
+
+##@ General
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} \
+		/^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2 } \
+		/^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: $(CONTROLLER_GEN) ## Generate the CRD, the sidecar's RBAC and the chart's values.schema.json.
+	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=sidecar-role paths=./internal/controller/... output:rbac:artifacts:config=config/rbac/sidecar
+	go run ./hack/values-schema $(CRD) helm-charts/postgrescluster/values.schema.json
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Generate the API types' DeepCopy methods.
+	$(CONTROLLER_GEN) object paths=./api/...
+
+.PHONY: fmt
+fmt: ## gofmt the code.
+	gofmt -w api cmd internal hack test
+
+.PHONY: vet
+vet: ## go vet the code.
+	go vet ./...
+
+.PHONY: verify
+verify: generate manifests ## Check that generated files and formatting are current.
+	@test -z "$$(gofmt -l api cmd internal hack test)" || { gofmt -l api cmd internal hack test; echo "run make fmt"; exit 1; }
+	@git diff --exit-code -- api config helm-charts || { echo "generated files are stale: run make generate manifests and commit"; exit 1; }
+
+.PHONY: control-plane
+control-plane: ## Build (once) the kube-apiserver, etcd and kubectl the tests use.
+	@bash hack/control-plane.sh >/dev/null
+
+.PHONY: test
+test: vet control-plane ## Run every test: unit, chart rendering, and integration on a real kube-apiserver + etcd.
+	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 ./...
+
+.PHONY: bench
+bench: control-plane ## Print the benchmarks' figures (no timing assertions).
+	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -run '^$$' -bench . -benchtime 20x ./test/integration/
+
+##@ Build and run
+
+.PHONY: build
+build: ## Build the manager, sidecar and agent into bin/.
+	go build -o bin/ ./cmd/...
+
+.PHONY: run
+run: build ## Run the operator against the current kubeconfig, or an embedded local control plane when none is reachable.
+	@bash hack/run.sh
+
+.PHONY: docker-build
+docker-build: ## Build the operator image IMG.
+	docker build --build-arg GO_VERSION=$(GO_VERSION) --build-arg VERSION=$(VERSION) \
+		--build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) -t $(IMG) .
+
+.PHONY: docker-push
+docker-push: ## Push the operator image IMG.
+	docker push $(IMG)
+
+##@ Deployment (current kubeconfig)
+
+.PHONY: install
+install: manifests $(KUSTOMIZE) ## Install the CRDs.
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
+
+.PHONY: uninstall
+uninstall: $(KUSTOMIZE) ## Remove the CRDs (and with them every PostgresCluster; volumes are kept).
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found -f -
+
+.PHONY: deploy
+deploy: manifests $(KUSTOMIZE) ## Deploy the operator with image IMG.
+	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	$(KUSTOMIZE) build config/default | $(KUBECTL) apply --server-side -f -
+
+.PHONY: undeploy
+undeploy: $(KUSTOMIZE) ## Remove the operator (PostgresClusters must be deleted first, or their finalizer waits for it).
+	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found -f -
+
+# Tools, built once per version into $(TOOLS).
+
+$(CONTROLLER_GEN):
+	GOBIN=$(dir $@) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+
+$(KUSTOMIZE):
+	GOBIN=$(dir $@) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
