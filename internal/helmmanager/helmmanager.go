@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/operator-framework/helm-operator-plugins/pkg/annotation"
+	helmclient "github.com/operator-framework/helm-operator-plugins/pkg/client"
 	"github.com/operator-framework/helm-operator-plugins/pkg/reconciler"
 	"github.com/operator-framework/helm-operator-plugins/pkg/watches"
+	"helm.sh/helm/v3/pkg/action"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -54,6 +56,10 @@ func Setup(mgr ctrl.Manager, opts Options) ([]watches.Watch, error) {
 		return nil, fmt.Errorf("loading %s: %w", opts.WatchesFile, err)
 	}
 	log := mgr.GetLogger().WithName("helm")
+	actions, err := actionClientGetter(mgr)
+	if err != nil {
+		return nil, err
+	}
 	for _, w := range ws {
 		period := opts.ReconcilePeriod
 		if w.ReconcilePeriod != nil {
@@ -76,6 +82,7 @@ func Setup(mgr ctrl.Manager, opts Options) ([]watches.Watch, error) {
 			reconciler.WithUpgradeAnnotations(annotation.DefaultUpgradeAnnotations...),
 			reconciler.WithUninstallAnnotations(annotation.DefaultUninstallAnnotations...),
 			reconciler.WithLog(log.WithValues("gvk", w.GroupVersionKind.String())),
+			reconciler.WithActionClientGetter(actions),
 		)
 		if err != nil {
 			return nil, fmt.Errorf("creating the Helm reconciler for %s: %w", w.GroupVersionKind, err)
@@ -87,4 +94,26 @@ func Setup(mgr ctrl.Manager, opts Options) ([]watches.Watch, error) {
 			"maxConcurrentReconciles", concurrency, "reconcilePeriod", period.String())
 	}
 	return ws, nil
+}
+
+// actionClientGetter is helm-operator-plugins' default with Helm's client-side OpenAPI
+// validation turned off. That validation downloads the API server's whole OpenAPI
+// document for every install, upgrade and dry-run, and checks nothing the API server
+// does not check again when the objects are written; the chart's own tests decode every
+// rendered object strictly.
+func actionClientGetter(mgr ctrl.Manager) (helmclient.ActionClientGetter, error) {
+	configs, err := helmclient.NewActionConfigGetter(mgr.GetConfig(), mgr.GetRESTMapper())
+	if err != nil {
+		return nil, fmt.Errorf("creating the Helm action config getter: %w", err)
+	}
+	return helmclient.NewActionClientGetter(configs,
+		helmclient.AppendInstallOptions(func(i *action.Install) error {
+			i.DisableOpenAPIValidation = true
+			return nil
+		}),
+		helmclient.AppendUpgradeOptions(func(u *action.Upgrade) error {
+			u.DisableOpenAPIValidation = true
+			return nil
+		}),
+	)
 }

@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -44,9 +45,12 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer logFile.Close()
-	ctrl.SetLogger(zap.New(zap.WriteTo(logFile), zap.Level(zapLevel())))
+	ctrl.SetLogger(zap.New(zap.WriteTo(logFile), zap.Level(zapLevel()), func(o *zap.Options) { o.TimeEncoder = zapcore.RFC3339NanoTimeEncoder }))
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	_ = klogFlags.Set("logtostderr", "false")
+	_ = klogFlags.Set("stderrthreshold", "FATAL")
 	klog.SetOutput(logFile)
-	klog.LogToStderr(false)
 	if repoRoot, err = devenv.RepoRoot(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
