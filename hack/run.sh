@@ -21,4 +21,5 @@ if "$kubectl" version --request-timeout=5s >/dev/null 2>&1; then
 fi
 
 echo "No cluster answers at the current kubeconfig: starting an embedded local control plane."
-exec go run ./hack/localcp
+go build -o bin/localcp ./hack/localcp
+exec bin/localcp --kubeconfig-out "${PGPILOT_LOCAL_KUBECONFIG:-bin/local/kubeconfig}"

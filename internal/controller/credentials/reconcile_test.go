@@ -1,0 +1,307 @@
+package credentials_test
+
+import (
+	"context"
+	"encoding/json"
+	"maps"
+	"math/rand/v2"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/controller/credentials"
+	"github.com/pgpilot/pgpilot/internal/sidecar"
+)
+
+// env is a CredentialsReconciler on a fake API server holding objects.
+type env struct {
+	t        *testing.T
+	client   client.Client
+	recorder *record.FakeRecorder
+	r        *credentials.CredentialsReconciler
+}
+
+func newEnv(t *testing.T, objects ...client.Object) *env {
+	t.Helper()
+	scheme, err := sidecar.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objects...).Build()
+	recorder := record.NewFakeRecorder(100)
+	// A seeded generator: the passwords are the same on every run.
+	random := rand.NewChaCha8([32]byte{'p', 'g', 'p', 'i', 'l', 'o', 't'})
+	return &env{t: t, client: c, recorder: recorder,
+		r: credentials.NewCredentialsReconciler(c, c, scheme, recorder, random)}
+}
+
+func (e *env) reconcile(name string) {
+	e.t.Helper()
+	res, err := e.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "prod", Name: name}})
+	if err != nil {
+		e.t.Fatalf("Reconcile: %v", err)
+	}
+	if diff := cmp.Diff(ctrl.Result{}, res); diff != "" {
+		e.t.Errorf("Reconcile result (-want +got):\n%s", diff)
+	}
+}
+
+// secrets returns every Secret in namespace prod by name.
+func (e *env) secrets() map[string]corev1.Secret {
+	e.t.Helper()
+	var list corev1.SecretList
+	if err := e.client.List(context.Background(), &list, client.InNamespace("prod")); err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string]corev1.Secret{}
+	for _, s := range list.Items {
+		out[s.Name] = s
+	}
+	return out
+}
+
+// snapshot is the JSON of every Secret in namespace prod by name.
+func (e *env) snapshot() map[string]string {
+	e.t.Helper()
+	out := map[string]string{}
+	for name, s := range e.secrets() {
+		b, err := json.Marshal(s)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out[name] = string(b)
+	}
+	return out
+}
+
+// events drains the recorder.
+func (e *env) events() []string {
+	var out []string
+	for {
+		select {
+		case ev := <-e.recorder.Events:
+			out = append(out, ev)
+		default:
+			return out
+		}
+	}
+}
+
+// names are the sorted keys of m.
+func names[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
+}
+
+func createdEvent(secret, user string) string {
+	return "Normal " + dbv1.ReasonCredentialsCreated + " Created Secret " + secret + " for role " + user
+}
+
+func TestReconcileCreatesSecrets(t *testing.T) {
+	cluster := newCluster(withBootstrap("orders", "shopkeeper"))
+	e := newEnv(t, cluster)
+	e.reconcile("db")
+
+	secrets := e.secrets()
+	if diff := cmp.Diff([]string{"db-app", "db-replication", "db-superuser"}, names(secrets)); diff != "" {
+		t.Fatalf("Secrets (-want +got):\n%s", diff)
+	}
+	wantOwner := []metav1.OwnerReference{{
+		APIVersion: "db.example.com/v1", Kind: "PostgresCluster", Name: "db", UID: cluster.UID,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+	}}
+	wantLabels := map[string]string{
+		dbv1.LabelCluster:              "db",
+		"app.kubernetes.io/managed-by": "pgpilot",
+		"app.kubernetes.io/part-of":    "pgpilot",
+	}
+	wantUsers := map[string]string{"db-superuser": "postgres", "db-replication": "pgpilot_replication", "db-app": "shopkeeper"}
+	passwords := map[string]string{}
+	for name, s := range secrets {
+		if s.Type != corev1.SecretTypeBasicAuth {
+			t.Errorf("%s: type %q, want %q", name, s.Type, corev1.SecretTypeBasicAuth)
+		}
+		if diff := cmp.Diff(wantOwner, s.OwnerReferences); diff != "" {
+			t.Errorf("%s: owner references (-want +got):\n%s", name, diff)
+		}
+		if diff := cmp.Diff(wantLabels, s.Labels); diff != "" {
+			t.Errorf("%s: labels (-want +got):\n%s", name, diff)
+		}
+		if got := string(s.Data[credentials.KeyUsername]); got != wantUsers[name] {
+			t.Errorf("%s: username %q, want %q", name, got, wantUsers[name])
+		}
+		password := string(s.Data[credentials.KeyPassword])
+		if len(password) != credentials.PasswordLength || !passwordPattern.MatchString(password) {
+			t.Errorf("%s: password %q, want %d characters of [A-Za-z0-9]", name, password, credentials.PasswordLength)
+		}
+		if p := credentials.Problem(&s); p != "" {
+			t.Errorf("%s: %s", name, p)
+		}
+		passwords[name] = password
+	}
+	if passwords["db-superuser"] == passwords["db-replication"] || passwords["db-superuser"] == passwords["db-app"] ||
+		passwords["db-replication"] == passwords["db-app"] {
+		t.Errorf("passwords are not distinct: %v", passwords)
+	}
+	for _, name := range []string{"db-superuser", "db-replication"} {
+		if diff := cmp.Diff([]string{"password", "username"}, names(secrets[name].Data)); diff != "" {
+			t.Errorf("%s: keys (-want +got):\n%s", name, diff)
+		}
+	}
+
+	app := secrets["db-app"]
+	wantApp := map[string]string{
+		"username": "shopkeeper",
+		"password": passwords["db-app"],
+		"dbname":   "orders",
+		"host":     "db-rw",
+		"port":     "5432",
+	}
+	gotApp := map[string]string{}
+	for k, v := range app.Data {
+		if k != credentials.KeyURI {
+			gotApp[k] = string(v)
+		}
+	}
+	if diff := cmp.Diff(wantApp, gotApp); diff != "" {
+		t.Errorf("db-app data (-want +got):\n%s", diff)
+	}
+	uri, err := url.Parse(string(app.Data[credentials.KeyURI]))
+	if err != nil {
+		t.Fatalf("db-app uri: %v", err)
+	}
+	password, _ := uri.User.Password()
+	type connection struct{ Scheme, User, Password, Host, Path string }
+	want := connection{"postgresql", "shopkeeper", passwords["db-app"], "db-rw.prod:5432", "/orders"}
+	got := connection{uri.Scheme, uri.User.Username(), password, uri.Host, uri.Path}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("db-app uri %s (-want +got):\n%s", uri.Redacted(), diff)
+	}
+
+	events := e.events()
+	wantEvents := []string{
+		createdEvent("db-superuser", "postgres"),
+		createdEvent("db-replication", "pgpilot_replication"),
+		createdEvent("db-app", "shopkeeper"),
+	}
+	if diff := cmp.Diff(wantEvents, events); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	for _, ev := range events {
+		for name, p := range passwords {
+			if strings.Contains(ev, p) {
+				t.Errorf("event %q contains the password of %s", ev, name)
+			}
+		}
+	}
+}
+
+func TestReconcileTwiceChangesNothing(t *testing.T) {
+	e := newEnv(t, newCluster())
+	e.reconcile("db")
+	before := e.snapshot()
+	if len(before) != 3 {
+		t.Fatalf("first reconcile created %d Secrets, want 3", len(before))
+	}
+	e.events()
+
+	e.reconcile("db")
+	if diff := cmp.Diff(before, e.snapshot()); diff != "" {
+		t.Errorf("second reconcile changed Secrets (-before +after):\n%s", diff)
+	}
+	if events := e.events(); len(events) != 0 {
+		t.Errorf("second reconcile recorded events %q", events)
+	}
+}
+
+func TestReconcileKeepsExistingSecret(t *testing.T) {
+	// A user chose the superuser password beforehand, without pgpilot's labels.
+	mine := newSecret("db-superuser", map[string]string{"username": "postgres", "password": "chosen-by-me"})
+	mine.Type = corev1.SecretTypeOpaque
+	mine.Annotations = map[string]string{"owner": "dba-team"}
+	e := newEnv(t, newCluster(), mine)
+	before := e.snapshot()["db-superuser"]
+
+	e.reconcile("db")
+	after := e.snapshot()
+	if diff := cmp.Diff(before, after["db-superuser"]); diff != "" {
+		t.Errorf("the existing Secret changed (-before +after):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"db-app", "db-replication", "db-superuser"}, names(e.secrets())); diff != "" {
+		t.Errorf("Secrets (-want +got):\n%s", diff)
+	}
+	wantEvents := []string{createdEvent("db-replication", "pgpilot_replication"), createdEvent("db-app", "app")}
+	if diff := cmp.Diff(wantEvents, e.events()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+func TestReconcileRecreatesDeletedSecret(t *testing.T) {
+	e := newEnv(t, newCluster())
+	e.reconcile("db")
+	before := e.snapshot()
+	e.events()
+
+	app := e.secrets()["db-app"]
+	if err := e.client.Delete(context.Background(), &app); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile("db")
+
+	after := e.secrets()
+	recreated, ok := after["db-app"]
+	if !ok {
+		t.Fatal("db-app was not created again")
+	}
+	if p := credentials.Problem(&recreated); p != "" {
+		t.Error(p)
+	}
+	if old, got := string(app.Data[credentials.KeyPassword]), string(recreated.Data[credentials.KeyPassword]); got == old {
+		t.Errorf("db-app came back with its old password %q; want a new one", got)
+	}
+	for _, name := range []string{"db-superuser", "db-replication"} {
+		if diff := cmp.Diff(before[name], e.snapshot()[name]); diff != "" {
+			t.Errorf("%s changed (-before +after):\n%s", name, diff)
+		}
+	}
+	if diff := cmp.Diff([]string{createdEvent("db-app", "app")}, e.events()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+func TestReconcileClusterGone(t *testing.T) {
+	e := newEnv(t)
+	e.reconcile("db")
+	if got := e.secrets(); len(got) != 0 {
+		t.Errorf("created Secrets %v for a cluster that does not exist", names(got))
+	}
+	if events := e.events(); len(events) != 0 {
+		t.Errorf("recorded events %q", events)
+	}
+}
+
+func TestReconcileClusterBeingDeleted(t *testing.T) {
+	cluster := newCluster()
+	cluster.Finalizers = []string{"helm.sdk.operatorframework.io/uninstall-release"}
+	cluster.DeletionTimestamp = ptr.To(metav1.NewTime(time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC)))
+	e := newEnv(t, cluster)
+	e.reconcile("db")
+	for _, want := range credentials.Wanted(cluster) {
+		err := e.client.Get(context.Background(), client.ObjectKey{Namespace: "prod", Name: want.Name}, &corev1.Secret{})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("Secret %s: got error %v, want NotFound", want.Name, err)
+		}
+	}
+}

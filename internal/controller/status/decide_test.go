@@ -1,0 +1,553 @@
+package status_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/controller/status"
+)
+
+var (
+	// now is the injected clock of every Decide call; earlier is when the conditions a
+	// test starts from last changed, and later is a second reconcile.
+	now     = metav1.NewTime(time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC))
+	earlier = metav1.NewTime(now.Add(-time.Hour))
+	later   = metav1.NewTime(now.Add(time.Minute))
+)
+
+const (
+	generation = 7
+	// credentialsOK is the message of CredentialsReady when every Secret is usable.
+	credentialsOK = "The superuser, replication and application Secrets exist"
+)
+
+// --- fixtures ---------------------------------------------------------------------------
+
+type clusterOption func(*dbv1.PostgresCluster)
+
+// newCluster returns cluster "db" in namespace "prod" with 3 replicas at generation 7,
+// as changed by opts.
+func newCluster(opts ...clusterOption) *dbv1.PostgresCluster {
+	c := &dbv1.PostgresCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "prod", Generation: generation},
+		Spec:       dbv1.PostgresClusterSpec{Replicas: 3, Version: "16"},
+	}
+	for _, opt := range opts {
+		opt(c)
+	}
+	return c
+}
+
+func withReplicas(n int32) clusterOption {
+	return func(c *dbv1.PostgresCluster) { c.Spec.Replicas = n }
+}
+
+// withCondition puts a condition in the cluster's status as it was at earlier.
+func withCondition(t string, s metav1.ConditionStatus, reason, message string) clusterOption {
+	return func(c *dbv1.PostgresCluster) {
+		c.Status.Conditions = append(c.Status.Conditions, dbv1.Condition{
+			Type: t, Status: s, Reason: reason, Message: message,
+			ObservedGeneration: generation - 1, LastTransitionTime: earlier,
+		})
+	}
+}
+
+// wasReady is the Ready condition a previous Decide left with the given reason.
+func wasReady(reason string) clusterOption {
+	s := metav1.ConditionFalse
+	if reason == dbv1.ReasonAllInstancesReady {
+		s = metav1.ConditionTrue
+	}
+	return withCondition(dbv1.ConditionReady, s, reason, "whatever the last Decide said")
+}
+
+func withStatus(st dbv1.PostgresClusterStatus) clusterOption {
+	return func(c *dbv1.PostgresCluster) { c.Status = st }
+}
+
+type podOption func(*corev1.Pod)
+
+// newPod returns instance pod db-<ordinal> of cluster db, not ready, as changed by opts.
+func newPod(name string, opts ...podOption) corev1.Pod {
+	p := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: "prod",
+			Labels: map[string]string{dbv1.LabelCluster: "db"},
+		},
+		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+			{Type: corev1.PodReady, Status: corev1.ConditionFalse},
+		}},
+	}
+	for _, opt := range opts {
+		opt(&p)
+	}
+	return p
+}
+
+func ready(p *corev1.Pod) {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == corev1.PodReady {
+			p.Status.Conditions[i].Status = corev1.ConditionTrue
+		}
+	}
+}
+
+func role(r string) podOption {
+	return func(p *corev1.Pod) { p.Labels[dbv1.LabelRole] = r }
+}
+
+func onNode(n string) podOption {
+	return func(p *corev1.Pod) { p.Spec.NodeName = n }
+}
+
+// pods returns db-0 (primary) and replicas db-1, db-2; those named in readyNames are
+// ready.
+func pods(readyNames ...string) []corev1.Pod {
+	var out []corev1.Pod
+	for i, name := range []string{"db-0", "db-1", "db-2"} {
+		opts := []podOption{role(dbv1.RoleReplica)}
+		if i == 0 {
+			opts[0] = role(dbv1.RolePrimary)
+		}
+		for _, r := range readyNames {
+			if r == name {
+				opts = append(opts, ready)
+			}
+		}
+		out = append(out, newPod(name, opts...))
+	}
+	return out
+}
+
+// readyCondition is the Ready condition Decide is expected to write at generation 7.
+func readyCondition(s metav1.ConditionStatus, reason, message string, since metav1.Time) dbv1.Condition {
+	return dbv1.Condition{
+		Type: dbv1.ConditionReady, Status: s, Reason: reason, Message: message,
+		ObservedGeneration: generation, LastTransitionTime: since,
+	}
+}
+
+// --- phase ------------------------------------------------------------------------------
+
+type phaseCase struct {
+	name     string
+	observed status.Observed
+	want     phaseAndReady
+}
+
+type phaseAndReady struct {
+	Phase dbv1.Phase
+	Ready dbv1.Condition
+}
+
+func phaseCases() []phaseCase {
+	f, tr := metav1.ConditionFalse, metav1.ConditionTrue
+	return []phaseCase{
+		// Creating.
+		{
+			name:     "no primary designated, no Ready condition",
+			observed: status.Observed{Cluster: newCluster(), Pods: pods()},
+			want: phaseAndReady{dbv1.PhaseCreating,
+				readyCondition(f, dbv1.ReasonNoPrimary, "No primary has been designated yet", now)},
+		},
+		{
+			name:     "no primary designated although every pod is ready",
+			observed: status.Observed{Cluster: newCluster(), Pods: pods("db-0", "db-1", "db-2")},
+			want: phaseAndReady{dbv1.PhaseCreating,
+				readyCondition(f, dbv1.ReasonNoPrimary, "No primary has been designated yet", now)},
+		},
+		{
+			name:     "no pods at all",
+			observed: status.Observed{Cluster: newCluster()},
+			want: phaseAndReady{dbv1.PhaseCreating,
+				readyCondition(f, dbv1.ReasonNoPrimary, "No primary has been designated yet", now)},
+		},
+		{
+			name:     "primary designated, no Ready condition yet, nothing ready",
+			observed: status.Observed{Cluster: newCluster(), Pods: pods(), Primary: "db-0"},
+			want: phaseAndReady{dbv1.PhaseCreating,
+				readyCondition(f, dbv1.ReasonCreating, "0 of 3 instances are ready", now)},
+		},
+		{
+			name:     "primary ready, replicas starting, no Ready condition yet",
+			observed: status.Observed{Cluster: newCluster(), Pods: pods("db-0"), Primary: "db-0"},
+			want: phaseAndReady{dbv1.PhaseCreating,
+				readyCondition(f, dbv1.ReasonCreating, "1 of 3 instances are ready", now)},
+		},
+		{
+			name: "replicas ready but primary not, while Creating",
+			observed: status.Observed{Cluster: newCluster(wasReady(dbv1.ReasonCreating)),
+				Pods: pods("db-1", "db-2"), Primary: "db-0"},
+			want: phaseAndReady{dbv1.PhaseCreating,
+				readyCondition(f, dbv1.ReasonCreating, "2 of 3 instances are ready", earlier)},
+		},
+		{
+			name: "primary designated after NoPrimary",
+			observed: status.Observed{Cluster: newCluster(wasReady(dbv1.ReasonNoPrimary)),
+				Pods: pods("db-0", "db-1"), Primary: "db-0"},
+			want: phaseAndReady{dbv1.PhaseCreating,
+				readyCondition(f, dbv1.ReasonCreating, "2 of 3 instances are ready", earlier)},
+		},
+		{
+			name: "Lease names a pod that does not exist, while Creating",
+			observed: status.Observed{Cluster: newCluster(wasReady(dbv1.ReasonCreating)),
+				Pods: pods("db-0", "db-1", "db-2"), Primary: "db-9"},
+			want: phaseAndReady{dbv1.PhaseCreating,
+				readyCondition(f, dbv1.ReasonCreating, "3 of 3 instances are ready", earlier)},
+		},
+		// Healthy.
+		{
+			name:     "every instance ready on the first reconcile",
+			observed: status.Observed{Cluster: newCluster(), Pods: pods("db-0", "db-1", "db-2"), Primary: "db-0"},
+			want: phaseAndReady{dbv1.PhaseHealthy,
+				readyCondition(tr, dbv1.ReasonAllInstancesReady, "3 of 3 instances are ready; db-0 is primary", now)},
+		},
+		{
+			name: "every instance ready after Creating",
+			observed: status.Observed{Cluster: newCluster(wasReady(dbv1.ReasonCreating)),
+				Pods: pods("db-0", "db-1", "db-2"), Primary: "db-0"},
+			want: phaseAndReady{dbv1.PhaseHealthy,
+				readyCondition(tr, dbv1.ReasonAllInstancesReady, "3 of 3 instances are ready; db-0 is primary", now)},
+		},
+		{
+			name: "still Healthy keeps the transition time",
+			observed: status.Observed{Cluster: newCluster(wasReady(dbv1.ReasonAllInstancesReady)),
+				Pods: pods("db-0", "db-1", "db-2"), Primary: "db-0"},
+			want: phaseAndReady{dbv1.PhaseHealthy,
+				readyCondition(tr, dbv1.ReasonAllInstancesReady, "3 of 3 instances are ready; db-0 is primary", earlier)},
+		},
+		{
+			name: "a single instance",
+			observed: status.Observed{Cluster: newCluster(withReplicas(1)),
+				Pods: []corev1.Pod{newPod("db-0", ready)}, Primary: "db-0"},
+			want: phaseAndReady{dbv1.PhaseHealthy,
+				readyCondition(tr, dbv1.ReasonAllInstancesReady, "1 of 1 instances are ready; db-0 is primary", now)},
+		},
+		{
+			name: "scaled down to 2 with the third pod still ready",
+			observed: status.Observed{Cluster: newCluster(withReplicas(2), wasReady(dbv1.ReasonAllInstancesReady)),
+				Pods: pods("db-0", "db-1", "db-2"), Primary: "db-0"},
+			want: phaseAndReady{dbv1.PhaseHealthy,
+				readyCondition(tr, dbv1.ReasonAllInstancesReady, "3 of 2 instances are ready; db-0 is primary", earlier)},
+		},
+		{
+			name: "recovered from Unavailable after a failover",
+			observed: status.Observed{Cluster: newCluster(wasReady(dbv1.ReasonPrimaryNotReady)),
+				Pods: pods("db-0", "db-1", "db-2"), Primary: "db-1"},
+			want: phaseAndReady{dbv1.PhaseHealthy,
+				readyCondition(tr, dbv1.ReasonAllInstancesReady, "3 of 3 instances are ready; db-1 is primary", now)},
+		},
+		// Degraded.
+		{
+			name: "a replica lost after Healthy",
+			observed: status.Observed{Cluster: newCluster(wasReady(dbv1.ReasonAllInstancesReady)),
+				Pods: pods("db-0", "db-2"), Primary: "db-0"},
+			want: phaseAndReady{dbv1.PhaseDegraded,
+				readyCondition(f, dbv1.ReasonInstancesNotReady, "2 of 3 instances are ready; db-0 is primary", now)},
+		},
+		{
+			name: "still Degraded keeps the transition time",
+			observed: status.Observed{Cluster: newCluster(wasReady(dbv1.ReasonInstancesNotReady)),
+				Pods: pods("db-0"), Primary: "db-0"},
+			want: phaseAndReady{dbv1.PhaseDegraded,
+				readyCondition(f, dbv1.ReasonInstancesNotReady, "1 of 3 instances are ready; db-0 is primary", earlier)},
+		},
+		{
+			name: "a replica pod gone after Healthy",
+			observed: status.Observed{Cluster: newCluster(wasReady(dbv1.ReasonAllInstancesReady)),
+				Pods: pods("db-0", "db-1", "db-2")[:2], Primary: "db-0"},
+			want: phaseAndReady{dbv1.PhaseDegraded,
+				readyCondition(f, dbv1.ReasonInstancesNotReady, "2 of 3 instances are ready; db-0 is primary", now)},
+		},
+		// Unavailable.
+		{
+			name: "primary lost after Healthy",
+			observed: status.Observed{Cluster: newCluster(wasReady(dbv1.ReasonAllInstancesReady)),
+				Pods: pods("db-1", "db-2"), Primary: "db-0"},
+			want: phaseAndReady{dbv1.PhaseUnavailable,
+				readyCondition(f, dbv1.ReasonPrimaryNotReady, "The primary db-0 is not ready; 2 of 3 instances are ready", now)},
+		},
+		{
+			name: "primary lost while Degraded",
+			observed: status.Observed{Cluster: newCluster(wasReady(dbv1.ReasonInstancesNotReady)),
+				Pods: pods("db-1"), Primary: "db-0"},
+			want: phaseAndReady{dbv1.PhaseUnavailable,
+				readyCondition(f, dbv1.ReasonPrimaryNotReady, "The primary db-0 is not ready; 1 of 3 instances are ready", earlier)},
+		},
+		{
+			name: "still Unavailable",
+			observed: status.Observed{Cluster: newCluster(wasReady(dbv1.ReasonPrimaryNotReady)),
+				Pods: pods(), Primary: "db-0"},
+			want: phaseAndReady{dbv1.PhaseUnavailable,
+				readyCondition(f, dbv1.ReasonPrimaryNotReady, "The primary db-0 is not ready; 0 of 3 instances are ready", earlier)},
+		},
+		{
+			name: "Lease names a pod that does not exist, after Healthy",
+			observed: status.Observed{Cluster: newCluster(wasReady(dbv1.ReasonAllInstancesReady)),
+				Pods: pods("db-0", "db-1", "db-2"), Primary: "db-9"},
+			want: phaseAndReady{dbv1.PhaseUnavailable,
+				readyCondition(f, dbv1.ReasonPrimaryNotReady, "The primary db-9 is not ready; 3 of 3 instances are ready", now)},
+		},
+		// Failed.
+		{
+			name: "release failed while every instance is ready",
+			observed: status.Observed{
+				Cluster: newCluster(wasReady(dbv1.ReasonAllInstancesReady),
+					withCondition(dbv1.ConditionReleaseFailed, tr, "UpgradeError", "template: boom")),
+				Pods: pods("db-0", "db-1", "db-2"), Primary: "db-0"},
+			want: phaseAndReady{dbv1.PhaseFailed,
+				readyCondition(f, dbv1.ReasonReleaseFailed, "Rendering the cluster failed (UpgradeError): template: boom", now)},
+		},
+		{
+			name: "release failed before any pod exists",
+			observed: status.Observed{
+				Cluster: newCluster(withCondition(dbv1.ConditionReleaseFailed, tr, "InstallError", "values don't meet the schema")),
+			},
+			want: phaseAndReady{dbv1.PhaseFailed,
+				readyCondition(f, dbv1.ReasonReleaseFailed, "Rendering the cluster failed (InstallError): values don't meet the schema", now)},
+		},
+		{
+			name: "irreconcilable",
+			observed: status.Observed{
+				Cluster: newCluster(wasReady(dbv1.ReasonInstancesNotReady),
+					withCondition(dbv1.ConditionIrreconcilable, tr, "ReconcileError", "cannot patch StatefulSet")),
+				Pods: pods("db-0"), Primary: "db-0"},
+			want: phaseAndReady{dbv1.PhaseFailed,
+				readyCondition(f, dbv1.ReasonReleaseFailed, "Rendering the cluster failed (ReconcileError): cannot patch StatefulSet", earlier)},
+		},
+		{
+			name: "Helm failure conditions that are False are ignored",
+			observed: status.Observed{
+				Cluster: newCluster(wasReady(dbv1.ReasonAllInstancesReady),
+					withCondition(dbv1.ConditionReleaseFailed, f, "UpgradeSuccessful", ""),
+					withCondition(dbv1.ConditionIrreconcilable, f, "ReconcileComplete", "")),
+				Pods: pods("db-0", "db-1", "db-2"), Primary: "db-0"},
+			want: phaseAndReady{dbv1.PhaseHealthy,
+				readyCondition(tr, dbv1.ReasonAllInstancesReady, "3 of 3 instances are ready; db-0 is primary", earlier)},
+		},
+	}
+}
+
+func TestDecidePhase(t *testing.T) {
+	for _, tc := range phaseCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			st := status.Decide(tc.observed, now)
+			got := phaseAndReady{Phase: st.Phase}
+			if c := dbv1.FindCondition(st.Conditions, dbv1.ConditionReady); c != nil {
+				got.Ready = *c
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("phase and Ready condition (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// The controller writes the status only when Decide's output differs from the stored
+// status, so Decide applied to its own output must return it unchanged, later too.
+func TestDecideIsIdempotent(t *testing.T) {
+	cases := phaseCases()
+	cases = append(cases, phaseCase{
+		name: "credentials problems",
+		observed: status.Observed{Cluster: newCluster(), Pods: pods("db-0"), Primary: "db-0",
+			CredentialProblems: []string{"Secret db-app does not exist yet"}},
+	})
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			first := status.Decide(tc.observed, now)
+			again := tc.observed
+			again.Cluster = tc.observed.Cluster.DeepCopy()
+			again.Cluster.Status = *first.DeepCopy()
+			second := status.Decide(again, later)
+			if !equality.Semantic.DeepEqual(first, second) {
+				t.Errorf("a second Decide changed the status (-first +second):\n%s", cmp.Diff(first, second))
+			}
+		})
+	}
+}
+
+// --- conditions -------------------------------------------------------------------------
+
+func TestDecideCredentialsReady(t *testing.T) {
+	tr, f := metav1.ConditionTrue, metav1.ConditionFalse
+	credentials := func(s metav1.ConditionStatus, reason, message string, since metav1.Time) dbv1.Condition {
+		return dbv1.Condition{
+			Type: dbv1.ConditionCredentialsReady, Status: s, Reason: reason, Message: message,
+			ObservedGeneration: generation, LastTransitionTime: since,
+		}
+	}
+	cases := []struct {
+		name     string
+		cluster  *dbv1.PostgresCluster
+		problems []string
+		want     dbv1.Condition
+	}{
+		{
+			name:    "every Secret usable, first time",
+			cluster: newCluster(),
+			want:    credentials(tr, dbv1.ReasonCredentialsCreated, credentialsOK, now),
+		},
+		{
+			name:    "every Secret usable, as before",
+			cluster: newCluster(withCondition(dbv1.ConditionCredentialsReady, tr, dbv1.ReasonCredentialsCreated, credentialsOK)),
+			want:    credentials(tr, dbv1.ReasonCredentialsCreated, credentialsOK, earlier),
+		},
+		{
+			name:     "one problem",
+			cluster:  newCluster(),
+			problems: []string{"Secret db-app does not exist yet"},
+			want:     credentials(f, dbv1.ReasonCredentialsInvalid, "Secret db-app does not exist yet", now),
+		},
+		{
+			name:    "several problems are joined in order",
+			cluster: newCluster(withCondition(dbv1.ConditionCredentialsReady, tr, dbv1.ReasonCredentialsCreated, credentialsOK)),
+			problems: []string{
+				"Secret db-superuser does not exist yet",
+				`Secret db-replication has no "password" key`,
+				`Secret db-app has no "username" key`,
+			},
+			want: credentials(f, dbv1.ReasonCredentialsInvalid,
+				`Secret db-superuser does not exist yet; Secret db-replication has no "password" key; Secret db-app has no "username" key`, now),
+		},
+		{
+			name: "problems changed but still False keeps the transition time",
+			cluster: newCluster(withCondition(dbv1.ConditionCredentialsReady, f, dbv1.ReasonCredentialsInvalid,
+				"Secret db-app does not exist yet")),
+			problems: []string{`Secret db-app has no "password" key`},
+			want:     credentials(f, dbv1.ReasonCredentialsInvalid, `Secret db-app has no "password" key`, earlier),
+		},
+		{
+			name: "fixed",
+			cluster: newCluster(withCondition(dbv1.ConditionCredentialsReady, f, dbv1.ReasonCredentialsInvalid,
+				"Secret db-app does not exist yet")),
+			want: credentials(tr, dbv1.ReasonCredentialsCreated, credentialsOK, now),
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st := status.Decide(status.Observed{Cluster: tc.cluster, CredentialProblems: tc.problems}, now)
+			got := dbv1.FindCondition(st.Conditions, dbv1.ConditionCredentialsReady)
+			if got == nil {
+				t.Fatalf("no %s condition in %+v", dbv1.ConditionCredentialsReady, st.Conditions)
+			}
+			if diff := cmp.Diff(tc.want, *got); diff != "" {
+				t.Errorf("CredentialsReady (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// --- the whole status -------------------------------------------------------------------
+
+func TestDecideStatus(t *testing.T) {
+	deployed := dbv1.Condition{
+		Type: dbv1.ConditionDeployed, Status: metav1.ConditionTrue, Reason: "UpgradeSuccessful",
+		Message: "release notes", ObservedGeneration: 6, LastTransitionTime: earlier,
+	}
+	initialized := dbv1.Condition{Type: "Initialized", Status: metav1.ConditionTrue, LastTransitionTime: earlier}
+	release := &dbv1.DeployedRelease{Name: "db", Manifest: "---\n# Source: postgrescluster/templates/statefulset.yaml\n"}
+
+	cases := []struct {
+		name     string
+		observed status.Observed
+		want     dbv1.PostgresClusterStatus
+	}{
+		{
+			name: "first status: Helm's fields kept, ours added",
+			observed: status.Observed{
+				Cluster: newCluster(withStatus(dbv1.PostgresClusterStatus{
+					Conditions:      []dbv1.Condition{initialized, deployed},
+					DeployedRelease: release,
+				})),
+				Pods: []corev1.Pod{
+					newPod("db-0", role(dbv1.RolePrimary), ready, onNode("node-a")),
+					newPod("db-1", role(dbv1.RoleReplica), onNode("node-b")),
+					newPod("db-2"), // not labelled nor scheduled yet
+				},
+				Primary: "db-0",
+			},
+			want: dbv1.PostgresClusterStatus{
+				Conditions: []dbv1.Condition{
+					initialized,
+					deployed,
+					readyCondition(metav1.ConditionFalse, dbv1.ReasonCreating, "1 of 3 instances are ready", now),
+					{Type: dbv1.ConditionCredentialsReady, Status: metav1.ConditionTrue, Reason: dbv1.ReasonCredentialsCreated,
+						Message: credentialsOK, ObservedGeneration: generation, LastTransitionTime: now},
+				},
+				Phase:          dbv1.PhaseCreating,
+				CurrentPrimary: "db-0",
+				ReadyInstances: 1,
+				Instances: []dbv1.InstanceStatus{
+					{Name: "db-0", Role: dbv1.RolePrimary, Ready: true, Node: "node-a"},
+					{Name: "db-1", Role: dbv1.RoleReplica, Ready: false, Node: "node-b"},
+					{Name: "db-2", Role: "", Ready: false, Node: ""},
+				},
+				ObservedGeneration: generation,
+				DeployedRelease:    release,
+			},
+		},
+		{
+			name: "stale fields replaced after a failover",
+			observed: status.Observed{
+				Cluster: newCluster(withStatus(dbv1.PostgresClusterStatus{
+					Conditions: []dbv1.Condition{
+						readyCondition(metav1.ConditionTrue, dbv1.ReasonAllInstancesReady, "3 of 3 instances are ready; db-0 is primary", earlier),
+						deployed,
+					},
+					Phase:          dbv1.PhaseHealthy,
+					CurrentPrimary: "db-0",
+					ReadyInstances: 3,
+					Instances: []dbv1.InstanceStatus{
+						{Name: "db-0", Role: dbv1.RolePrimary, Ready: true, Node: "node-a"},
+						{Name: "db-1", Role: dbv1.RoleReplica, Ready: true, Node: "node-b"},
+						{Name: "db-2", Role: dbv1.RoleReplica, Ready: true, Node: "node-c"},
+					},
+					ObservedGeneration: 5,
+					DeployedRelease:    release,
+				})),
+				Pods: []corev1.Pod{
+					newPod("db-0", role(dbv1.RoleFenced), onNode("node-a")),
+					newPod("db-1", role(dbv1.RolePrimary), ready, onNode("node-b")),
+				},
+				Primary: "db-1",
+			},
+			want: dbv1.PostgresClusterStatus{
+				Conditions: []dbv1.Condition{
+					readyCondition(metav1.ConditionFalse, dbv1.ReasonInstancesNotReady, "1 of 3 instances are ready; db-1 is primary", now),
+					deployed,
+					{Type: dbv1.ConditionCredentialsReady, Status: metav1.ConditionTrue, Reason: dbv1.ReasonCredentialsCreated,
+						Message: credentialsOK, ObservedGeneration: generation, LastTransitionTime: now},
+				},
+				Phase:          dbv1.PhaseDegraded,
+				CurrentPrimary: "db-1",
+				ReadyInstances: 1,
+				Instances: []dbv1.InstanceStatus{
+					{Name: "db-0", Role: dbv1.RoleFenced, Ready: false, Node: "node-a"},
+					{Name: "db-1", Role: dbv1.RolePrimary, Ready: true, Node: "node-b"},
+				},
+				ObservedGeneration: generation,
+				DeployedRelease:    release,
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := tc.observed.Cluster.DeepCopy()
+			got := status.Decide(tc.observed, now)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+			// The cluster may come from the informer cache: Decide must not modify it.
+			if diff := cmp.Diff(before, tc.observed.Cluster); diff != "" {
+				t.Errorf("Decide modified the cluster (-before +after):\n%s", diff)
+			}
+		})
+	}
+}
