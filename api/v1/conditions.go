@@ -34,6 +34,9 @@ const (
 	ConditionReady = "Ready"
 	// ConditionCredentialsReady is True when the credentials Secrets exist and are usable.
 	ConditionCredentialsReady = "CredentialsReady"
+	// ConditionBootstrapped turns True the first time every instance is ready and stays
+	// True: it tells a cluster still being created from one that lost instances.
+	ConditionBootstrapped = "Bootstrapped"
 )
 
 // Condition types the Helm manager owns.
@@ -46,6 +49,7 @@ const (
 // Reasons of the sidecar's conditions and events.
 const (
 	ReasonCreating           = "Creating"
+	ReasonFirstHealthy       = "FirstHealthy"
 	ReasonAllInstancesReady  = "AllInstancesReady"
 	ReasonInstancesNotReady  = "InstancesNotReady"
 	ReasonPrimaryNotReady    = "PrimaryNotReady"

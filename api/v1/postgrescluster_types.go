@@ -132,7 +132,7 @@ type MonitoringSpec struct {
 // PostgresClusterStatus is what pgpilot observes. The sidecar writes every field here
 // but conditions of the Helm types and deployedRelease, which the Helm manager writes.
 type PostgresClusterStatus struct {
-	// conditions: Ready and CredentialsReady (sidecar); Initialized, Deployed,
+	// conditions: Ready, Bootstrapped and CredentialsReady (sidecar); Initialized, Deployed,
 	// ReleaseFailed and Irreconcilable (Helm manager).
 	// +listType=map
 	// +listMapKey=type

@@ -52,6 +52,12 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 
 	phase, reason, message := phaseOf(o, primaryReady, st.ReadyInstances)
 	st.Phase = phase
+	if phase == dbv1.PhaseHealthy && !bootstrapped(c) {
+		dbv1.SetCondition(&st.Conditions, dbv1.Condition{
+			Type: dbv1.ConditionBootstrapped, Status: metav1.ConditionTrue, Reason: dbv1.ReasonFirstHealthy,
+			Message: "Every instance was ready for the first time", ObservedGeneration: c.Generation,
+		}, now)
+	}
 	ready := metav1.ConditionFalse
 	if phase == dbv1.PhaseHealthy {
 		ready = metav1.ConditionTrue
@@ -75,10 +81,16 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 	return st
 }
 
+// bootstrapped reports whether the cluster has been Healthy once. It is read from a
+// condition, not from the phase: the Helm manager's status writes drop the phase but
+// keep every condition.
+func bootstrapped(c *dbv1.PostgresCluster) bool {
+	b := dbv1.FindCondition(c.Status.Conditions, dbv1.ConditionBootstrapped)
+	return b != nil && b.Status == metav1.ConditionTrue
+}
+
 // phaseOf summarises the cluster. A cluster stays Creating until it has been Healthy
 // once; after that a missing replica makes it Degraded and a missing primary Unavailable.
-// Whether it has been Healthy is read from the Ready condition's reason, not from the
-// phase: the Helm manager's status writes drop the phase but keep every condition.
 func phaseOf(o Observed, primaryReady bool, readyInstances int32) (dbv1.Phase, string, string) {
 	c := o.Cluster
 	for _, t := range []string{dbv1.ConditionReleaseFailed, dbv1.ConditionIrreconcilable} {
@@ -87,14 +99,14 @@ func phaseOf(o Observed, primaryReady bool, readyInstances int32) (dbv1.Phase, s
 				fmt.Sprintf("Rendering the cluster failed (%s): %s", cond.Reason, cond.Message)
 		}
 	}
-	creating := true
-	if ready := dbv1.FindCondition(c.Status.Conditions, dbv1.ConditionReady); ready != nil {
-		creating = ready.Reason == dbv1.ReasonCreating || ready.Reason == dbv1.ReasonNoPrimary
-	}
+	creating := !bootstrapped(c)
 	want := c.Spec.Replicas
 	switch {
-	case o.Primary == "":
+	case o.Primary == "" && creating:
 		return dbv1.PhaseCreating, dbv1.ReasonNoPrimary, "No primary has been designated yet"
+	case o.Primary == "":
+		return dbv1.PhaseUnavailable, dbv1.ReasonNoPrimary,
+			fmt.Sprintf("The Lease %s names no primary", c.PrimaryLeaseName())
 	case primaryReady && readyInstances >= want:
 		return dbv1.PhaseHealthy, dbv1.ReasonAllInstancesReady,
 			fmt.Sprintf("%d of %d instances are ready; %s is primary", readyInstances, want, o.Primary)

@@ -58,13 +58,31 @@ func withCondition(t string, s metav1.ConditionStatus, reason, message string) c
 	}
 }
 
-// wasReady is the Ready condition a previous Decide left with the given reason.
+// wasReady is the Ready condition a previous Decide left with the given reason; reasons
+// only a cluster that has been Healthy can have come with Bootstrapped True.
 func wasReady(reason string) clusterOption {
 	s := metav1.ConditionFalse
 	if reason == dbv1.ReasonAllInstancesReady {
 		s = metav1.ConditionTrue
 	}
-	return withCondition(dbv1.ConditionReady, s, reason, "whatever the last Decide said")
+	ready := withCondition(dbv1.ConditionReady, s, reason, "whatever the last Decide said")
+	switch reason {
+	case dbv1.ReasonAllInstancesReady, dbv1.ReasonInstancesNotReady, dbv1.ReasonPrimaryNotReady:
+		return func(c *dbv1.PostgresCluster) { ready(c); wasBootstrapped(c) }
+	}
+	return ready
+}
+
+// bootstrappedCondition is what wasBootstrapped adds.
+var bootstrappedCondition = dbv1.Condition{
+	Type: dbv1.ConditionBootstrapped, Status: metav1.ConditionTrue, Reason: dbv1.ReasonFirstHealthy,
+	Message: "Every instance was ready for the first time", ObservedGeneration: generation - 1, LastTransitionTime: earlier,
+}
+
+// wasBootstrapped is the Bootstrapped condition Decide sets the first time it sees every
+// instance ready.
+func wasBootstrapped(c *dbv1.PostgresCluster) {
+	withCondition(dbv1.ConditionBootstrapped, metav1.ConditionTrue, dbv1.ReasonFirstHealthy, "Every instance was ready for the first time")(c)
 }
 
 func withStatus(st dbv1.PostgresClusterStatus) clusterOption {
@@ -295,6 +313,21 @@ func phaseCases() []phaseCase {
 			want: phaseAndReady{dbv1.PhaseUnavailable,
 				readyCondition(f, dbv1.ReasonPrimaryNotReady, "The primary db-9 is not ready; 3 of 3 instances are ready", now)},
 		},
+		// History comes from Bootstrapped, not from the Ready condition's last reason.
+		{
+			name: "first start after a failed install was fixed is still Creating",
+			observed: status.Observed{Cluster: newCluster(wasReady(dbv1.ReasonReleaseFailed)),
+				Pods: pods("db-0"), Primary: "db-0"},
+			want: phaseAndReady{dbv1.PhaseCreating,
+				readyCondition(f, dbv1.ReasonCreating, "1 of 3 instances are ready", earlier)},
+		},
+		{
+			name: "a bootstrapped cluster whose Lease lost its holder is Unavailable",
+			observed: status.Observed{Cluster: newCluster(wasReady(dbv1.ReasonAllInstancesReady)),
+				Pods: pods("db-0", "db-1", "db-2")},
+			want: phaseAndReady{dbv1.PhaseUnavailable,
+				readyCondition(f, dbv1.ReasonNoPrimary, "The Lease db-primary names no primary", now)},
+		},
 		// Failed.
 		{
 			name: "release failed while every instance is ready",
@@ -500,6 +533,7 @@ func TestDecideStatus(t *testing.T) {
 					Conditions: []dbv1.Condition{
 						readyCondition(metav1.ConditionTrue, dbv1.ReasonAllInstancesReady, "3 of 3 instances are ready; db-0 is primary", earlier),
 						deployed,
+						bootstrappedCondition,
 					},
 					Phase:          dbv1.PhaseHealthy,
 					CurrentPrimary: "db-0",
@@ -522,6 +556,7 @@ func TestDecideStatus(t *testing.T) {
 				Conditions: []dbv1.Condition{
 					readyCondition(metav1.ConditionFalse, dbv1.ReasonInstancesNotReady, "1 of 3 instances are ready; db-1 is primary", now),
 					deployed,
+					bootstrappedCondition,
 					{Type: dbv1.ConditionCredentialsReady, Status: metav1.ConditionTrue, Reason: dbv1.ReasonCredentialsCreated,
 						Message: credentialsOK, ObservedGeneration: generation, LastTransitionTime: now},
 				},
@@ -549,5 +584,30 @@ func TestDecideStatus(t *testing.T) {
 				t.Errorf("Decide modified the cluster (-before +after):\n%s", diff)
 			}
 		})
+	}
+}
+
+// Bootstrapped turns True the first time every instance is ready and is kept through
+// later losses (and through the Helm manager's status writes, which keep conditions).
+func TestBootstrappedIsSetOnceAndKept(t *testing.T) {
+	c := newCluster()
+	c.Status = status.Decide(status.Observed{Cluster: c, Pods: pods("db-0"), Primary: "db-0"}, earlier)
+	if b := dbv1.FindCondition(c.Status.Conditions, dbv1.ConditionBootstrapped); b != nil {
+		t.Fatalf("Bootstrapped set while Creating: %+v", b)
+	}
+	c.Status = status.Decide(status.Observed{Cluster: c, Pods: pods("db-0", "db-1", "db-2"), Primary: "db-0"}, now)
+	want := dbv1.Condition{Type: dbv1.ConditionBootstrapped, Status: metav1.ConditionTrue, Reason: dbv1.ReasonFirstHealthy,
+		Message: "Every instance was ready for the first time", ObservedGeneration: generation, LastTransitionTime: now}
+	if diff := cmp.Diff(&want, dbv1.FindCondition(c.Status.Conditions, dbv1.ConditionBootstrapped)); diff != "" {
+		t.Fatalf("after the first Healthy (-want +got):\n%s", diff)
+	}
+	// What a Helm status write leaves: conditions only.
+	c.Status = dbv1.PostgresClusterStatus{Conditions: c.Status.Conditions}
+	c.Status = status.Decide(status.Observed{Cluster: c, Pods: pods("db-0", "db-1"), Primary: "db-0"}, later)
+	if c.Status.Phase != dbv1.PhaseDegraded {
+		t.Errorf("phase = %s after losing a replica, want Degraded", c.Status.Phase)
+	}
+	if diff := cmp.Diff(&want, dbv1.FindCondition(c.Status.Conditions, dbv1.ConditionBootstrapped)); diff != "" {
+		t.Errorf("Bootstrapped changed (-want +got):\n%s", diff)
 	}
 }
