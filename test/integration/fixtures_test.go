@@ -21,14 +21,17 @@ import (
 
 var namespaceSeq atomic.Int32
 
-// newNamespace creates a namespace of its own for one test.
+// newNamespace creates a namespace of its own for one test. It enforces the restricted
+// Pod Security Standard, so the instance pods that startPods creates from the chart's
+// StatefulSet template must pass it.
 func newNamespace(t *testing.T) string {
 	t.Helper()
 	name := fmt.Sprintf("t%d-%s", namespaceSeq.Add(1), strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
 	if len(name) > 60 {
 		name = strings.TrimRight(name[:60], "-")
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}
 	if err := k8s.Create(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}

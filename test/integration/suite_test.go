@@ -29,6 +29,8 @@ const agentImage = "pgpilot:integration"
 var (
 	k8s      client.Client
 	cfg      *rest.Config
+	// operatorCfg impersonates the operator's ServiceAccount.
+	operatorCfg *rest.Config
 	env      *envtest.Environment
 	repoRoot string
 )
@@ -80,7 +82,14 @@ func run(m *testing.M) int {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	errs, err := devenv.StartOperator(ctx, cfg, repoRoot)
+	// The operator runs as its ServiceAccount with config/'s RBAC, so every test also
+	// shows that RBAC is enough.
+	operatorCfg, err = devenv.InstallOperator(ctx, cfg, repoRoot)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "installing config/default:", err)
+		return 1
+	}
+	errs, err := devenv.StartOperator(ctx, operatorCfg, repoRoot)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the operator:", err)
 		return 1
