@@ -1,0 +1,183 @@
+// Command agent is PID 1 of every PostgreSQL container: `agent install DST` copies the
+// binary into a shared volume (the init container); `agent run` supervises postgres.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/pgpilot/pgpilot/internal/agent"
+	"github.com/pgpilot/pgpilot/internal/agentapi"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: agent install DST | agent run [flags]")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "install":
+		if len(os.Args) != 3 {
+			fmt.Fprintln(os.Stderr, "usage: agent install DST")
+			os.Exit(2)
+		}
+		err = install(os.Args[2])
+	case "run":
+		err = run(os.Args[2:])
+	default:
+		fmt.Fprintf(os.Stderr, "agent: unknown command %q; want install or run\n", os.Args[1])
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "agent:", err)
+		os.Exit(1)
+	}
+}
+
+// install copies this executable to dst, atomically, mode 0755.
+func install(dst string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	in, err := os.Open(self)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp := dst + ".tmp"
+	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("run", flag.ExitOnError)
+	cfg := agent.Config{}
+	fs.StringVar(&cfg.PodName, "pod-name", os.Getenv("POD_NAME"), "This instance's pod name.")
+	fs.StringVar(&cfg.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "The pod's namespace.")
+	fs.StringVar(&cfg.PGData, "pgdata", env("PGDATA", "/var/lib/postgresql/data/pgdata"), "The data directory.")
+	fs.StringVar(&cfg.BinDir, "bin-dir", "", "Directory of the PostgreSQL programs (default: where postgres is on PATH, else /usr/lib/postgresql/$PG_MAJOR/bin).")
+	fs.StringVar(&cfg.ListenAddress, "listen", env("POD_IP", "*"), "postgres listen_addresses.")
+	fs.IntVar(&cfg.Port, "port", 5432, "postgres port.")
+	fs.StringVar(&cfg.SocketDir, "socket-dir", "/run/postgresql", "Unix socket directory.")
+	fs.StringVar(&cfg.ClusterConfigPath, "config", env("PGPILOT_CONFIG", "/etc/pgpilot/config/config.json"), "The cluster's config.json.")
+	fs.StringVar(&cfg.SecretsDir, "secrets", env("PGPILOT_SECRETS", "/etc/pgpilot/secrets"), "Directory of the mounted credentials Secrets.")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 50*time.Second, "How long a stop may take (smart, then fast, then immediate); keep it under the pod's grace period.")
+	apiAddr := fs.String("api-address", fmt.Sprintf(":%d", agentapi.Port), "Address of the agent's HTTP API.")
+	tokenFile := fs.String("token-file", "/etc/pgpilot/agent/token", "Bearer token the operator uses for promote/fence/demote; without it those calls are refused.")
+	peers := fs.String("peers", "", "pod=host,... overrides for reaching other instances (tests); default <pod>.<headless Service>.<namespace>.svc.")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for reading the primary Lease; in-cluster config when empty.")
+	zopts := zap.Options{}
+	zopts.BindFlags(fs)
+	_ = fs.Parse(args)
+	log := zap.New(zap.UseFlagOptions(&zopts)).WithValues("pod", cfg.PodName)
+	ctrl.SetLogger(log)
+	agent.StartReaper()
+
+	if cfg.PodName == "" || cfg.Namespace == "" {
+		return fmt.Errorf("the pod name and namespace are required (POD_NAME and POD_NAMESPACE, or --pod-name and --namespace)")
+	}
+	if cfg.BinDir == "" {
+		cfg.BinDir = binDir()
+	}
+	cluster, err := agent.LoadClusterConfig(cfg.ClusterConfigPath)
+	if err != nil {
+		return err
+	}
+	creds, err := agent.LoadCredentials(cfg.SecretsDir)
+	if err != nil {
+		return err
+	}
+	overrides := map[string]string{}
+	for _, kv := range strings.Split(*peers, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			overrides[k] = v
+		}
+	}
+	cfg.PeerHost = func(pod string) string {
+		if h, ok := overrides[pod]; ok {
+			return h
+		}
+		return pod + "." + cluster.Services.Headless + "." + cfg.Namespace + ".svc"
+	}
+
+	var restCfg *rest.Config
+	if *kubeconfig != "" {
+		restCfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	} else {
+		restCfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return fmt.Errorf("configuring the Kubernetes client: %w", err)
+	}
+	restCfg.Timeout = 10 * time.Second
+	clientset, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	lease := agent.NewLeaseFollower(clientset, cfg.Namespace, cluster.PrimaryLease, log.WithName("lease"))
+	go lease.Run(ctx)
+	a := agent.New(cfg, cluster, creds, lease, log)
+
+	token := ""
+	if b, err := os.ReadFile(*tokenFile); err == nil {
+		token = strings.TrimSpace(string(b))
+	} else {
+		log.Info("No API token; promote, fence and demote are refused", "tokenFile", *tokenFile)
+	}
+	server := agentapi.NewServer(a, agentapi.ServerOptions{Token: token, Logger: log.WithName("api")})
+	serverDone := make(chan error, 1)
+	go func() { serverDone <- server.Run(ctx, *apiAddr) }()
+
+	log.Info("Agent started", "pgdata", cfg.PGData, "binDir", cfg.BinDir, "api", *apiAddr)
+	runErr := a.Run(ctx)
+	stop()
+	if err := <-serverDone; err != nil && runErr == nil {
+		runErr = err
+	}
+	return runErr
+}
+
+// binDir finds the PostgreSQL programs: the official images put them on PATH.
+func binDir() string {
+	if p, err := exec.LookPath("postgres"); err == nil {
+		return filepath.Dir(p)
+	}
+	return filepath.Join("/usr/lib/postgresql", os.Getenv("PG_MAJOR"), "bin")
+}

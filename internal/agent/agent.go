@@ -1,0 +1,508 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/pgpilot/pgpilot/internal/agentapi"
+)
+
+// LeaseSource is where the agent learns who is primary.
+type LeaseSource interface {
+	View() LeaseView
+	Changed() <-chan struct{}
+	Refresh(ctx context.Context) (LeaseView, error)
+}
+
+// Agent supervises one instance. Its Run loop is the only place postgres is started,
+// stopped, promoted or rewound; the HTTP API's requests are carried out by that loop.
+type Agent struct {
+	cfg     Config
+	cluster ClusterConfig
+	creds   Credentials
+	pg      *Postgres
+	db      *DB
+	lease   LeaseSource
+	log     logr.Logger
+
+	requests chan request
+
+	mu        sync.Mutex
+	proc      *Process
+	role      string // an agentapi.Role* constant
+	upstream  string // the primary a standby streams from
+	fenced    bool   // stopped on request; stays down while the Lease still names it
+	lastErr   string
+	crashes   int
+	slotsDone time.Time
+}
+
+type request struct {
+	action string
+	done   chan error
+}
+
+// New returns an agent for cfg.
+func New(cfg Config, cluster ClusterConfig, creds Credentials, lease LeaseSource, log logr.Logger) *Agent {
+	passfile := cfg.SocketDir + "/.pgpass-pgpilot"
+	return &Agent{
+		cfg: cfg, cluster: cluster, creds: creds, lease: lease, log: log,
+		pg:       &Postgres{BinDir: cfg.BinDir, PGData: cfg.PGData, Env: []string{"PGPASSFILE=" + passfile, "PGCONNECT_TIMEOUT=5"}},
+		db:       &DB{SocketDir: cfg.SocketDir, Port: cfg.Port, User: creds.Superuser.Username},
+		requests: make(chan request),
+		role:     agentapi.RoleStopped,
+	}
+}
+
+func (a *Agent) passFile() string { return a.cfg.SocketDir + "/.pgpass-pgpilot" }
+
+// Run supervises postgres until ctx ends, then stops it within cfg.ShutdownTimeout.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := writeFileAtomic(a.passFile(), []byte(PassFile(a.creds)), 0o600); err != nil {
+		return fmt.Errorf("writing the pgpass file: %w", err)
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var retryAt time.Time
+	for {
+		if time.Now().After(retryAt) {
+			if err := a.step(ctx); err != nil {
+				a.setErr(err)
+				delay := a.backoff()
+				a.log.Error(err, "Instance step failed", "retryIn", delay.String())
+				retryAt = time.Now().Add(delay)
+			} else {
+				a.setErr(nil)
+			}
+		}
+		var procDone <-chan struct{}
+		if p := a.process(); p != nil {
+			procDone = p.Done()
+		}
+		select {
+		case <-ctx.Done():
+			a.stop(false)
+			return nil
+		case <-a.lease.Changed():
+			retryAt = time.Time{}
+		case <-procDone:
+			a.postmasterExited()
+		case r := <-a.requests:
+			r.done <- a.handle(ctx, r.action)
+			retryAt = time.Time{}
+		case <-tick.C:
+		}
+	}
+}
+
+// backoff grows with consecutive failures: 1 s, 2 s, 4 s ... up to 30 s.
+func (a *Agent) backoff() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.crashes++
+	d := time.Second << min(a.crashes-1, 5)
+	return min(d, 30*time.Second)
+}
+
+func (a *Agent) setErr(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err == nil {
+		a.lastErr = ""
+		return
+	}
+	a.lastErr = err.Error()
+}
+
+func (a *Agent) process() *Process {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.proc
+}
+
+func (a *Agent) setState(p *Process, role, upstream string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.proc, a.role, a.upstream = p, role, upstream
+}
+
+func (a *Agent) postmasterExited() {
+	p := a.process()
+	a.log.Error(p.Err(), "Postgres exited unexpectedly; restarting it", "ranFor", time.Since(p.Started).Round(time.Millisecond).String())
+	a.setState(nil, agentapi.RoleStopped, "")
+	if time.Since(p.Started) > time.Minute {
+		a.mu.Lock()
+		a.crashes = 0
+		a.mu.Unlock()
+	}
+}
+
+// step moves the instance one step towards what the Lease says.
+func (a *Agent) step(ctx context.Context) error {
+	view := a.lease.View()
+	if !view.Known {
+		return nil // the API server has not answered yet; change nothing
+	}
+	me := view.Holder == a.cfg.PodName
+	a.mu.Lock()
+	proc, role, upstream, fenced := a.proc, a.role, a.upstream, a.fenced
+	a.mu.Unlock()
+
+	if proc != nil {
+		switch {
+		case role == agentapi.RolePrimary && !me && view.Holder != "":
+			a.log.Info("The Lease names another primary; stopping to rejoin as its replica", "primary", view.Holder)
+			a.stop(true)
+			return nil
+		case role == agentapi.RoleReplica && me:
+			return a.promote(ctx)
+		case role == agentapi.RoleReplica && view.Holder != "" && view.Holder != upstream:
+			return a.follow(ctx, view.Holder)
+		case role == agentapi.RolePrimary:
+			return a.maintainPrimary(ctx)
+		}
+		return nil
+	}
+	if fenced && me {
+		return nil // stays down until the Lease names another primary
+	}
+	if view.Holder == "" {
+		return nil
+	}
+	a.mu.Lock()
+	a.fenced = false
+	a.mu.Unlock()
+	if err := a.checkMajor(ctx); err != nil {
+		return err
+	}
+	state, err := a.pg.State()
+	if err != nil {
+		return err
+	}
+	a.setState(nil, agentapi.RoleStarting, "")
+	if me {
+		return a.startPrimary(ctx, state, view)
+	}
+	return a.startStandby(ctx, state, view.Holder)
+}
+
+// checkMajor refuses a data directory of another major version than the binaries: no
+// in-place major upgrade exists yet, and postgres would refuse it less clearly.
+func (a *Agent) checkMajor(ctx context.Context) error {
+	data, err := a.pg.Major()
+	if err != nil {
+		return nil // no data directory yet
+	}
+	out, err := exec.CommandContext(ctx, a.pg.bin("postgres"), "--version").Output()
+	if err != nil {
+		return fmt.Errorf("running postgres --version: %w", err)
+	}
+	fields := strings.Fields(string(out)) // "postgres (PostgreSQL) 15.10 (Debian 15.10-0+deb12u1)"
+	if len(fields) < 3 {
+		return fmt.Errorf("cannot read the version from %q", out)
+	}
+	bin := strings.SplitN(fields[2], ".", 2)[0]
+	if bin != data {
+		return fmt.Errorf("the data directory is PostgreSQL %s but this image runs PostgreSQL %s: in-place major version upgrades are not supported yet; set spec.version back to %q", data, bin, data)
+	}
+	return nil
+}
+
+func (a *Agent) confInput(role Role, upstream string) ConfInput {
+	return ConfInput{
+		Cluster: a.cluster, Pod: a.cfg.PodName, Listen: a.cfg.ListenAddress, Port: a.cfg.Port,
+		Socket: a.cfg.SocketDir, Role: role, PrimaryHost: a.cfg.PeerHost(upstream),
+		PassFile: a.passFile(), ReplicationUser: a.creds.Replication.Username,
+	}
+}
+
+func (a *Agent) startPrimary(ctx context.Context, state DataState, view LeaseView) error {
+	fresh := false
+	switch state {
+	case DataEmpty:
+		if view.Bootstrapped {
+			return errors.New("the Lease names this instance primary of a cluster that was bootstrapped before, but its data directory is empty: refusing to initialise a new, empty database over a lost volume; move the primary to an instance that has the data")
+		}
+		a.log.Info("Initialising a new cluster")
+		if err := a.pg.InitDB(ctx, a.creds.Superuser); err != nil {
+			return err
+		}
+		fresh = true
+	case DataStandby:
+		a.log.Info("Starting a former replica as primary")
+	}
+	if err := a.pg.WriteConfig(a.confInput(AsPrimary, "")); err != nil {
+		return err
+	}
+	if err := a.start(ctx, agentapi.RolePrimary, ""); err != nil {
+		return err
+	}
+	if fresh {
+		if err := a.db.Bootstrap(ctx, a.cluster.Bootstrap, a.creds); err != nil {
+			return err
+		}
+		a.log.Info("Bootstrapped the cluster", "database", a.cluster.Bootstrap.Database, "owner", a.cluster.Bootstrap.Owner)
+	}
+	changed, err := a.db.SyncPasswords(ctx, a.creds)
+	if err != nil {
+		return err
+	}
+	if len(changed) > 0 {
+		a.log.Info("Set passwords from the credentials Secrets", "roles", changed)
+	}
+	a.slotsDone = time.Time{}
+	return a.maintainPrimary(ctx)
+}
+
+func (a *Agent) startStandby(ctx context.Context, state DataState, primary string) error {
+	host := a.cfg.PeerHost(primary)
+	switch state {
+	case DataEmpty:
+		a.log.Info("Cloning from the primary", "primary", primary)
+		if err := a.pg.BaseBackup(ctx, host, a.cfg.Port, a.creds.Replication.Username); err != nil {
+			return fmt.Errorf("cloning from %s: %w", primary, err)
+		}
+	case DataPrimary:
+		a.log.Info("Rewinding a former primary to follow the new one", "primary", primary)
+		said, err := a.pg.Rewind(ctx, host, a.cfg.Port, a.creds.Replication.Username)
+		if err != nil {
+			a.log.Error(err, "Rewind failed; cloning again", "primary", primary)
+			if err := a.reclone(ctx, host, primary); err != nil {
+				return err
+			}
+		} else {
+			a.log.Info("Rewound", "pgRewind", said)
+		}
+	}
+	if err := a.pg.WriteConfig(a.confInput(AsStandby, primary)); err != nil {
+		return err
+	}
+	return a.start(ctx, agentapi.RoleReplica, primary)
+}
+
+// reclone replaces a data directory that cannot be rewound. The old one is kept aside
+// until the new clone is complete, then removed.
+func (a *Agent) reclone(ctx context.Context, host, primary string) error {
+	aside := fmt.Sprintf("%s.rewind-failed-%d", a.cfg.PGData, time.Now().Unix())
+	if err := os.Rename(a.cfg.PGData, aside); err != nil {
+		return err
+	}
+	if err := a.pg.BaseBackup(ctx, host, a.cfg.Port, a.creds.Replication.Username); err != nil {
+		if restore := os.Rename(aside, a.cfg.PGData); restore != nil {
+			return errors.Join(fmt.Errorf("cloning from %s: %w", primary, err), restore)
+		}
+		return fmt.Errorf("cloning from %s: %w", primary, err)
+	}
+	return os.RemoveAll(aside)
+}
+
+// start starts postgres and waits until it accepts connections.
+func (a *Agent) start(ctx context.Context, role, upstream string) error {
+	proc, err := a.pg.Start()
+	if err != nil {
+		return err
+	}
+	a.setState(proc, agentapi.RoleStarting, upstream)
+	for {
+		pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := a.db.Ping(pingCtx)
+		cancel()
+		if err == nil {
+			break
+		}
+		select {
+		case <-proc.Done():
+			a.setState(nil, agentapi.RoleStopped, "")
+			return fmt.Errorf("postgres exited while starting: %v", proc.Err())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	a.setState(proc, role, upstream)
+	a.mu.Lock()
+	a.crashes = 0
+	a.mu.Unlock()
+	a.log.Info("Postgres is up", "role", role, "upstream", upstream, "pid", proc.Pid())
+	return nil
+}
+
+// stop stops postgres; fast skips the smart phase (a demotion must not wait for clients).
+func (a *Agent) stop(fast bool) {
+	p := a.process()
+	if p == nil {
+		return
+	}
+	p.Stop(a.cfg.ShutdownTimeout, fast)
+	a.setState(nil, agentapi.RoleStopped, "")
+	a.log.Info("Postgres stopped")
+}
+
+func (a *Agent) promote(ctx context.Context) error {
+	a.log.Info("Promoting")
+	start := time.Now()
+	if err := a.db.Promote(ctx); err != nil {
+		return fmt.Errorf("promoting: %w", err)
+	}
+	// Recovery ended: the config must not make it a standby at its next start.
+	if err := a.pg.WriteConfig(a.confInput(AsPrimary, "")); err != nil {
+		return err
+	}
+	if err := a.db.Reload(ctx); err != nil {
+		return err
+	}
+	a.setState(a.process(), agentapi.RolePrimary, "")
+	a.log.Info("Promoted", "took", time.Since(start).Round(time.Millisecond).String())
+	a.slotsDone = time.Time{}
+	return a.maintainPrimary(ctx)
+}
+
+// follow points a running standby at a new primary; primary_conninfo reloads without a
+// restart.
+func (a *Agent) follow(ctx context.Context, primary string) error {
+	if err := a.pg.WriteConfig(a.confInput(AsStandby, primary)); err != nil {
+		return err
+	}
+	if err := a.db.Reload(ctx); err != nil {
+		return err
+	}
+	a.setState(a.process(), agentapi.RoleReplica, primary)
+	a.log.Info("Following a new primary", "primary", primary)
+	return nil
+}
+
+// maintainPrimary keeps a slot for every other instance, every 10 s at most.
+func (a *Agent) maintainPrimary(ctx context.Context) error {
+	if time.Since(a.slotsDone) < 10*time.Second {
+		return nil
+	}
+	var want []string
+	for i := range a.cluster.Replicas {
+		pod := fmt.Sprintf("%s-%d", a.cluster.ClusterName, i)
+		if pod != a.cfg.PodName {
+			want = append(want, SlotName(pod))
+		}
+	}
+	created, dropped, err := a.db.EnsureSlots(ctx, want)
+	if err != nil {
+		return err
+	}
+	if len(created)+len(dropped) > 0 {
+		a.log.Info("Replication slots changed", "created", created, "dropped", dropped)
+	}
+	a.slotsDone = time.Now()
+	return nil
+}
+
+// handle carries out an API request inside the Run loop.
+func (a *Agent) handle(ctx context.Context, action string) error {
+	a.mu.Lock()
+	role := a.role
+	a.mu.Unlock()
+	switch action {
+	case "promote":
+		if role == agentapi.RolePrimary {
+			return nil
+		}
+		if role != agentapi.RoleReplica {
+			return fmt.Errorf("%w: postgres is %s, not a running replica", agentapi.ErrConflict, role)
+		}
+		// The watch may lag behind the sidecar's Lease update: read it now, and never
+		// promote an instance the Lease does not name.
+		view, err := a.lease.Refresh(ctx)
+		if err != nil {
+			return fmt.Errorf("reading the primary Lease before promoting: %w", err)
+		}
+		if view.Holder != a.cfg.PodName {
+			return fmt.Errorf("%w: the Lease names %q as primary, not this instance", agentapi.ErrConflict, view.Holder)
+		}
+		return a.promote(ctx)
+	case "fence", "demote":
+		a.mu.Lock()
+		a.fenced = true
+		a.mu.Unlock()
+		if role == agentapi.RoleReplica {
+			return nil
+		}
+		a.stop(true)
+		a.mu.Lock()
+		a.role = agentapi.RoleFenced
+		a.mu.Unlock()
+		return nil
+	}
+	return fmt.Errorf("unknown action %q", action)
+}
+
+func (a *Agent) do(ctx context.Context, action string) error {
+	r := request{action: action, done: make(chan error, 1)}
+	select {
+	case a.requests <- r:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Promote implements agentapi.Instance.
+func (a *Agent) Promote(ctx context.Context) error { return a.do(ctx, "promote") }
+
+// Fence implements agentapi.Instance: postgres stops at once and stays down while the
+// Lease still names this instance.
+func (a *Agent) Fence(ctx context.Context) error { return a.do(ctx, "fence") }
+
+// Demote implements agentapi.Instance: a fast shutdown, in which postgres sends every
+// WAL record to the connected standbys before it exits, then down as with Fence.
+func (a *Agent) Demote(ctx context.Context) error { return a.do(ctx, "demote") }
+
+// Ready implements agentapi.Instance.
+func (a *Agent) Ready(ctx context.Context) error {
+	a.mu.Lock()
+	role := a.role
+	a.mu.Unlock()
+	if role != agentapi.RolePrimary && role != agentapi.RoleReplica {
+		return fmt.Errorf("postgres is %s", role)
+	}
+	inRecovery, err := a.db.InRecovery(ctx)
+	if err != nil {
+		return err
+	}
+	if inRecovery != (role == agentapi.RoleReplica) {
+		return fmt.Errorf("postgres is not yet in its %s role", role)
+	}
+	return nil
+}
+
+// Status implements agentapi.Instance.
+func (a *Agent) Status(ctx context.Context) agentapi.Status {
+	a.mu.Lock()
+	st := agentapi.Status{Pod: a.cfg.PodName, Role: a.role, Fenced: a.fenced, Error: a.lastErr}
+	if a.proc != nil {
+		st.Running = true
+		started := a.proc.Started
+		st.StartedAt = &started
+	}
+	a.mu.Unlock()
+	if st.Running && (st.Role == agentapi.RolePrimary || st.Role == agentapi.RoleReplica) {
+		if err := a.db.Observe(ctx, &st); err != nil {
+			st.Error = strings.TrimPrefix(st.Error+"; "+err.Error(), "; ")
+		} else {
+			st.Ready = true
+		}
+	}
+	return st
+}
+
+var _ agentapi.Instance = (*Agent)(nil)

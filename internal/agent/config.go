@@ -1,0 +1,124 @@
+// Package agent supervises one PostgreSQL instance in its pod: it prepares the data
+// directory for the role the primary Lease gives it (initdb, clone, rewind), writes the
+// configuration, runs postgres as a child, and promotes, fences or demotes it.
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Config is how one agent is set up: from the pod's environment and flags.
+type Config struct {
+	// PodName is this instance's pod name; also its application_name and slot owner.
+	PodName string
+	// Namespace of the pod and the Lease.
+	Namespace string
+	// PGData is the data directory.
+	PGData string
+	// BinDir holds initdb, postgres, pg_ctl, pg_basebackup, pg_rewind, pg_controldata.
+	BinDir string
+	// ListenAddress is postgres's listen_addresses.
+	ListenAddress string
+	// Port of postgres.
+	Port int
+	// SocketDir is the unix socket directory; it also holds the agent's pgpass file.
+	SocketDir string
+	// ClusterConfigPath is the chart's config.json.
+	ClusterConfigPath string
+	// SecretsDir holds superuser/, replication/ and app/, each with username and password.
+	SecretsDir string
+	// PeerHost maps an instance's pod name to the host its postgres answers on.
+	PeerHost func(pod string) string
+	// ShutdownTimeout bounds a stop: smart first, then fast, then immediate.
+	ShutdownTimeout time.Duration
+}
+
+// ClusterConfig is the chart's config.json (helm-charts/postgrescluster/templates/configmap.yaml).
+type ClusterConfig struct {
+	ClusterName  string            `json:"clusterName"`
+	Version      string            `json:"version"`
+	Replicas     int               `json:"replicas"`
+	Parameters   map[string]string `json:"parameters"`
+	Bootstrap    Bootstrap         `json:"bootstrap"`
+	PrimaryLease string            `json:"primaryLease"`
+	Services     struct {
+		ReadWrite string `json:"readWrite"`
+		Headless  string `json:"headless"`
+	} `json:"services"`
+}
+
+// Bootstrap is what initdb creates besides the superuser.
+type Bootstrap struct {
+	Database string `json:"database"`
+	Owner    string `json:"owner"`
+}
+
+// LoadClusterConfig reads and checks config.json.
+func LoadClusterConfig(path string) (ClusterConfig, error) {
+	var c ClusterConfig
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("reading the cluster configuration: %w", err)
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("the cluster configuration %s is not valid JSON: %w", path, err)
+	}
+	var missing []string
+	for name, v := range map[string]string{"clusterName": c.ClusterName, "primaryLease": c.PrimaryLease,
+		"bootstrap.database": c.Bootstrap.Database, "bootstrap.owner": c.Bootstrap.Owner} {
+		if v == "" {
+			missing = append(missing, name)
+		}
+	}
+	if c.Replicas < 1 {
+		missing = append(missing, "replicas")
+	}
+	if len(missing) > 0 {
+		return c, fmt.Errorf("the cluster configuration %s lacks %s", path, strings.Join(missing, ", "))
+	}
+	return c, nil
+}
+
+// Credential is a role's name and password, read from a mounted Secret.
+type Credential struct {
+	Username string
+	Password string
+}
+
+// Credentials are the three roles the agent manages.
+type Credentials struct {
+	Superuser, Replication, App Credential
+}
+
+// LoadCredentials reads dir/{superuser,replication,app}/{username,password}.
+func LoadCredentials(dir string) (Credentials, error) {
+	read := func(name string) (Credential, error) {
+		var c Credential
+		for key, dst := range map[string]*string{"username": &c.Username, "password": &c.Password} {
+			b, err := os.ReadFile(filepath.Join(dir, name, key))
+			if err != nil {
+				return c, fmt.Errorf("reading the %s credentials: %w (is the Secret mounted?)", name, err)
+			}
+			*dst = strings.TrimRight(string(b), "\r\n")
+			if *dst == "" {
+				return c, fmt.Errorf("the %s credentials have an empty %s", name, key)
+			}
+		}
+		return c, nil
+	}
+	var cs Credentials
+	var err error
+	if cs.Superuser, err = read("superuser"); err != nil {
+		return cs, err
+	}
+	if cs.Replication, err = read("replication"); err != nil {
+		return cs, err
+	}
+	cs.App, err = read("app")
+	return cs, err
+}

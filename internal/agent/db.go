@@ -1,0 +1,231 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgpilot/pgpilot/internal/agentapi"
+)
+
+// DB talks to the local postgres over its unix socket as the superuser (peer auth).
+type DB struct {
+	SocketDir string
+	Port      int
+	User      string
+}
+
+func (d *DB) connect(ctx context.Context) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig("")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Host, cfg.Port, cfg.User, cfg.Database = d.SocketDir, uint16(d.Port), d.User, "postgres"
+	cfg.RuntimeParams["application_name"] = "pgpilot-agent"
+	return pgx.ConnectConfig(ctx, cfg)
+}
+
+// Ping returns nil when postgres accepts a connection and answers.
+func (d *DB) Ping(ctx context.Context) error {
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	return conn.Ping(ctx)
+}
+
+// InRecovery reports whether postgres runs as a standby.
+func (d *DB) InRecovery(ctx context.Context) (bool, error) {
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close(context.Background())
+	var r bool
+	err = conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&r)
+	return r, err
+}
+
+// Observe fills the database's part of st: role, timeline, positions, replicas.
+func (d *DB) Observe(ctx context.Context, st *agentapi.Status) error {
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	var inRecovery bool
+	if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery(), current_setting('server_version_num')::int").
+		Scan(&inRecovery, &st.PostgresVersion); err != nil {
+		return err
+	}
+	if !inRecovery {
+		var walfile string
+		if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text, pg_walfile_name(pg_current_wal_lsn())").
+			Scan(&st.WriteLSN, &walfile); err != nil {
+			return err
+		}
+		st.Timeline, _ = strconv.ParseInt(walfile[:8], 16, 64)
+		rows, err := conn.Query(ctx, `SELECT application_name, state, sync_state,
+			coalesce(sent_lsn::text, ''), coalesce(flush_lsn::text, ''), coalesce(replay_lsn::text, ''),
+			coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), flush_lsn), 0)::bigint
+			FROM pg_stat_replication ORDER BY application_name`)
+		if err != nil {
+			return err
+		}
+		st.Replicas, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (agentapi.ReplicaStatus, error) {
+			var rs agentapi.ReplicaStatus
+			err := r.Scan(&rs.Name, &rs.State, &rs.SyncState, &rs.SentLSN, &rs.FlushLSN, &rs.ReplayLSN, &rs.LagBytes)
+			return rs, err
+		})
+		return err
+	}
+	return conn.QueryRow(ctx, `SELECT coalesce(pg_last_wal_receive_lsn()::text, ''), coalesce(pg_last_wal_replay_lsn()::text, ''),
+		coalesce(pg_wal_lsn_diff(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()), 0)::bigint,
+		coalesce((SELECT received_tli FROM pg_stat_wal_receiver), (SELECT timeline_id FROM pg_control_checkpoint()))::bigint`).
+		Scan(&st.ReceivedLSN, &st.ReplayedLSN, &st.LagBytes, &st.Timeline)
+}
+
+// Bootstrap creates, on a new cluster's first primary, the replication role (with the
+// functions pg_rewind needs), the application owner and database.
+func (d *DB) Bootstrap(ctx context.Context, b Bootstrap, cs Credentials) error {
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	repl := pgx.Identifier{cs.Replication.Username}.Sanitize()
+	owner := pgx.Identifier{b.Owner}.Sanitize()
+	stmts := []string{
+		"CREATE ROLE " + repl + " WITH REPLICATION LOGIN",
+		"GRANT EXECUTE ON FUNCTION pg_catalog.pg_ls_dir(text, boolean, boolean) TO " + repl,
+		"GRANT EXECUTE ON FUNCTION pg_catalog.pg_stat_file(text, boolean) TO " + repl,
+		"GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text) TO " + repl,
+		"GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean) TO " + repl,
+		"CREATE ROLE " + owner + " WITH LOGIN",
+		"CREATE DATABASE " + pgx.Identifier{b.Database}.Sanitize() + " OWNER " + owner,
+	}
+	for _, s := range stmts {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			return fmt.Errorf("bootstrapping (%s): %w", strings.SplitN(s, " TO", 2)[0], err)
+		}
+	}
+	return nil
+}
+
+// SyncPasswords sets each role's password to the one in its Secret, where it differs,
+// as a SCRAM verifier. Roles that do not exist are skipped (the app owner may have been
+// renamed by a user).
+func (d *DB) SyncPasswords(ctx context.Context, cs Credentials) (changed []string, err error) {
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	for _, c := range []Credential{cs.Superuser, cs.Replication, cs.App} {
+		var current *string
+		err := conn.QueryRow(ctx, "SELECT rolpassword FROM pg_authid WHERE rolname = $1", c.Username).Scan(&current)
+		if err == pgx.ErrNoRows {
+			continue
+		}
+		if err != nil {
+			return changed, err
+		}
+		if current != nil && ScramMatches(*current, c.Password) {
+			continue
+		}
+		verifier, err := ScramVerifier(c.Password, rand.Reader)
+		if err != nil {
+			return changed, err
+		}
+		// A verifier is base64 and "$:" only; nothing in it needs escaping.
+		if _, err := conn.Exec(ctx, "ALTER ROLE "+pgx.Identifier{c.Username}.Sanitize()+" PASSWORD '"+verifier+"'"); err != nil {
+			return changed, fmt.Errorf("setting the password of %s: %w", c.Username, err)
+		}
+		changed = append(changed, c.Username)
+	}
+	return changed, nil
+}
+
+// EnsureSlots creates the physical slots in want and drops pgpilot's slots that are not
+// in want and not in use, so WAL never piles up for an instance that is gone.
+func (d *DB) EnsureSlots(ctx context.Context, want []string) (created, dropped []string, err error) {
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer conn.Close(context.Background())
+	have := map[string]bool{}
+	rows, err := conn.Query(ctx, `SELECT slot_name::text, active FROM pg_replication_slots WHERE slot_name LIKE 'pgpilot\_%'`)
+	if err != nil {
+		return nil, nil, err
+	}
+	for rows.Next() {
+		var name string
+		var active bool
+		if err := rows.Scan(&name, &active); err != nil {
+			return nil, nil, err
+		}
+		have[name] = active
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	wanted := map[string]bool{}
+	for _, s := range want {
+		wanted[s] = true
+		if _, ok := have[s]; !ok {
+			if _, err := conn.Exec(ctx, "SELECT pg_create_physical_replication_slot($1, true)", s); err != nil {
+				return created, dropped, fmt.Errorf("creating slot %s: %w", s, err)
+			}
+			created = append(created, s)
+		}
+	}
+	for s, active := range have {
+		if !wanted[s] && !active {
+			if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s); err != nil {
+				return created, dropped, fmt.Errorf("dropping slot %s: %w", s, err)
+			}
+			dropped = append(dropped, s)
+		}
+	}
+	return created, dropped, nil
+}
+
+// Promote ends recovery and waits for it.
+func (d *DB) Promote(ctx context.Context) error {
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	var ok bool
+	if err := conn.QueryRow(ctx, "SELECT pg_promote(true, 60)").Scan(&ok); err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("pg_promote did not finish within 60 s")
+	}
+	// Until its first checkpoint a promoted server's control file still names the old
+	// timeline, and pg_rewind (before PostgreSQL 16) then finds "no rewind required"
+	// for a former primary that did diverge.
+	if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
+		return fmt.Errorf("checkpoint after promotion: %w", err)
+	}
+	return nil
+}
+
+// Reload makes postgres re-read its configuration.
+func (d *DB) Reload(ctx context.Context) error {
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, "SELECT pg_reload_conf()")
+	return err
+}

@@ -1,0 +1,140 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+)
+
+// AnnotationBootstrapped on the primary Lease says the cluster's first primary came up
+// (the sidecar sets it). From then on, an empty data directory on the Lease's holder is
+// a lost volume, never a reason to run initdb.
+const AnnotationBootstrapped = "db.example.com/bootstrapped"
+
+// LeaseView is the primary Lease as the agent last saw it.
+type LeaseView struct {
+	// Known is false until the Lease was read once.
+	Known bool
+	// Holder is the primary's pod name; "" when none.
+	Holder string
+	// Bootstrapped mirrors AnnotationBootstrapped.
+	Bootstrapped bool
+}
+
+// LeaseFollower keeps the latest view of the primary Lease with get and watch only (the
+// pods' Role grants nothing more, by name). When the API server cannot be reached it
+// keeps the last view: a primary must not stop serving because the API server blinked.
+type LeaseFollower struct {
+	client    kubernetes.Interface
+	namespace string
+	name      string
+	log       logr.Logger
+
+	mu      sync.Mutex
+	view    LeaseView
+	seen    time.Time
+	changed chan struct{}
+}
+
+// NewLeaseFollower returns a follower of Lease namespace/name.
+func NewLeaseFollower(c kubernetes.Interface, namespace, name string, log logr.Logger) *LeaseFollower {
+	return &LeaseFollower{client: c, namespace: namespace, name: name, log: log, changed: make(chan struct{}, 1)}
+}
+
+// View returns the latest view.
+func (f *LeaseFollower) View() LeaseView {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.view
+}
+
+// LastSeen is when the API server last answered about the Lease.
+func (f *LeaseFollower) LastSeen() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.seen
+}
+
+// Changed receives a value after the view changed.
+func (f *LeaseFollower) Changed() <-chan struct{} { return f.changed }
+
+// Refresh reads the Lease now, bypassing the watch.
+func (f *LeaseFollower) Refresh(ctx context.Context) (LeaseView, error) {
+	lease, err := f.client.CoordinationV1().Leases(f.namespace).Get(ctx, f.name, metav1.GetOptions{})
+	if err != nil {
+		return f.View(), err
+	}
+	f.set(lease)
+	return f.View(), nil
+}
+
+func (f *LeaseFollower) set(l *coordinationv1.Lease) {
+	v := LeaseView{Known: true, Bootstrapped: l.Annotations[AnnotationBootstrapped] == "true"}
+	if l.Spec.HolderIdentity != nil {
+		v.Holder = *l.Spec.HolderIdentity
+	}
+	f.mu.Lock()
+	old := f.view
+	f.view, f.seen = v, time.Now()
+	f.mu.Unlock()
+	if old != v {
+		select {
+		case f.changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Run follows the Lease until ctx ends: a get, then a watch from its resourceVersion,
+// again after every interruption.
+func (f *LeaseFollower) Run(ctx context.Context) {
+	for ctx.Err() == nil {
+		if err := f.follow(ctx); err != nil && ctx.Err() == nil {
+			f.log.V(1).Info("Lost the primary Lease watch", "error", err.Error())
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+func (f *LeaseFollower) follow(ctx context.Context) error {
+	lease, err := f.client.CoordinationV1().Leases(f.namespace).Get(ctx, f.name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	f.set(lease)
+	timeout := int64(300)
+	w, err := f.client.CoordinationV1().Leases(f.namespace).Watch(ctx, metav1.ListOptions{
+		FieldSelector:   fields.OneTermEqualSelector("metadata.name", f.name).String(),
+		ResourceVersion: lease.ResourceVersion,
+		TimeoutSeconds:  &timeout,
+	})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		switch ev.Type {
+		case watch.Added, watch.Modified:
+			if l, ok := ev.Object.(*coordinationv1.Lease); ok {
+				f.set(l)
+			}
+		case watch.Deleted:
+			f.mu.Lock()
+			f.view.Holder = ""
+			f.mu.Unlock()
+		case watch.Error:
+			return nil
+		}
+	}
+	return nil
+}

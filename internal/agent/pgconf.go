@@ -1,0 +1,141 @@
+package agent
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Role of the postgres the agent starts.
+type Role int
+
+const (
+	// AsPrimary starts postgres accepting writes.
+	AsPrimary Role = iota
+	// AsStandby starts postgres streaming from PrimaryHost.
+	AsStandby
+)
+
+// ConfInput is everything postgresql.conf is rendered from.
+type ConfInput struct {
+	Cluster ClusterConfig
+	Pod     string
+	Listen  string
+	Port    int
+	Socket  string
+	Role    Role
+	// PrimaryHost is where a standby streams from.
+	PrimaryHost string
+	// PassFile is the pgpass file standbys authenticate with.
+	PassFile        string
+	ReplicationUser string
+}
+
+// SlotName is the physical replication slot the primary keeps for an instance: the pod
+// name made a valid slot name.
+func SlotName(pod string) string {
+	return "pgpilot_" + strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '_':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + ('a' - 'A')
+		}
+		return '_'
+	}, pod)
+}
+
+// managed returns the settings pgpilot owns. They come after the user's parameters in
+// postgresql.conf, so they win even if a user parameter slipped past the CRD's rule.
+func managed(in ConfInput) map[string]string {
+	senders := max(10, 2*in.Cluster.Replicas+4)
+	m := map[string]string{
+		"listen_addresses":        in.Listen,
+		"port":                    fmt.Sprint(in.Port),
+		"unix_socket_directories": in.Socket,
+		"cluster_name":            in.Pod,
+		"wal_level":               "replica",
+		"hot_standby":             "on",
+		"wal_log_hints":           "on",
+		"max_wal_senders":         fmt.Sprint(senders),
+		"max_replication_slots":   fmt.Sprint(senders),
+		"logging_collector":       "off",
+		"archive_mode":            "off",
+	}
+	if in.Role == AsStandby {
+		m["primary_conninfo"] = Conninfo(map[string]string{
+			"host": in.PrimaryHost, "port": fmt.Sprint(in.Port), "user": in.ReplicationUser,
+			"passfile": in.PassFile, "application_name": in.Pod, "connect_timeout": "5",
+			"keepalives_idle": "5", "keepalives_interval": "2", "keepalives_count": "3",
+		})
+		m["primary_slot_name"] = SlotName(in.Pod)
+		m["recovery_target_timeline"] = "latest"
+	}
+	return m
+}
+
+// PostgresqlConf renders postgresql.conf: the user's parameters, then pgpilot's.
+func PostgresqlConf(in ConfInput) string {
+	var b strings.Builder
+	b.WriteString("# Written by the pgpilot agent at every start; edits are lost.\n\n# spec.postgresql.parameters\n")
+	writeSettings(&b, in.Cluster.Parameters)
+	b.WriteString("\n# Managed by pgpilot\n")
+	writeSettings(&b, managed(in))
+	return b.String()
+}
+
+func writeSettings(b *strings.Builder, m map[string]string) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(b, "%s = %s\n", k, QuoteConf(m[k]))
+	}
+}
+
+// QuoteConf quotes a value for postgresql.conf: single quotes, with ' and \ escaped and
+// line breaks refused by replacing them with spaces (a setting is one line).
+func QuoteConf(v string) string {
+	v = strings.NewReplacer("\\", "\\\\", "'", "''", "\n", " ", "\r", " ").Replace(v)
+	return "'" + v + "'"
+}
+
+// Conninfo renders a libpq key=value connection string with values quoted.
+func Conninfo(kv map[string]string) string {
+	keys := make([]string, 0, len(kv))
+	for k := range kv {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		v := strings.NewReplacer("\\", "\\\\", "'", "\\'").Replace(kv[k])
+		parts = append(parts, k+"='"+v+"'")
+	}
+	return strings.Join(parts, " ")
+}
+
+// HBAConf renders pg_hba.conf: the local superuser by peer (the agent runs as the
+// postgres OS user), replication for the replication role, and password (SCRAM) logins
+// for everyone else over the network.
+func HBAConf(replicationUser string) string {
+	return fmt.Sprintf(`# Written by the pgpilot agent at every start; edits are lost.
+# TYPE  DATABASE     USER                 ADDRESS  METHOD
+local   all          postgres                      peer
+local   all          all                           scram-sha-256
+host    replication  %[1]s  all      scram-sha-256
+host    all          all                  all      scram-sha-256
+`, replicationUser)
+}
+
+// PassFile renders a pgpass file for the replication role and the superuser.
+func PassFile(cs Credentials) string {
+	esc := strings.NewReplacer("\\", "\\\\", ":", "\\:")
+	var b strings.Builder
+	for _, c := range []Credential{cs.Replication, cs.Superuser} {
+		fmt.Fprintf(&b, "*:*:*:%s:%s\n", esc.Replace(c.Username), esc.Replace(c.Password))
+	}
+	return b.String()
+}

@@ -1,0 +1,267 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Postgres runs the PostgreSQL programs of one data directory.
+type Postgres struct {
+	BinDir string
+	PGData string
+	// Env is added to every program's environment (PGPASSFILE, ...).
+	Env []string
+}
+
+func (p *Postgres) bin(name string) string { return filepath.Join(p.BinDir, name) }
+
+// run runs a PostgreSQL program to completion and returns its combined output.
+func (p *Postgres) run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, p.bin(name), args...)
+	cmd.Env = append(os.Environ(), p.Env...)
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("%s: %w: %s", name, err, lastLines(out, 5))
+	}
+	return out, nil
+}
+
+func lastLines(b []byte, n int) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// DataState is what is in the data directory.
+type DataState int
+
+const (
+	// DataEmpty: no data directory, or an empty one.
+	DataEmpty DataState = iota
+	// DataStandby: a data directory set up to run as a standby (standby.signal).
+	DataStandby
+	// DataPrimary: a data directory that last ran, or will run, as a primary.
+	DataPrimary
+)
+
+func (s DataState) String() string {
+	return [...]string{"empty", "standby", "primary"}[s]
+}
+
+// State inspects the data directory. A directory without PG_VERSION is not a data
+// directory; it is reported empty only if it really is empty, so nothing ever removes
+// files it does not understand.
+func (p *Postgres) State() (DataState, error) {
+	entries, err := os.ReadDir(p.PGData)
+	if errors.Is(err, os.ErrNotExist) || (err == nil && len(entries) == 0) {
+		return DataEmpty, nil
+	}
+	if err != nil {
+		return DataEmpty, err
+	}
+	if _, err := os.Stat(filepath.Join(p.PGData, "PG_VERSION")); err != nil {
+		return DataEmpty, fmt.Errorf("%s is not empty but holds no PostgreSQL data directory (no PG_VERSION); refusing to touch it", p.PGData)
+	}
+	if _, err := os.Stat(filepath.Join(p.PGData, "standby.signal")); err == nil {
+		return DataStandby, nil
+	}
+	return DataPrimary, nil
+}
+
+// Major reads PG_VERSION.
+func (p *Postgres) Major() (string, error) {
+	b, err := os.ReadFile(filepath.Join(p.PGData, "PG_VERSION"))
+	return strings.TrimSpace(string(b)), err
+}
+
+// InitDB creates a new data directory with checksums, peer authentication for the local
+// superuser and SCRAM for everything else.
+func (p *Postgres) InitDB(ctx context.Context, superuser Credential) error {
+	pwfile, err := os.CreateTemp("", "pgpilot-pw-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(pwfile.Name())
+	if _, err := pwfile.WriteString(superuser.Password + "\n"); err != nil {
+		return err
+	}
+	if err := pwfile.Close(); err != nil {
+		return err
+	}
+	_, err = p.run(ctx, "initdb", "-D", p.PGData, "--data-checksums", "--encoding=UTF8", "--locale=C",
+		"--auth-local=peer", "--auth-host=scram-sha-256", "--username="+superuser.Username, "--pwfile="+pwfile.Name())
+	return err
+}
+
+// BaseBackup clones the data directory from host into a scratch directory beside PGData
+// and moves it into place only once complete, so a failed clone leaves nothing half-made.
+func (p *Postgres) BaseBackup(ctx context.Context, host string, port int, user string) error {
+	scratch := p.PGData + ".clone"
+	if err := os.RemoveAll(scratch); err != nil {
+		return err
+	}
+	_, err := p.run(ctx, "pg_basebackup", "-D", scratch, "-h", host, "-p", strconv.Itoa(port), "-U", user,
+		"-w", "-X", "stream", "-c", "fast", "--no-manifest")
+	if err != nil {
+		_ = os.RemoveAll(scratch)
+		return err
+	}
+	if err := os.Chmod(scratch, 0o700); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(p.PGData); err != nil { // empty, or this clone's previous failed rename
+		return err
+	}
+	return os.Rename(scratch, p.PGData)
+}
+
+// Rewind makes a former primary's data directory follow the new primary at host.
+func (p *Postgres) Rewind(ctx context.Context, host string, port int, user string) (string, error) {
+	src := Conninfo(map[string]string{"host": host, "port": strconv.Itoa(port), "user": user, "dbname": "postgres", "connect_timeout": "5"})
+	out, err := p.run(ctx, "pg_rewind", "-D", p.PGData, "--source-server="+src)
+	if err != nil {
+		return "", err
+	}
+	return lastLines(out, 3), nil
+}
+
+// ControlData is what pg_controldata says.
+type ControlData struct {
+	// State is "Database cluster state", e.g. "shut down", "in production".
+	State string
+	// Timeline is "Latest checkpoint's TimeLineID".
+	Timeline int64
+}
+
+// ControlData runs pg_controldata.
+func (p *Postgres) ControlData(ctx context.Context) (ControlData, error) {
+	out, err := p.run(ctx, "pg_controldata", "-D", p.PGData)
+	if err != nil {
+		return ControlData{}, err
+	}
+	return ParseControlData(out), nil
+}
+
+// ParseControlData reads pg_controldata's output.
+func ParseControlData(out []byte) ControlData {
+	var cd ControlData
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		switch strings.TrimSpace(k) {
+		case "Database cluster state":
+			cd.State = v
+		case "Latest checkpoint's TimeLineID":
+			cd.Timeline, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return cd
+}
+
+// WriteConfig writes postgresql.conf, pg_hba.conf and, for a standby, standby.signal;
+// for a primary it removes standby.signal.
+func (p *Postgres) WriteConfig(in ConfInput) error {
+	files := map[string]string{
+		"postgresql.conf": PostgresqlConf(in),
+		"pg_hba.conf":     HBAConf(in.ReplicationUser),
+	}
+	for name, content := range files {
+		if err := writeFileAtomic(filepath.Join(p.PGData, name), []byte(content), 0o600); err != nil {
+			return err
+		}
+	}
+	signal := filepath.Join(p.PGData, "standby.signal")
+	if in.Role == AsStandby {
+		return writeFileAtomic(signal, nil, 0o600)
+	}
+	if err := os.Remove(signal); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+func writeFileAtomic(path string, content []byte, mode os.FileMode) error {
+	tmp := path + ".pgpilot-tmp"
+	if err := os.WriteFile(tmp, content, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// Process is a running postmaster.
+type Process struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+	// Started is when the postmaster was started.
+	Started time.Time
+}
+
+// Start starts the postmaster as a child, its output going to the agent's own.
+func (p *Postgres) Start() (*Process, error) {
+	cmd := exec.Command(p.bin("postgres"), "-D", p.PGData)
+	cmd.Env = append(os.Environ(), p.Env...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	// Its own process group: a terminal's Ctrl-C or a signal to the agent's group does
+	// not reach postgres behind the agent's back; the agent decides how it stops.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := startTracked(cmd); err != nil {
+		return nil, fmt.Errorf("starting postgres: %w", err)
+	}
+	proc := &Process{cmd: cmd, done: make(chan struct{}), Started: time.Now()}
+	go func() {
+		proc.err = cmd.Wait()
+		untrack(cmd)
+		close(proc.done)
+	}()
+	return proc, nil
+}
+
+// Done is closed when the postmaster has exited.
+func (pr *Process) Done() <-chan struct{} { return pr.done }
+
+// Err is how the postmaster exited; valid after Done.
+func (pr *Process) Err() error { return pr.err }
+
+// Pid of the postmaster.
+func (pr *Process) Pid() int { return pr.cmd.Process.Pid }
+
+// Stop shuts the postmaster down: smart (wait for clients) for a third of timeout, then
+// fast (disconnect clients, checkpoint), then immediate (crash-like, recovers at next
+// start). Each mode ends sooner if postgres exits.
+func (pr *Process) Stop(timeout time.Duration, fastFirst bool) {
+	steps := []struct {
+		sig syscall.Signal
+		d   time.Duration
+	}{{syscall.SIGTERM, timeout / 3}, {syscall.SIGINT, timeout / 2}, {syscall.SIGQUIT, timeout / 6}}
+	if fastFirst {
+		steps = steps[1:]
+	}
+	for _, s := range steps {
+		_ = pr.cmd.Process.Signal(s.sig)
+		select {
+		case <-pr.done:
+			return
+		case <-time.After(s.d):
+		}
+	}
+	_ = pr.cmd.Process.Kill()
+	<-pr.done
+}

@@ -1,0 +1,125 @@
+package agentapi
+
+import (
+	"context"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// roles are the values of pgpilot_instance_role's role label, one series each.
+var roles = []string{RolePrimary, RoleReplica, RoleFenced, RoleStarting, RoleStopped}
+
+var (
+	upDesc = prometheus.NewDesc("pgpilot_instance_up",
+		"Whether the PostgreSQL postmaster is running (1) or not (0).", nil, nil)
+	readyDesc = prometheus.NewDesc("pgpilot_instance_ready",
+		"Whether PostgreSQL accepts connections in its role (1) or not (0).", nil, nil)
+	roleDesc = prometheus.NewDesc("pgpilot_instance_role",
+		"The instance's role: 1 for the role it has now, 0 for the others.", []string{"role"}, nil)
+	timelineDesc = prometheus.NewDesc("pgpilot_instance_timeline",
+		"The PostgreSQL timeline ID the instance is on (0 when unknown).", nil, nil)
+	walLSNDesc = prometheus.NewDesc("pgpilot_instance_wal_lsn_bytes",
+		"WAL position as a byte offset: kind=write is a primary's write position, kind=received "+
+			"the last position a replica received and flushed, kind=replayed the last one it replayed.",
+		[]string{"kind"}, nil)
+	lagDesc = prometheus.NewDesc("pgpilot_instance_replication_lag_bytes",
+		"Bytes of WAL a replica has received but not replayed yet (0 on a primary).", nil, nil)
+	replicasDesc = prometheus.NewDesc("pgpilot_instance_replicas",
+		"Number of standbys streaming from this instance (rows of pg_stat_replication).", nil, nil)
+	replicaLagDesc = prometheus.NewDesc("pgpilot_replica_lag_bytes",
+		"Bytes a standby's flush position is behind this primary's write position, per standby.",
+		[]string{"replica", "sync_state"}, nil)
+	fencedDesc = prometheus.NewDesc("pgpilot_instance_fenced",
+		"Whether the agent was told to stop accepting writes (1) or not (0).", nil, nil)
+	startTimeDesc = prometheus.NewDesc("pgpilot_instance_start_time_seconds",
+		"When the postmaster last started, in seconds since the Unix epoch.", nil, nil)
+)
+
+// instanceCollector exports an Instance's Status, read at each scrape.
+type instanceCollector struct {
+	inst    Instance
+	timeout time.Duration
+	log     logr.Logger
+}
+
+func (c *instanceCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		upDesc, readyDesc, roleDesc, timelineDesc, walLSNDesc, lagDesc,
+		replicasDesc, replicaLagDesc, fencedDesc, startTimeDesc,
+	} {
+		ch <- d
+	}
+}
+
+func (c *instanceCollector) Collect(ch chan<- prometheus.Metric) {
+	// Collect gets no context from the scrape; bound the Status call ourselves.
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	st := c.inst.Status(ctx)
+
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		m, err := prometheus.NewConstMetric(d, prometheus.GaugeValue, v, labels...)
+		if err != nil {
+			// Only label values that are not UTF-8 get here; skip that one series.
+			c.log.Error(err, "Skipped a metric", "metric", d.String())
+			return
+		}
+		ch <- m
+	}
+
+	gauge(upDesc, boolValue(st.Running))
+	gauge(readyDesc, boolValue(st.Ready))
+	for _, r := range roles {
+		gauge(roleDesc, boolValue(st.Role == r), r)
+	}
+	gauge(timelineDesc, float64(st.Timeline))
+	for _, w := range []struct{ kind, lsn string }{
+		{"write", st.WriteLSN},
+		{"received", st.ReceivedLSN},
+		{"replayed", st.ReplayedLSN},
+	} {
+		if w.lsn == "" {
+			continue
+		}
+		pos, err := ParseLSN(w.lsn)
+		if err != nil {
+			c.log.Error(err, "Skipped a WAL position metric", "kind", w.kind)
+			continue
+		}
+		gauge(walLSNDesc, float64(pos), w.kind)
+	}
+	gauge(lagDesc, float64(st.LagBytes))
+	gauge(replicasDesc, float64(len(st.Replicas)))
+
+	// pg_stat_replication can briefly hold two rows for one standby (an old walsender
+	// not yet gone); one series per label set, the larger lag wins.
+	type key struct{ name, syncState string }
+	lags := make(map[key]int64, len(st.Replicas))
+	order := make([]key, 0, len(st.Replicas))
+	for _, r := range st.Replicas {
+		k := key{r.Name, r.SyncState}
+		if old, seen := lags[k]; !seen {
+			order = append(order, k)
+		} else if old >= r.LagBytes {
+			continue
+		}
+		lags[k] = r.LagBytes
+	}
+	for _, k := range order {
+		gauge(replicaLagDesc, float64(lags[k]), k.name, k.syncState)
+	}
+
+	gauge(fencedDesc, boolValue(st.Fenced))
+	if st.StartedAt != nil {
+		gauge(startTimeDesc, float64(st.StartedAt.UnixNano())/1e9)
+	}
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

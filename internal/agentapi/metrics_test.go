@@ -1,0 +1,242 @@
+package agentapi
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// metricHelp pins each metric's HELP text; expected texts are built from it.
+var metricHelp = map[string]string{
+	"pgpilot_instance_up":                    "Whether the PostgreSQL postmaster is running (1) or not (0).",
+	"pgpilot_instance_ready":                 "Whether PostgreSQL accepts connections in its role (1) or not (0).",
+	"pgpilot_instance_role":                  "The instance's role: 1 for the role it has now, 0 for the others.",
+	"pgpilot_instance_timeline":              "The PostgreSQL timeline ID the instance is on (0 when unknown).",
+	"pgpilot_instance_wal_lsn_bytes":         "WAL position as a byte offset: kind=write is a primary's write position, kind=received the last position a replica received and flushed, kind=replayed the last one it replayed.",
+	"pgpilot_instance_replication_lag_bytes": "Bytes of WAL a replica has received but not replayed yet (0 on a primary).",
+	"pgpilot_instance_replicas":              "Number of standbys streaming from this instance (rows of pg_stat_replication).",
+	"pgpilot_replica_lag_bytes":              "Bytes a standby's flush position is behind this primary's write position, per standby.",
+	"pgpilot_instance_fenced":                "Whether the agent was told to stop accepting writes (1) or not (0).",
+	"pgpilot_instance_start_time_seconds":    "When the postmaster last started, in seconds since the Unix epoch.",
+}
+
+// metricNames are the names the instance collector can export, in the order of the
+// expected texts.
+var metricNames = []string{
+	"pgpilot_instance_up", "pgpilot_instance_ready", "pgpilot_instance_role", "pgpilot_instance_timeline",
+	"pgpilot_instance_wal_lsn_bytes", "pgpilot_instance_replication_lag_bytes", "pgpilot_instance_replicas",
+	"pgpilot_replica_lag_bytes", "pgpilot_instance_fenced", "pgpilot_instance_start_time_seconds",
+}
+
+// exposition builds Prometheus text from metric name → sample lines; names without
+// samples are left out.
+func exposition(samples map[string][]string) string {
+	var b strings.Builder
+	for _, name := range metricNames {
+		if len(samples[name]) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s gauge\n", name, metricHelp[name], name)
+		for _, s := range samples[name] {
+			fmt.Fprintf(&b, "%s%s\n", name, s)
+		}
+	}
+	return b.String()
+}
+
+func roleSamples(current string) []string {
+	var out []string
+	for _, r := range []string{RolePrimary, RoleReplica, RoleFenced, RoleStarting, RoleStopped} {
+		v := 0
+		if r == current {
+			v = 1
+		}
+		out = append(out, fmt.Sprintf(`{role=%q} %d`, r, v))
+	}
+	return out
+}
+
+func TestMetrics(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status Status
+		want   map[string][]string
+	}{
+		{
+			name:   "primary with replicas",
+			status: primaryStatus(),
+			want: map[string][]string{
+				"pgpilot_instance_up":                    {" 1"},
+				"pgpilot_instance_ready":                 {" 1"},
+				"pgpilot_instance_role":                  roleSamples(RolePrimary),
+				"pgpilot_instance_timeline":              {" 4"},
+				"pgpilot_instance_wal_lsn_bytes":         {`{kind="write"} 4294967296`},
+				"pgpilot_instance_replication_lag_bytes": {" 0"},
+				"pgpilot_instance_replicas":              {" 2"},
+				"pgpilot_replica_lag_bytes": {
+					`{replica="my-db-1",sync_state="sync"} 256`,
+					`{replica="my-db-2",sync_state="async"} 268435456`,
+				},
+				"pgpilot_instance_fenced":             {" 0"},
+				"pgpilot_instance_start_time_seconds": {" 1741064767"},
+			},
+		},
+		{
+			name:   "replica",
+			status: replicaStatus(),
+			want: map[string][]string{
+				"pgpilot_instance_up":       {" 1"},
+				"pgpilot_instance_ready":    {" 1"},
+				"pgpilot_instance_role":     roleSamples(RoleReplica),
+				"pgpilot_instance_timeline": {" 3"},
+				"pgpilot_instance_wal_lsn_bytes": {
+					`{kind="received"} 97500059720`,
+					`{kind="replayed"} 97500004352`,
+				},
+				"pgpilot_instance_replication_lag_bytes": {" 55368"},
+				"pgpilot_instance_replicas":              {" 0"},
+				"pgpilot_instance_fenced":                {" 0"},
+				"pgpilot_instance_start_time_seconds":    {" 1741064767.8"},
+			},
+		},
+		{
+			name:   "stopped",
+			status: Status{Pod: "my-db-2", Role: RoleStopped, Error: "postgres exited"},
+			want: map[string][]string{
+				"pgpilot_instance_up":                    {" 0"},
+				"pgpilot_instance_ready":                 {" 0"},
+				"pgpilot_instance_role":                  roleSamples(RoleStopped),
+				"pgpilot_instance_timeline":              {" 0"},
+				"pgpilot_instance_replication_lag_bytes": {" 0"},
+				"pgpilot_instance_replicas":              {" 0"},
+				"pgpilot_instance_fenced":                {" 0"},
+			},
+		},
+		{
+			name: "fenced, a malformed LSN and a standby listed twice",
+			status: Status{
+				Role: RoleFenced, Running: true, Fenced: true, Timeline: 2, WriteLSN: "not an LSN",
+				Replicas: []ReplicaStatus{
+					{Name: "my-db-1", SyncState: "async", LagBytes: 10},
+					{Name: "my-db-1", SyncState: "async", LagBytes: 30},
+					{Name: "my-db-1", SyncState: "async", LagBytes: 20},
+					{Name: "my-db-2", SyncState: "async", LagBytes: 5},
+				},
+			},
+			want: map[string][]string{
+				"pgpilot_instance_up":                    {" 1"},
+				"pgpilot_instance_ready":                 {" 0"},
+				"pgpilot_instance_role":                  roleSamples(RoleFenced),
+				"pgpilot_instance_timeline":              {" 2"},
+				"pgpilot_instance_replication_lag_bytes": {" 0"},
+				"pgpilot_instance_replicas":              {" 4"},
+				"pgpilot_replica_lag_bytes": {
+					`{replica="my-db-1",sync_state="async"} 30`,
+					`{replica="my-db-2",sync_state="async"} 5`,
+				},
+				"pgpilot_instance_fenced": {" 1"},
+			},
+		},
+		{
+			name:   "unknown role",
+			status: Status{Role: "rewinding"},
+			want: map[string][]string{
+				"pgpilot_instance_up":                    {" 0"},
+				"pgpilot_instance_ready":                 {" 0"},
+				"pgpilot_instance_role":                  roleSamples(""),
+				"pgpilot_instance_timeline":              {" 0"},
+				"pgpilot_instance_replication_lag_bytes": {" 0"},
+				"pgpilot_instance_replicas":              {" 0"},
+				"pgpilot_instance_fenced":                {" 0"},
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			NewServer(newFakeInstance(tc.status), ServerOptions{Registry: reg})
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(exposition(tc.want)), metricNames...); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func TestMetricsReadStatusAtScrape(t *testing.T) {
+	inst := newFakeInstance(replicaStatus())
+	reg := prometheus.NewRegistry()
+	NewServer(inst, ServerOptions{Registry: reg})
+
+	want := func(role string) string {
+		return exposition(map[string][]string{"pgpilot_instance_role": roleSamples(role)})
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want(RoleReplica)), "pgpilot_instance_role"); err != nil {
+		t.Error(err)
+	}
+	inst.mu.Lock()
+	inst.status.Role = RolePrimary
+	inst.mu.Unlock()
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want(RolePrimary)), "pgpilot_instance_role"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestMetricsLint(t *testing.T) {
+	problems, err := testutil.CollectAndLint(&instanceCollector{inst: newFakeInstance(primaryStatus()), timeout: DefaultRequestTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+}
+
+func TestMetricsEndpoint(t *testing.T) {
+	url := serve(t, newFakeInstance(primaryStatus()), ServerOptions{}) + PathMetrics
+	want := exposition(map[string][]string{
+		"pgpilot_instance_up":       {" 1"},
+		"pgpilot_instance_replicas": {" 2"},
+	})
+	if err := testutil.ScrapeAndCompare(url, strings.NewReader(want), "pgpilot_instance_up", "pgpilot_instance_replicas"); err != nil {
+		t.Error(err)
+	}
+
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"go_goroutines", "process_start_time_seconds"} {
+		if !strings.Contains(string(body), "\n"+name+" ") {
+			t.Errorf("no %s in /metrics", name)
+		}
+	}
+}
+
+func TestRegistryWithRuntimeCollectors(t *testing.T) {
+	// A registry that already has the Go and process collectors (as controller-runtime's
+	// does) is fine.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	NewServer(newFakeInstance(Status{}), ServerOptions{Registry: reg})
+	if n, err := testutil.GatherAndCount(reg, "pgpilot_instance_up", "go_goroutines"); err != nil || n != 2 {
+		t.Errorf("GatherAndCount = %d, %v; want 2", n, err)
+	}
+
+	// A second Server on the same registry is a programming error.
+	defer func() {
+		if recover() == nil {
+			t.Error("a second Server on one registry did not panic")
+		}
+	}()
+	NewServer(newFakeInstance(Status{}), ServerOptions{Registry: reg})
+}

@@ -1,0 +1,291 @@
+package agentapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Defaults of ServerOptions and the fixed limits of the HTTP server.
+const (
+	DefaultRequestTimeout = 10 * time.Second
+	DefaultActionTimeout  = 60 * time.Second
+
+	readHeaderTimeout = 5 * time.Second
+	idleTimeout       = 2 * time.Minute
+	shutdownTimeout   = 5 * time.Second
+	maxHeaderBytes    = 64 << 10
+)
+
+// ServerOptions configure NewServer.
+type ServerOptions struct {
+	// Token is the bearer token the mutating calls (POST /promote, /fence, /demote) must
+	// carry. Empty refuses every mutating call with 403: the API is never open.
+	Token string
+	// Logger receives one entry per mutating call and the server's own events. It never
+	// receives the token or the Authorization header.
+	Logger logr.Logger
+	// Registry is what GET /metrics serves; NewServer registers the instance collector and
+	// the Go and process collectors on it. Nil means a new registry.
+	Registry *prometheus.Registry
+	// RequestTimeout bounds the context of each read-only request, and of the Status call
+	// made at each scrape. Zero means DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// ActionTimeout bounds the context of each mutating request. Zero means
+	// DefaultActionTimeout.
+	ActionTimeout time.Duration
+}
+
+// Server is the agent's HTTP API over an Instance.
+type Server struct {
+	inst           Instance
+	tokenSum       [sha256.Size]byte
+	hasToken       bool
+	log            logr.Logger
+	requestTimeout time.Duration
+	actionTimeout  time.Duration
+	handler        http.Handler
+}
+
+// NewServer returns the API of inst. It registers its collectors on opts.Registry and
+// panics if that registry already holds another Server's instance collector.
+func NewServer(inst Instance, opts ServerOptions) *Server {
+	s := &Server{
+		inst:           inst,
+		hasToken:       opts.Token != "",
+		log:            opts.Logger,
+		requestTimeout: opts.RequestTimeout,
+		actionTimeout:  opts.ActionTimeout,
+	}
+	// Only a digest of the token is kept: comparing digests of equal length keeps the
+	// comparison constant-time even in the token's length.
+	s.tokenSum = sha256.Sum256([]byte(opts.Token))
+	if s.requestTimeout <= 0 {
+		s.requestTimeout = DefaultRequestTimeout
+	}
+	if s.actionTimeout <= 0 {
+		s.actionTimeout = DefaultActionTimeout
+	}
+	if !s.hasToken {
+		s.log.Info("No API token configured: promote, fence and demote calls will be refused")
+	}
+
+	reg := opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	for _, c := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		var already prometheus.AlreadyRegisteredError
+		if err := reg.Register(c); err != nil && !errors.As(err, &already) {
+			s.log.Error(err, "Failed to register runtime metrics")
+		}
+	}
+	reg.MustRegister(&instanceCollector{inst: inst, timeout: s.requestTimeout, log: s.log})
+
+	mux := http.NewServeMux()
+	// A "GET" pattern also serves HEAD; other methods get 405 with an Allow header.
+	mux.Handle("GET "+PathHealthz, http.HandlerFunc(s.healthz))
+	mux.Handle("GET "+PathReadyz, s.bounded(s.requestTimeout, http.HandlerFunc(s.readyz)))
+	mux.Handle("GET "+PathStatus, s.bounded(s.requestTimeout, http.HandlerFunc(s.status)))
+	mux.Handle("POST "+PathPromote, s.bounded(s.actionTimeout, s.action("promote", inst.Promote)))
+	mux.Handle("POST "+PathFence, s.bounded(s.actionTimeout, s.action("fence", inst.Fence)))
+	mux.Handle("POST "+PathDemote, s.bounded(s.actionTimeout, s.action("demote", inst.Demote)))
+	mux.Handle("GET "+PathMetrics, s.bounded(s.requestTimeout, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:      promErrorLog{s.log},
+		ErrorHandling: promhttp.ContinueOnError,
+	})))
+	s.handler = mux
+	return s
+}
+
+// Handler is the API as an http.Handler, for tests and for serving it on a listener of
+// one's own.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Run listens on addr (host:port) and serves the API until ctx ends, then shuts down,
+// letting requests in flight finish for up to 5 seconds. It returns nil after a clean
+// shutdown.
+func (s *Server) Run(ctx context.Context, addr string) error {
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen for the agent API: %w", err)
+	}
+	return s.Serve(ctx, l)
+}
+
+// Serve is Run on a listener of the caller's; it closes l.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       s.requestTimeout,
+		// Longer than the longest handler, so a slow action still gets its answer out.
+		WriteTimeout:   s.actionTimeout + 5*time.Second,
+		IdleTimeout:    idleTimeout,
+		MaxHeaderBytes: maxHeaderBytes,
+		ErrorLog:       log.New(logWriter{s.log}, "", 0),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	s.log.Info("Started serving the agent API", "address", l.Addr().String())
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve the agent API: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(shutdownCtx)
+	if err != nil {
+		// Requests still running after the grace period are cut off.
+		_ = srv.Close()
+		err = fmt.Errorf("shut down the agent API: %w", err)
+	}
+	<-served // http.ErrServerClosed, as soon as Shutdown or Close began
+	s.log.Info("Stopped serving the agent API")
+	return err
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeText(w, http.StatusOK, "ok")
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if err := s.inst.Ready(r.Context()); err != nil {
+		writeText(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	writeText(w, http.StatusOK, "ok")
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.inst.Status(r.Context()))
+}
+
+// action serves one mutating call: authenticate, act, answer with the Status after.
+func (s *Server) action(name string, act func(context.Context) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		log := s.log.WithValues("action", name, "remoteAddr", r.RemoteAddr)
+		if code, reason := s.authorize(r); code != http.StatusOK {
+			log.Info("Refused unauthorised call", "result", reason, "code", code)
+			if code == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", "Bearer")
+			}
+			writeJSONError(w, code, reason)
+			return
+		}
+
+		err := act(r.Context())
+		switch {
+		case err == nil:
+			st := s.inst.Status(r.Context())
+			log.Info("Performed action", "result", "ok", "role", st.Role, "duration", time.Since(start))
+			writeJSON(w, http.StatusOK, st)
+		case errors.Is(err, ErrConflict):
+			log.Info("Refused action in the instance's current state", "result", "conflict",
+				"reason", err.Error(), "duration", time.Since(start))
+			writeJSONError(w, http.StatusConflict, err.Error())
+		default:
+			log.Error(err, "Failed action", "result", "error", "duration", time.Since(start))
+			writeJSONError(w, http.StatusInternalServerError, err.Error())
+		}
+	})
+}
+
+// authorize checks the request's bearer token. It returns 200, or the status code to
+// answer with and a reason that is safe to log and to send (it never contains the token).
+func (s *Server) authorize(r *http.Request) (int, string) {
+	if !s.hasToken {
+		return http.StatusForbidden, "mutating calls are disabled: the agent has no API token"
+	}
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return http.StatusUnauthorized, "missing bearer token"
+	}
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return http.StatusUnauthorized, "authorization is not a bearer token"
+	}
+	sum := sha256.Sum256([]byte(strings.TrimLeft(token, " ")))
+	if subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) != 1 {
+		return http.StatusUnauthorized, "wrong bearer token"
+	}
+	return http.StatusOK, ""
+}
+
+// bounded gives each request handled by h a context that ends after d.
+func (s *Server) bounded(d time.Duration, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), d)
+		defer cancel()
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// errorBody is the JSON body of every error answer of the mutating calls.
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeJSONError(w, http.StatusInternalServerError, "encode the answer: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func writeJSONError(w http.ResponseWriter, code int, msg string) {
+	// Marshalling a struct holding one string cannot fail.
+	b, _ := json.Marshal(errorBody{Error: msg})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func writeText(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte(msg))
+}
+
+// logWriter passes the http.Server's own error messages (bad requests, panics in
+// handlers) to the logger.
+type logWriter struct{ log logr.Logger }
+
+func (l logWriter) Write(p []byte) (int, error) {
+	l.log.Info("HTTP server reported an error", "message", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// promErrorLog passes promhttp's errors (a collector that failed) to the logger.
+type promErrorLog struct{ log logr.Logger }
+
+func (l promErrorLog) Println(v ...any) {
+	l.log.Info("Metrics scrape reported an error", "message", fmt.Sprint(v...))
+}

@@ -1,0 +1,447 @@
+// Package pg runs real agents supervising real PostgreSQL (Debian's postgresql-15), each
+// instance on its own loopback address, with the primary Lease in a real kube-apiserver.
+package pg
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/pgpilot/pgpilot/internal/agent"
+	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/devenv"
+)
+
+// PGBin is where Debian's postgresql-15 puts its programs; hack/install-postgres.sh
+// installs it (make test runs it).
+const PGBin = "/usr/lib/postgresql/15/bin"
+
+const token = "test-token"
+
+// workPrefix names the work directory; every agent and postgres of a run has it in its
+// command line.
+const workPrefix = "pgpilot-pg-"
+
+var (
+	kube       kubernetes.Interface
+	kubeconfig string
+	agentBin   string
+	pgUID      uint32
+	pgGID      uint32
+	workDir    string
+)
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	if _, err := os.Stat(filepath.Join(PGBin, "postgres")); err != nil {
+		fmt.Fprintf(os.Stderr, "PostgreSQL 15 is not installed at %s: run hack/install-postgres.sh (make test does)\n", PGBin)
+		return 1
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "no postgres OS user (Debian's postgresql package creates it):", err)
+		return 1
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	pgUID, pgGID = uint32(uid), uint32(gid)
+
+	root, err := devenv.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// Agents and postgres left by an earlier run that was killed hold the addresses.
+	_ = exec.Command("pkill", "-KILL", "-f", "/"+workPrefix).Run()
+	// A world-traversable work directory: the agents run as the postgres OS user.
+	if workDir, err = os.MkdirTemp("", workPrefix); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(workDir)
+	_ = os.Chmod(workDir, 0o755)
+	agentBin = filepath.Join(workDir, "agent")
+	build := exec.Command("go", "build", "-o", agentBin, "./cmd/agent")
+	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the agent:", err)
+		return 1
+	}
+
+	env, err := devenv.StartControlPlane(root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer env.Stop() //nolint:errcheck
+	if kube, err = kubernetes.NewForConfig(env.Config); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	admin, err := env.AddUser(envtest.User{Name: "agents", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	kc, err := admin.KubeConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	kubeconfig = filepath.Join(workDir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+var clusterSeq struct {
+	sync.Mutex
+	n int
+}
+
+// cluster is a set of instances of one PostgresCluster, pods <name>-0 ... on 127.0.<k>.2+i.
+type cluster struct {
+	t         *testing.T
+	name      string
+	namespace string
+	dir       string
+	instances []*instance
+	creds     agent.Credentials
+}
+
+type instance struct {
+	c       *cluster
+	ordinal int
+	pod     string
+	ip      string
+	dir     string
+	cmd     *exec.Cmd
+	log     *bytes.Buffer
+	done    chan struct{}
+}
+
+// newCluster prepares n instances (not started) and the primary Lease naming the first.
+func newCluster(t *testing.T, n int) *cluster {
+	t.Helper()
+	clusterSeq.Lock()
+	clusterSeq.n++
+	k := clusterSeq.n
+	clusterSeq.Unlock()
+	c := &cluster{t: t, name: fmt.Sprintf("c%d", k), namespace: fmt.Sprintf("pg-%d", k)}
+	c.dir = filepath.Join(workDir, c.name)
+	mustMkdir(t, c.dir, 0o755)
+	c.creds = agent.Credentials{
+		Superuser:   agent.Credential{Username: "postgres", Password: "su-" + c.name + "-secret"},
+		Replication: agent.Credential{Username: "pgpilot_replication", Password: "repl'pw:with\\odd chars"},
+		App:         agent.Credential{Username: "app", Password: "app-" + c.name + "-pw"},
+	}
+	ctx := context.Background()
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Config and secrets as the chart and the sidecar provide them.
+	cfg := map[string]any{
+		"clusterName": c.name, "version": "15", "replicas": n,
+		"parameters": map[string]string{"work_mem": "8MB", "log_min_messages": "warning", "shared_buffers": "16MB"},
+		"bootstrap":  map[string]string{"database": "app", "owner": "app"},
+		"services":   map[string]string{"readWrite": c.name + "-rw", "headless": c.name + "-headless"},
+		"primaryLease": c.name + "-primary",
+	}
+	b, _ := json.Marshal(cfg)
+	mustWrite(t, filepath.Join(c.dir, "config.json"), b)
+	for name, cred := range map[string]agent.Credential{"superuser": c.creds.Superuser, "replication": c.creds.Replication, "app": c.creds.App} {
+		mustMkdir(t, filepath.Join(c.dir, "secrets", name), 0o755)
+		mustWrite(t, filepath.Join(c.dir, "secrets", name, "username"), []byte(cred.Username))
+		mustWrite(t, filepath.Join(c.dir, "secrets", name, "password"), []byte(cred.Password))
+	}
+	mustWrite(t, filepath.Join(c.dir, "token"), []byte(token))
+	for i := range n {
+		in := &instance{c: c, ordinal: i, pod: fmt.Sprintf("%s-%d", c.name, i), ip: fmt.Sprintf("127.0.%d.%d", k, 2+i)}
+		in.dir = filepath.Join(c.dir, in.pod)
+		mustMkdir(t, filepath.Join(in.dir, "run"), 0o700)
+		chownR(t, in.dir)
+		c.instances = append(c.instances, in)
+	}
+	c.setLease(c.instances[0].pod, false)
+	t.Cleanup(c.stopAll)
+	return c
+}
+
+// setLease makes pod the primary, as the sidecar would.
+func (c *cluster) setLease(pod string, bootstrapped bool) {
+	c.t.Helper()
+	ctx := context.Background()
+	leases := kube.CoordinationV1().Leases(c.namespace)
+	l, err := leases.Get(ctx, c.name+"-primary", metav1.GetOptions{})
+	if err != nil {
+		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: c.name + "-primary", Namespace: c.namespace}}
+	}
+	l.Spec.HolderIdentity = &pod
+	if bootstrapped {
+		metav1.SetMetaDataAnnotation(&l.ObjectMeta, agent.AnnotationBootstrapped, "true")
+	}
+	if l.ResourceVersion == "" {
+		_, err = leases.Create(ctx, l, metav1.CreateOptions{})
+	} else {
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *cluster) peers() string {
+	var s string
+	for _, in := range c.instances {
+		s += in.pod + "=" + in.ip + ","
+	}
+	return s
+}
+
+// start starts the instance's agent as the postgres OS user.
+func (in *instance) start() {
+	t := in.c.t
+	t.Helper()
+	in.log = &bytes.Buffer{}
+	in.cmd = exec.Command(agentBin, "run",
+		"--pod-name", in.pod, "--namespace", in.c.namespace,
+		"--pgdata", filepath.Join(in.dir, "pgdata"), "--bin-dir", PGBin,
+		"--listen", in.ip, "--port", "5432", "--socket-dir", filepath.Join(in.dir, "run"),
+		"--config", filepath.Join(in.c.dir, "config.json"), "--secrets", filepath.Join(in.c.dir, "secrets"),
+		"--api-address", in.ip+":8008", "--token-file", filepath.Join(in.c.dir, "token"),
+		"--peers", in.c.peers(), "--kubeconfig", kubeconfig, "--shutdown-timeout", "20s")
+	in.cmd.Stdout, in.cmd.Stderr = syncWriter(in.log), syncWriter(in.log)
+	in.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: pgUID, Gid: pgGID}, Pdeathsig: syscall.SIGKILL}
+	in.cmd.Env = append(os.Environ(), "HOME="+in.dir, "LC_ALL=C.UTF-8")
+	// Orphaned backends may hold the output pipe after a kill -9.
+	in.cmd.WaitDelay = 2 * time.Second
+	if err := in.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	in.done = make(chan struct{})
+	go func() { _ = in.cmd.Wait(); close(in.done) }()
+}
+
+// kill9 kills the agent and its postmaster with SIGKILL, like a pod that dies.
+func (in *instance) kill9() {
+	pid := in.postmasterPid()
+	_ = in.cmd.Process.Kill()
+	if pid > 0 {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	<-in.done
+	// Wait for the backends to go and the port to be free.
+	deadline := time.Now().Add(10 * time.Second)
+	for pid > 0 && syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop stops the agent gracefully (SIGTERM), as the kubelet does.
+func (in *instance) stop() {
+	if in.cmd == nil || in.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-in.done:
+		return
+	default:
+	}
+	_ = in.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-in.done:
+	case <-time.After(40 * time.Second):
+		in.kill9()
+	}
+}
+
+func (c *cluster) stopAll() {
+	for _, in := range c.instances {
+		in.stop()
+	}
+	if c.t.Failed() {
+		for _, in := range c.instances {
+			if in.log != nil {
+				c.t.Logf("--- log of %s ---\n%s", in.pod, lastBytes(in.log.Bytes(), 60000))
+			}
+		}
+	}
+}
+
+// postmasterPid reads postmaster.pid; 0 when postgres is not running.
+func (in *instance) postmasterPid() int {
+	b, err := os.ReadFile(filepath.Join(in.dir, "pgdata", "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	pid, _ := strconv.Atoi(string(line))
+	return pid
+}
+
+func (in *instance) api() *agentapi.Client {
+	return agentapi.NewClient("http://"+in.ip+":8008", token, http.DefaultClient)
+}
+
+func (in *instance) status() (agentapi.Status, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return in.api().Status(ctx)
+}
+
+// waitRole waits until the agent reports role and ready (and, when tl > 0, timeline tl).
+func (in *instance) waitRole(role string, tl int64, timeout time.Duration) agentapi.Status {
+	in.c.t.Helper()
+	var st agentapi.Status
+	var err error
+	eventually(in.c.t, timeout, func() error {
+		st, err = in.status()
+		if err != nil {
+			return err
+		}
+		if st.Role != role || !st.Ready || (tl > 0 && st.Timeline != tl) {
+			return fmt.Errorf("%s: role %s ready %v timeline %d error %q; want %s ready timeline %d", in.pod, st.Role, st.Ready, st.Timeline, st.Error, role, tl)
+		}
+		return nil
+	})
+	return st
+}
+
+// conn connects to the instance over TCP as the application owner.
+func (in *instance) conn(ctx context.Context) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=5432 dbname=app user=app connect_timeout=3", in.ip))
+	if err != nil {
+		return nil, err
+	}
+	cfg.Password = in.c.creds.App.Password
+	return pgx.ConnectConfig(ctx, cfg)
+}
+
+func (in *instance) exec(sql string, args ...any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := in.conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, sql, args...)
+	return err
+}
+
+func (in *instance) count(table string) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := in.conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.Background())
+	var n int64
+	err = conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&n)
+	return n, err
+}
+
+// waitCount waits until the instance has n rows in table.
+func (in *instance) waitCount(table string, n int64, timeout time.Duration) {
+	in.c.t.Helper()
+	eventually(in.c.t, timeout, func() error {
+		got, err := in.count(table)
+		if err != nil {
+			return err
+		}
+		if got != n {
+			return fmt.Errorf("%s has %d rows in %s, want %d", in.pod, got, table, n)
+		}
+		return nil
+	})
+}
+
+func eventually(t *testing.T, timeout time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %v", timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func mustMkdir(t *testing.T, dir string, mode os.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(dir, mode); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(dir, mode)
+}
+
+func mustWrite(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func chownR(t *testing.T, dir string) {
+	t.Helper()
+	err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Chown(p, int(pgUID), int(pgGID))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+var writers sync.Map
+
+func syncWriter(b *bytes.Buffer) *lockedWriter {
+	w, _ := writers.LoadOrStore(b, &lockedWriter{b: b})
+	return w.(*lockedWriter)
+}
+
+func lastBytes(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
