@@ -67,4 +67,3 @@ func hmacSHA256(key []byte, msg string) []byte {
 	h.Write([]byte(msg))
 	return h.Sum(nil)
 }
-

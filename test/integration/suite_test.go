@@ -27,12 +27,12 @@ import (
 const agentImage = "pgpilot:integration"
 
 var (
-	k8s      client.Client
-	cfg      *rest.Config
+	k8s client.Client
+	cfg *rest.Config
 	// operatorCfg impersonates the operator's ServiceAccount.
 	operatorCfg *rest.Config
-	env      *envtest.Environment
-	repoRoot string
+	env         *envtest.Environment
+	repoRoot    string
 )
 
 func TestMain(m *testing.M) {

@@ -163,9 +163,9 @@ func newCluster(t *testing.T, n int) *cluster {
 	// Config and secrets as the chart and the sidecar provide them.
 	cfg := map[string]any{
 		"clusterName": c.name, "version": "15", "replicas": n,
-		"parameters": map[string]string{"work_mem": "8MB", "log_min_messages": "warning", "shared_buffers": "16MB"},
-		"bootstrap":  map[string]string{"database": "app", "owner": "app"},
-		"services":   map[string]string{"readWrite": c.name + "-rw", "headless": c.name + "-headless"},
+		"parameters":   map[string]string{"work_mem": "8MB", "log_min_messages": "warning", "shared_buffers": "16MB"},
+		"bootstrap":    map[string]string{"database": "app", "owner": "app"},
+		"services":     map[string]string{"readWrite": c.name + "-rw", "headless": c.name + "-headless"},
 		"primaryLease": c.name + "-primary",
 	}
 	b, _ := json.Marshal(cfg)
