@@ -242,11 +242,16 @@ func (a *Agent) startPrimary(ctx context.Context, state DataState, view LeaseVie
 	if err := a.pg.WriteConfig(a.confInput(AsPrimary, "")); err != nil {
 		return err
 	}
-	if err := a.start(ctx, agentapi.RolePrimary, ""); err != nil {
+	if err := a.start(ctx); err != nil {
 		return err
 	}
-	if fresh {
+	// Until the bootstrap marker exists the roles and database may be missing or half
+	// made (an agent stopped midway): create what is missing, then mark it done.
+	if fresh || !a.pg.Bootstrapped() {
 		if err := a.db.Bootstrap(ctx, a.cluster.Bootstrap, a.creds); err != nil {
+			return err
+		}
+		if err := a.pg.MarkBootstrapped(); err != nil {
 			return err
 		}
 		a.log.Info("Bootstrapped the cluster", "database", a.cluster.Bootstrap.Database, "owner", a.cluster.Bootstrap.Owner)
@@ -259,7 +264,11 @@ func (a *Agent) startPrimary(ctx context.Context, state DataState, view LeaseVie
 		a.log.Info("Set passwords from the credentials Secrets", "roles", changed)
 	}
 	a.slotsDone = time.Time{}
-	return a.maintainPrimary(ctx)
+	if err := a.maintainPrimary(ctx); err != nil {
+		return err
+	}
+	a.setState(a.process(), agentapi.RolePrimary, "")
+	return nil
 }
 
 func (a *Agent) startStandby(ctx context.Context, state DataState, primary string) error {
@@ -285,7 +294,11 @@ func (a *Agent) startStandby(ctx context.Context, state DataState, primary strin
 	if err := a.pg.WriteConfig(a.confInput(AsStandby, primary)); err != nil {
 		return err
 	}
-	return a.start(ctx, agentapi.RoleReplica, primary)
+	if err := a.start(ctx); err != nil {
+		return err
+	}
+	a.setState(a.process(), agentapi.RoleReplica, primary)
+	return nil
 }
 
 // reclone replaces a data directory that cannot be rewound. The old one is kept aside
@@ -304,13 +317,14 @@ func (a *Agent) reclone(ctx context.Context, host, primary string) error {
 	return os.RemoveAll(aside)
 }
 
-// start starts postgres and waits until it accepts connections.
-func (a *Agent) start(ctx context.Context, role, upstream string) error {
+// start starts postgres and waits until it accepts connections. The role stays
+// "starting" until the caller has finished what the role needs.
+func (a *Agent) start(ctx context.Context) error {
 	proc, err := a.pg.Start()
 	if err != nil {
 		return err
 	}
-	a.setState(proc, agentapi.RoleStarting, upstream)
+	a.setState(proc, agentapi.RoleStarting, "")
 	for {
 		pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := a.db.Ping(pingCtx)
@@ -327,11 +341,10 @@ func (a *Agent) start(ctx context.Context, role, upstream string) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	a.setState(proc, role, upstream)
 	a.mu.Lock()
 	a.crashes = 0
 	a.mu.Unlock()
-	a.log.Info("Postgres is up", "role", role, "upstream", upstream, "pid", proc.Pid())
+	a.log.Info("Postgres is up", "pid", proc.Pid())
 	return nil
 }
 

@@ -91,27 +91,54 @@ func (d *DB) Observe(ctx context.Context, st *agentapi.Status) error {
 }
 
 // Bootstrap creates, on a new cluster's first primary, the replication role (with the
-// functions pg_rewind needs), the application owner and database.
+// functions pg_rewind needs), the application owner and database. It creates only what
+// is missing, so it can run again after an interruption.
 func (d *DB) Bootstrap(ctx context.Context, b Bootstrap, cs Credentials) error {
 	conn, err := d.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.Background())
+	exists := func(query, name string) (bool, error) {
+		var ok bool
+		err := conn.QueryRow(ctx, "SELECT EXISTS ("+query+")", name).Scan(&ok)
+		return ok, err
+	}
 	repl := pgx.Identifier{cs.Replication.Username}.Sanitize()
 	owner := pgx.Identifier{b.Owner}.Sanitize()
-	stmts := []string{
-		"CREATE ROLE " + repl + " WITH REPLICATION LOGIN",
-		"GRANT EXECUTE ON FUNCTION pg_catalog.pg_ls_dir(text, boolean, boolean) TO " + repl,
-		"GRANT EXECUTE ON FUNCTION pg_catalog.pg_stat_file(text, boolean) TO " + repl,
-		"GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text) TO " + repl,
-		"GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean) TO " + repl,
-		"CREATE ROLE " + owner + " WITH LOGIN",
-		"CREATE DATABASE " + pgx.Identifier{b.Database}.Sanitize() + " OWNER " + owner,
+	steps := []struct {
+		check, name string
+		stmts       []string
+	}{
+		{"SELECT 1 FROM pg_roles WHERE rolname = $1", cs.Replication.Username, []string{
+			"CREATE ROLE " + repl + " WITH REPLICATION LOGIN",
+			"GRANT EXECUTE ON FUNCTION pg_catalog.pg_ls_dir(text, boolean, boolean) TO " + repl,
+			"GRANT EXECUTE ON FUNCTION pg_catalog.pg_stat_file(text, boolean) TO " + repl,
+			"GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text) TO " + repl,
+			"GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean) TO " + repl,
+		}},
+		{"SELECT 1 FROM pg_roles WHERE rolname = $1", b.Owner, []string{"CREATE ROLE " + owner + " WITH LOGIN"}},
+		{"SELECT 1 FROM pg_database WHERE datname = $1", b.Database, []string{
+			"CREATE DATABASE " + pgx.Identifier{b.Database}.Sanitize() + " OWNER " + owner,
+		}},
 	}
-	for _, s := range stmts {
-		if _, err := conn.Exec(ctx, s); err != nil {
-			return fmt.Errorf("bootstrapping (%s): %w", strings.SplitN(s, " TO", 2)[0], err)
+	for _, step := range steps {
+		ok, err := exists(step.check, step.name)
+		if err != nil {
+			return err
+		}
+		if ok {
+			continue
+		}
+		// A role and its grants in one transaction; CREATE DATABASE cannot be in one.
+		if len(step.stmts) > 1 {
+			if _, err := conn.Exec(ctx, "BEGIN; "+strings.Join(step.stmts, "; ")+"; COMMIT"); err != nil {
+				return fmt.Errorf("bootstrapping %s: %w", step.name, err)
+			}
+			continue
+		}
+		if _, err := conn.Exec(ctx, step.stmts[0]); err != nil {
+			return fmt.Errorf("bootstrapping %s: %w", step.name, err)
 		}
 	}
 	return nil

@@ -81,6 +81,21 @@ func (p *Postgres) State() (DataState, error) {
 	return DataPrimary, nil
 }
 
+// bootstrapMarker is created in the data directory once the first primary created the
+// cluster's roles and database; clones and rewinds carry it along.
+const bootstrapMarker = "pgpilot.bootstrapped"
+
+// Bootstrapped reports whether the bootstrap marker exists.
+func (p *Postgres) Bootstrapped() bool {
+	_, err := os.Stat(filepath.Join(p.PGData, bootstrapMarker))
+	return err == nil
+}
+
+// MarkBootstrapped creates the bootstrap marker.
+func (p *Postgres) MarkBootstrapped() error {
+	return writeFileAtomic(filepath.Join(p.PGData, bootstrapMarker), []byte("roles and database created by pgpilot\n"), 0o600)
+}
+
 // Major reads PG_VERSION.
 func (p *Postgres) Major() (string, error) {
 	b, err := os.ReadFile(filepath.Join(p.PGData, "PG_VERSION"))

@@ -3,6 +3,11 @@ package pg
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -108,5 +113,210 @@ func TestFailoverAndRejoin(t *testing.T) {
 	old.waitCount("t", 76, 30*time.Second)
 	if err := old.exec("INSERT INTO t (v) VALUES ('no')"); err == nil {
 		t.Error("the rejoined old primary accepted a write")
+	}
+}
+
+// A postmaster that dies (kill -9, the agent alive) is restarted by the agent, as the
+// same primary, with its data.
+func TestCrashedPostmasterIsRestarted(t *testing.T) {
+	c := newCluster(t, 1)
+	p := c.instances[0]
+	p.start()
+	before := p.waitRole(agentapi.RolePrimary, 1, upTimeout)
+	if err := p.exec("CREATE TABLE t AS SELECT generate_series(1, 10) AS id"); err != nil {
+		t.Fatal(err)
+	}
+	pid := p.postmasterPid()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, upTimeout, func() error {
+		st, err := p.status()
+		if err != nil {
+			return err
+		}
+		if !st.Ready || st.StartedAt == nil || !st.StartedAt.After(*before.StartedAt) || p.postmasterPid() == pid {
+			return fmt.Errorf("not restarted yet: %+v", st)
+		}
+		return nil
+	})
+	p.waitCount("t", 10, 10*time.Second)
+}
+
+// The Lease names an instance whose volume is empty in a cluster that was bootstrapped
+// before: the agent refuses to initdb (which would start an empty database in place of
+// the lost one) and says why.
+func TestLostVolumeOnThePrimaryIsNotReinitialised(t *testing.T) {
+	c := newCluster(t, 1)
+	c.setLease(c.instances[0].pod, true)
+	p := c.instances[0]
+	p.start()
+	eventually(t, 30*time.Second, func() error {
+		st, err := p.status()
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(st.Error, "refusing to initialise a new, empty database") {
+			return fmt.Errorf("status error %q", st.Error)
+		}
+		return nil
+	})
+	if _, err := os.Stat(filepath.Join(p.dir, "pgdata", "PG_VERSION")); err == nil {
+		t.Error("initdb ran anyway")
+	}
+}
+
+// Bad input gives a clear error and never touches data: missing Secrets and a broken
+// configuration stop the agent with a message; an unreachable primary at clone time is
+// retried without leaving a half-made data directory; a directory that is not a
+// PostgreSQL data directory is left alone.
+func TestBadInput(t *testing.T) {
+	t.Run("missing secret", func(t *testing.T) {
+		c := newCluster(t, 1)
+		if err := os.Remove(filepath.Join(c.dir, "secrets", "replication", "password")); err != nil {
+			t.Fatal(err)
+		}
+		p := c.instances[0]
+		p.start()
+		waitExit(t, p, "reading the replication credentials")
+	})
+	t.Run("corrupt configuration", func(t *testing.T) {
+		c := newCluster(t, 1)
+		mustWrite(t, filepath.Join(c.dir, "config.json"), []byte(`{"clusterName": "x", `))
+		p := c.instances[0]
+		p.start()
+		waitExit(t, p, "is not valid JSON")
+	})
+	t.Run("unreachable primary at clone time", func(t *testing.T) {
+		c := newCluster(t, 2)
+		r := c.instances[1] // the primary c.instances[0] is never started
+		r.start()
+		eventually(t, 30*time.Second, func() error {
+			st, err := r.status()
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(st.Error, "cloning from "+c.instances[0].pod) {
+				return fmt.Errorf("status error %q", st.Error)
+			}
+			return nil
+		})
+		for _, d := range []string{"pgdata", "pgdata.clone"} {
+			if _, err := os.Stat(filepath.Join(r.dir, d)); err == nil {
+				t.Errorf("%s exists after failed clones", d)
+			}
+		}
+		// Once the primary is up, the replica's retries succeed.
+		c.instances[0].start()
+		r.waitRole(agentapi.RoleReplica, 1, upTimeout)
+	})
+	t.Run("foreign files in the data directory", func(t *testing.T) {
+		c := newCluster(t, 1)
+		p := c.instances[0]
+		mustMkdir(t, filepath.Join(p.dir, "pgdata"), 0o700)
+		mustWrite(t, filepath.Join(p.dir, "pgdata", "precious.txt"), []byte("user data"))
+		chownR(t, p.dir)
+		p.start()
+		eventually(t, 30*time.Second, func() error {
+			st, err := p.status()
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(st.Error, "holds no PostgreSQL data directory") {
+				return fmt.Errorf("status error %q", st.Error)
+			}
+			return nil
+		})
+		if b, err := os.ReadFile(filepath.Join(p.dir, "pgdata", "precious.txt")); err != nil || string(b) != "user data" {
+			t.Errorf("the foreign file was touched: %v %q", err, b)
+		}
+	})
+}
+
+// waitExit waits for the agent to exit with an error that contains want.
+func waitExit(t *testing.T, in *instance, want string) {
+	t.Helper()
+	select {
+	case <-in.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent did not exit")
+	}
+	if in.cmd.ProcessState.ExitCode() == 0 {
+		t.Errorf("the agent exited 0")
+	}
+	if !strings.Contains(in.log.String(), want) {
+		t.Errorf("the agent's output does not say %q:\n%s", want, in.log.String())
+	}
+}
+
+// Fence stops a primary at once, and it stays down while the Lease still names it; once
+// the Lease names another instance it rejoins as that one's replica. Demote does the
+// same after a clean shutdown, with every write on the replica first.
+func TestFenceAndDemote(t *testing.T) {
+	for _, action := range []string{"fence", "demote"} {
+		t.Run(action, func(t *testing.T) {
+			c := newCluster(t, 2)
+			for _, in := range c.instances {
+				in.start()
+			}
+			p, r := c.instances[0], c.instances[1]
+			p.waitRole(agentapi.RolePrimary, 1, upTimeout)
+			r.waitRole(agentapi.RoleReplica, 1, upTimeout)
+			if err := p.exec("CREATE TABLE t AS SELECT generate_series(1, 1000) AS id"); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			call := p.api().Fence
+			if action == "demote" {
+				call = p.api().Demote
+			}
+			st, err := call(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Role != agentapi.RoleFenced || st.Running {
+				t.Errorf("after %s: %+v", action, st)
+			}
+			if err := p.exec("INSERT INTO t VALUES (0)"); err == nil {
+				t.Errorf("a write succeeded after %s", action)
+			}
+			if action == "demote" {
+				// A clean shutdown sent every WAL record to the replica.
+				r.waitCount("t", 1000, 10*time.Second)
+			}
+			time.Sleep(2 * time.Second) // the agent's loop runs every second: it must not restart it
+			if st, _ := p.status(); st.Running {
+				t.Errorf("a fenced primary was restarted while the Lease still names it")
+			}
+			c.setLease(r.pod, true)
+			if _, err := r.api().Promote(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r.waitRole(agentapi.RolePrimary, 2, 30*time.Second)
+			p.waitRole(agentapi.RoleReplica, 2, upTimeout)
+		})
+	}
+}
+
+// Passwords follow the Secrets: a changed password takes effect at the next start.
+func TestPasswordRotation(t *testing.T) {
+	c := newCluster(t, 1)
+	p := c.instances[0]
+	p.start()
+	p.waitRole(agentapi.RolePrimary, 1, upTimeout)
+	p.stop()
+	c.creds.App.Password = "rotated-" + c.name
+	mustWrite(t, filepath.Join(c.dir, "secrets", "app", "password"), []byte(c.creds.App.Password))
+	p.start()
+	p.waitRole(agentapi.RolePrimary, 1, upTimeout)
+	if err := p.exec("SELECT 1"); err != nil {
+		t.Fatalf("the rotated password does not work: %v", err)
+	}
+	if !strings.Contains(p.log.String(), `"roles":["app"]`) {
+		t.Errorf("the agent did not report setting the app password")
+	}
+	if strings.Contains(p.log.String(), c.creds.App.Password) {
+		t.Errorf("the password appears in the agent's output")
 	}
 }
