@@ -4,6 +4,10 @@ import "strconv"
 
 // Labels and annotations pgpilot puts on objects.
 const (
+	// AnnotationBootstrapped on the primary Lease says the cluster's first primary came
+	// up; from then on the agent never runs initdb over an empty volume.
+	AnnotationBootstrapped = "db.example.com/bootstrapped"
+
 	// LabelCluster names the PostgresCluster an object belongs to.
 	LabelCluster = "db.example.com/cluster"
 	// LabelRole is primary, replica or fenced on instance pods; the Services select on it.
@@ -32,6 +36,9 @@ func (c *PostgresCluster) ReplicationSecretName() string { return c.Name + "-rep
 
 // AppSecretName is the Secret with the application owner's credentials.
 func (c *PostgresCluster) AppSecretName() string { return c.Name + "-app" }
+
+// AgentTokenSecretName is the Secret with the bearer token of the agents' API.
+func (c *PostgresCluster) AgentTokenSecretName() string { return c.Name + "-agent" }
 
 // ReadWriteServiceName is the Service that selects the primary.
 func (c *PostgresCluster) ReadWriteServiceName() string { return c.Name + "-rw" }

@@ -11,12 +11,14 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 )
 
 // AnnotationBootstrapped on the primary Lease says the cluster's first primary came up
 // (the sidecar sets it). From then on, an empty data directory on the Lease's holder is
 // a lost volume, never a reason to run initdb.
-const AnnotationBootstrapped = "db.example.com/bootstrapped"
+const AnnotationBootstrapped = dbv1.AnnotationBootstrapped
 
 // LeaseView is the primary Lease as the agent last saw it.
 type LeaseView struct {

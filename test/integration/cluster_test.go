@@ -94,6 +94,8 @@ func TestExampleRendersTheTopology(t *testing.T) {
 	var cluster dbv1.PostgresCluster
 	eventually(t, timeout, func() error { return get(ns, "my-db", &cluster) })
 	passwords := map[string]string{}
+	var token corev1.Secret
+	eventually(t, timeout, func() error { return get(ns, "my-db-agent", &token) })
 	for _, name := range []string{"my-db-superuser", "my-db-replication", "my-db-app"} {
 		var s corev1.Secret
 		eventually(t, timeout, func() error { return get(ns, name, &s) })
@@ -165,6 +167,17 @@ func TestStatusFollowsThePods(t *testing.T) {
 		return nil
 	})
 	waitForStatus(t, ns, "db", dbv1.PhaseHealthy, 3)
+	// The first primary came up: the Lease says so, so no agent will ever initdb again.
+	eventually(t, timeout, func() error {
+		var lease coordinationv1.Lease
+		if err := get(ns, "db-primary", &lease); err != nil {
+			return err
+		}
+		if lease.Annotations[dbv1.AnnotationBootstrapped] != "true" {
+			return fmt.Errorf("the Lease is not marked bootstrapped: %v", lease.Annotations)
+		}
+		return nil
+	})
 
 	out := kubectl(t, "get", "pgc", "-n", ns)
 	lines := strings.Split(strings.TrimSpace(out), "\n")

@@ -81,29 +81,42 @@ func (r *CredentialsReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, nil
 	}
 	for _, want := range Wanted(&cluster) {
-		var existing corev1.Secret
-		err := r.reader.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: want.Name}, &existing)
-		if err == nil {
-			continue
-		}
-		if !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, err
-		}
-		secret, err := r.newSecret(&cluster, want)
+		err := r.ensure(ctx, &cluster, want.Name, "role "+want.Username, func() (*corev1.Secret, error) {
+			return r.newSecret(&cluster, want)
+		})
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		if err := r.client.Create(ctx, secret); err != nil {
-			if apierrors.IsAlreadyExists(err) {
-				continue
-			}
-			return ctrl.Result{}, fmt.Errorf("creating Secret %s: %w", want.Name, err)
-		}
-		log.FromContext(ctx).Info("Created credentials Secret", "secret", want.Name, "username", want.Username)
-		r.recorder.Eventf(&cluster, corev1.EventTypeNormal, dbv1.ReasonCredentialsCreated,
-			"Created Secret %s for role %s", want.Name, want.Username)
 	}
-	return ctrl.Result{}, nil
+	err := r.ensure(ctx, &cluster, cluster.AgentTokenSecretName(), "the agents' API", func() (*corev1.Secret, error) {
+		return r.newTokenSecret(&cluster)
+	})
+	return ctrl.Result{}, err
+}
+
+// ensure creates Secret name with build unless it exists.
+func (r *CredentialsReconciler) ensure(ctx context.Context, c *dbv1.PostgresCluster, name, what string, build func() (*corev1.Secret, error)) error {
+	var existing corev1.Secret
+	err := r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &existing)
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return err
+	}
+	secret, err := build()
+	if err != nil {
+		return err
+	}
+	if err := r.client.Create(ctx, secret); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return fmt.Errorf("creating Secret %s: %w", name, err)
+	}
+	log.FromContext(ctx).Info("Created credentials Secret", "secret", name, "for", what)
+	r.recorder.Eventf(c, corev1.EventTypeNormal, dbv1.ReasonCredentialsCreated, "Created Secret %s for %s", name, what)
+	return nil
 }
 
 // Credential is one role whose credentials live in a Secret.
@@ -175,6 +188,31 @@ func (r *CredentialsReconciler) newSecret(c *dbv1.PostgresCluster, want Credenti
 		return nil, err
 	}
 	return s, nil
+}
+
+// KeyToken is the agent token Secret's key.
+const KeyToken = "token"
+
+// newTokenSecret is the bearer token the sidecar calls the agents' promote, fence and
+// demote with; the pods mount it.
+func (r *CredentialsReconciler) newTokenSecret(c *dbv1.PostgresCluster) (*corev1.Secret, error) {
+	token, err := Password(r.random, 48)
+	if err != nil {
+		return nil, err
+	}
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: c.AgentTokenSecretName(), Namespace: c.Namespace,
+			Labels: map[string]string{
+				dbv1.LabelCluster:              c.Name,
+				"app.kubernetes.io/managed-by": "pgpilot",
+				"app.kubernetes.io/part-of":    "pgpilot",
+			},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{KeyToken: []byte(token)},
+	}
+	return s, controllerutil.SetControllerReference(c, s, r.scheme)
 }
 
 // Password returns n characters drawn uniformly from [A-Za-z0-9].

@@ -115,9 +115,14 @@ func TestReconcileCreatesSecrets(t *testing.T) {
 	e.reconcile("db")
 
 	secrets := e.secrets()
-	if diff := cmp.Diff([]string{"db-app", "db-replication", "db-superuser"}, names(secrets)); diff != "" {
+	if diff := cmp.Diff([]string{"db-agent", "db-app", "db-replication", "db-superuser"}, names(secrets)); diff != "" {
 		t.Fatalf("Secrets (-want +got):\n%s", diff)
 	}
+	token := secrets["db-agent"]
+	if len(token.Data[credentials.KeyToken]) != 48 || token.Type != corev1.SecretTypeOpaque || metav1.GetControllerOf(&token) == nil {
+		t.Errorf("agent token Secret: type %s, token of %d bytes, owner %v", token.Type, len(token.Data[credentials.KeyToken]), token.OwnerReferences)
+	}
+	delete(secrets, "db-agent")
 	wantOwner := []metav1.OwnerReference{{
 		APIVersion: "db.example.com/v1", Kind: "PostgresCluster", Name: "db", UID: cluster.UID,
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
@@ -195,6 +200,7 @@ func TestReconcileCreatesSecrets(t *testing.T) {
 		createdEvent("db-superuser", "postgres"),
 		createdEvent("db-replication", "pgpilot_replication"),
 		createdEvent("db-app", "shopkeeper"),
+		"Normal " + dbv1.ReasonCredentialsCreated + " Created Secret db-agent for the agents' API",
 	}
 	if diff := cmp.Diff(wantEvents, events); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
@@ -212,8 +218,8 @@ func TestReconcileTwiceChangesNothing(t *testing.T) {
 	e := newEnv(t, newCluster())
 	e.reconcile("db")
 	before := e.snapshot()
-	if len(before) != 3 {
-		t.Fatalf("first reconcile created %d Secrets, want 3", len(before))
+	if len(before) != 4 {
+		t.Fatalf("first reconcile created %d Secrets, want 4", len(before))
 	}
 	e.events()
 
@@ -239,10 +245,11 @@ func TestReconcileKeepsExistingSecret(t *testing.T) {
 	if diff := cmp.Diff(before, after["db-superuser"]); diff != "" {
 		t.Errorf("the existing Secret changed (-before +after):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"db-app", "db-replication", "db-superuser"}, names(e.secrets())); diff != "" {
+	if diff := cmp.Diff([]string{"db-agent", "db-app", "db-replication", "db-superuser"}, names(e.secrets())); diff != "" {
 		t.Errorf("Secrets (-want +got):\n%s", diff)
 	}
-	wantEvents := []string{createdEvent("db-replication", "pgpilot_replication"), createdEvent("db-app", "app")}
+	wantEvents := []string{createdEvent("db-replication", "pgpilot_replication"), createdEvent("db-app", "app"),
+		"Normal " + dbv1.ReasonCredentialsCreated + " Created Secret db-agent for the agents' API"}
 	if diff := cmp.Diff(wantEvents, e.events()); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}

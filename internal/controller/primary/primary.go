@@ -34,7 +34,7 @@ func NewPrimaryReconciler(c client.Client, recorder record.EventRecorder, clk cl
 }
 
 // +kubebuilder:rbac:groups=db.example.com,resources=postgresclusters,verbs=get;list;watch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
@@ -47,12 +47,19 @@ func (r *PrimaryReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if !cluster.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	holder, err := r.ensureLease(ctx, &cluster)
+	lease, err := r.ensureLease(ctx, &cluster)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	holder := ""
+	if lease.Spec.HolderIdentity != nil {
+		holder = *lease.Spec.HolderIdentity
+	}
 	pods, err := clusterpods.List(ctx, r.client, &cluster)
 	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.markBootstrapped(ctx, lease, pods, holder); err != nil {
 		return ctrl.Result{}, err
 	}
 	for i := range pods {
@@ -97,17 +104,14 @@ func Role(pod *corev1.Pod, holder string) (string, bool) {
 // The Lease has no owner reference on purpose: like the volumes, it outlives the
 // cluster, so a cluster created again on the kept volumes resumes with the instance
 // that had the newest data as primary rather than with whichever is first.
-func (r *PrimaryReconciler) ensureLease(ctx context.Context, c *dbv1.PostgresCluster) (string, error) {
+func (r *PrimaryReconciler) ensureLease(ctx context.Context, c *dbv1.PostgresCluster) (*coordinationv1.Lease, error) {
 	var lease coordinationv1.Lease
 	err := r.client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.PrimaryLeaseName()}, &lease)
 	if err == nil {
-		if lease.Spec.HolderIdentity == nil {
-			return "", nil
-		}
-		return *lease.Spec.HolderIdentity, nil
+		return &lease, nil
 	}
 	if !apierrors.IsNotFound(err) {
-		return "", err
+		return nil, err
 	}
 	holder := c.InstanceName(0)
 	now := metav1.NewMicroTime(r.clock.Now())
@@ -124,12 +128,33 @@ func (r *PrimaryReconciler) ensureLease(ctx context.Context, c *dbv1.PostgresClu
 		},
 	}
 	if err := r.client.Create(ctx, &lease); err != nil {
-		return "", fmt.Errorf("creating Lease %s: %w", lease.Name, err)
+		return nil, fmt.Errorf("creating Lease %s: %w", lease.Name, err)
 	}
 	log.FromContext(ctx).Info("Designated the first primary", "lease", lease.Name, "primary", holder)
 	r.recorder.Eventf(c, corev1.EventTypeNormal, dbv1.ReasonPrimaryDesignated,
 		"Designated %s as the first primary (Lease %s)", holder, lease.Name)
-	return holder, nil
+	return &lease, nil
+}
+
+// markBootstrapped annotates the Lease once its holder is Ready for the first time: from
+// then on an agent whose volume is empty must not initialise a new database, even when
+// the Lease names it.
+func (r *PrimaryReconciler) markBootstrapped(ctx context.Context, lease *coordinationv1.Lease, pods []corev1.Pod, holder string) error {
+	if lease.Annotations[dbv1.AnnotationBootstrapped] == "true" {
+		return nil
+	}
+	for i := range pods {
+		if pods[i].Name != holder || !clusterpods.IsReady(&pods[i]) {
+			continue
+		}
+		patch := client.MergeFrom(lease.DeepCopy())
+		metav1.SetMetaDataAnnotation(&lease.ObjectMeta, dbv1.AnnotationBootstrapped, "true")
+		if err := r.client.Patch(ctx, lease, patch); err != nil {
+			return fmt.Errorf("marking Lease %s bootstrapped: %w", lease.Name, err)
+		}
+		log.FromContext(ctx).Info("Marked the cluster bootstrapped", "lease", lease.Name, "primary", holder)
+	}
+	return nil
 }
 
 // SetupWithManager watches clusters, their Leases and their pods.
