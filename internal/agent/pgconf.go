@@ -74,10 +74,21 @@ func managed(in ConfInput) map[string]string {
 	return m
 }
 
-// PostgresqlConf renders postgresql.conf: the user's parameters, then pgpilot's.
+// defaults are pgpilot's choices where PostgreSQL's own suit HA poorly; unlike the
+// managed settings a user parameter overrides them.
+var defaults = map[string]string{
+	// A standby whose primary vanished retries every 5 s by default: after a failover
+	// the other replicas would wait that long before following the new primary.
+	"wal_retrieve_retry_interval": "500ms",
+}
+
+// PostgresqlConf renders postgresql.conf: pgpilot's defaults, the user's parameters,
+// then pgpilot's managed settings (later lines win).
 func PostgresqlConf(in ConfInput) string {
 	var b strings.Builder
-	b.WriteString("# Written by the pgpilot agent at every start; edits are lost.\n\n# spec.postgresql.parameters\n")
+	b.WriteString("# Written by the pgpilot agent at every start; edits are lost.\n\n# Defaults\n")
+	writeSettings(&b, defaults)
+	b.WriteString("\n# spec.postgresql.parameters\n")
 	writeSettings(&b, in.Cluster.Parameters)
 	b.WriteString("\n# Managed by pgpilot\n")
 	writeSettings(&b, managed(in))

@@ -122,7 +122,7 @@ var clusterSeq struct {
 
 // cluster is a set of instances of one PostgresCluster, pods <name>-0 ... on 127.0.<k>.2+i.
 type cluster struct {
-	t         *testing.T
+	t         testing.TB
 	name      string
 	namespace string
 	dir       string
@@ -142,7 +142,7 @@ type instance struct {
 }
 
 // newCluster prepares n instances (not started) and the primary Lease naming the first.
-func newCluster(t *testing.T, n int) *cluster {
+func newCluster(t testing.TB, n int) *cluster {
 	t.Helper()
 	clusterSeq.Lock()
 	clusterSeq.n++
@@ -378,7 +378,7 @@ func (in *instance) waitCount(table string, n int64, timeout time.Duration) {
 	})
 }
 
-func eventually(t *testing.T, timeout time.Duration, check func() error) {
+func eventually(t testing.TB, timeout time.Duration, check func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -393,7 +393,7 @@ func eventually(t *testing.T, timeout time.Duration, check func() error) {
 	}
 }
 
-func mustMkdir(t *testing.T, dir string, mode os.FileMode) {
+func mustMkdir(t testing.TB, dir string, mode os.FileMode) {
 	t.Helper()
 	if err := os.MkdirAll(dir, mode); err != nil {
 		t.Fatal(err)
@@ -401,14 +401,14 @@ func mustMkdir(t *testing.T, dir string, mode os.FileMode) {
 	_ = os.Chmod(dir, mode)
 }
 
-func mustWrite(t *testing.T, path string, b []byte) {
+func mustWrite(t testing.TB, path string, b []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func chownR(t *testing.T, dir string) {
+func chownR(t testing.TB, dir string) {
 	t.Helper()
 	err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
 		if err != nil {
