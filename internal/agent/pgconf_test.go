@@ -1,0 +1,120 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestPostgresqlConfPrecedence(t *testing.T) {
+	in := ConfInput{
+		Cluster: ClusterConfig{Replicas: 3, Parameters: map[string]string{
+			"work_mem": "8MB", "wal_retrieve_retry_interval": "2s", "port": "6543",
+		}},
+		Pod: "db-1", Listen: "10.0.0.7", Port: 5432, Socket: "/run/postgresql", Role: AsStandby,
+		PrimaryHost: "db-0.db-headless.prod.svc", PassFile: "/run/postgresql/.pgpass", ReplicationUser: "pgpilot_replication",
+	}
+	conf := PostgresqlConf(in)
+	last := map[string]string{}
+	for _, line := range strings.Split(conf, "\n") {
+		if k, v, ok := strings.Cut(line, " = "); ok {
+			last[k] = v // postgres uses the last occurrence
+		}
+	}
+	want := map[string]string{
+		"work_mem":                    "'8MB'",
+		"wal_retrieve_retry_interval": "'2s'",   // the user's overrides pgpilot's default
+		"port":                        "'5432'", // pgpilot's managed value wins
+		"listen_addresses":            "'10.0.0.7'",
+		"primary_slot_name":           "'pgpilot_db_1'",
+		"max_wal_senders":             "'10'",
+		"hot_standby":                 "'on'",
+		"recovery_target_timeline":    "'latest'",
+	}
+	for k, v := range want {
+		if last[k] != v {
+			t.Errorf("%s = %s, want %s", k, last[k], v)
+		}
+	}
+	if !strings.Contains(last["primary_conninfo"], `host=''db-0.db-headless.prod.svc''`) ||
+		!strings.Contains(last["primary_conninfo"], `application_name=''db-1''`) {
+		t.Errorf("primary_conninfo = %s", last["primary_conninfo"])
+	}
+	in.Role = AsPrimary
+	if strings.Contains(PostgresqlConf(in), "primary_conninfo") {
+		t.Error("a primary's configuration names an upstream")
+	}
+}
+
+func TestQuoting(t *testing.T) {
+	for _, tc := range []struct{ name, in, conf string }{
+		{"plain", "8MB", "'8MB'"},
+		{"quote", "it's", "'it''s'"},
+		{"backslash", `a\b`, `'a\\b'`},
+		{"newline is one line", "a\nb\rc", "'a b c'"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := QuoteConf(tc.in); got != tc.conf {
+				t.Errorf("QuoteConf(%q) = %s, want %s", tc.in, got, tc.conf)
+			}
+		})
+	}
+	got := Conninfo(map[string]string{"host": "h", "password": `p'w\x`, "user": "u"})
+	if want := `host='h' password='p\'w\\x' user='u'`; got != want {
+		t.Errorf("Conninfo = %s, want %s", got, want)
+	}
+}
+
+func TestSlotName(t *testing.T) {
+	for pod, want := range map[string]string{"db-0": "pgpilot_db_0", "My.DB-12": "pgpilot_my_db_12"} {
+		if got := SlotName(pod); got != want {
+			t.Errorf("SlotName(%q) = %q, want %q", pod, got, want)
+		}
+	}
+}
+
+func TestPassFileEscapes(t *testing.T) {
+	got := PassFile(Credentials{
+		Superuser:   Credential{Username: "postgres", Password: `a:b\c`},
+		Replication: Credential{Username: "pgpilot_replication", Password: "x"},
+	})
+	want := "*:*:*:pgpilot_replication:x\n*:*:*:postgres:a\\:b\\\\c\n"
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestParseControlData(t *testing.T) {
+	out := []byte("pg_control version number:            1300\nDatabase cluster state:               in archive recovery\nLatest checkpoint's TimeLineID:       3\n")
+	if diff := cmp.Diff(ControlData{State: "in archive recovery", Timeline: 3}, ParseControlData(out)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestScram(t *testing.T) {
+	salt := strings.NewReader("0123456789abcdef")
+	v, err := ScramVerifier("s3cret", salt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(v, "SCRAM-SHA-256$4096:MDEyMzQ1Njc4OWFiY2RlZg==$") {
+		t.Errorf("verifier %s", v)
+	}
+	for _, tc := range []struct {
+		name, verifier, password string
+		want                     bool
+	}{
+		{"right", v, "s3cret", true},
+		{"wrong", v, "s3cret!", false},
+		{"md5", "md5abcdef", "s3cret", false},
+		{"garbled", "SCRAM-SHA-256$x:y$z", "s3cret", false},
+	} {
+		if got := ScramMatches(tc.verifier, tc.password); got != tc.want {
+			t.Errorf("%s: ScramMatches = %v", tc.name, got)
+		}
+	}
+	if _, err := ScramVerifier("x", strings.NewReader("short")); err == nil {
+		t.Error("a short random source gave a verifier")
+	}
+}
