@@ -96,6 +96,9 @@ func run(args []string) error {
 	fs.StringVar(&cfg.ClusterConfigPath, "config", env("PGPILOT_CONFIG", "/etc/pgpilot/config/config.json"), "The cluster's config.json.")
 	fs.StringVar(&cfg.SecretsDir, "secrets", env("PGPILOT_SECRETS", "/etc/pgpilot/secrets"), "Directory of the mounted credentials Secrets.")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 50*time.Second, "How long a stop may take (smart, then fast, then immediate); keep it under the pod's grace period.")
+	fs.DurationVar(&cfg.IsolationTimeout, "isolation-timeout", 30*time.Second, "A primary that reaches neither the API server nor any other instance for this long stops accepting writes; 0 disables.")
+	fs.IntVar(&cfg.AgentPort, "peer-agent-port", agentapi.Port, "The other instances' agent API port.")
+	leaseProbe := fs.Duration("lease-probe", 5*time.Second, "How often the primary Lease is read besides the watch (API server liveness).")
 	apiAddr := fs.String("api-address", fmt.Sprintf(":%d", agentapi.Port), "Address of the agent's HTTP API.")
 	tokenFile := fs.String("token-file", "/etc/pgpilot/agent/token", "Bearer token the operator uses for promote/fence/demote; without it those calls are refused.")
 	peers := fs.String("peers", "", "pod=host,... overrides for reaching other instances (tests); default <pod>.<headless Service>.<namespace>.svc.")
@@ -152,7 +155,7 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	lease := agent.NewLeaseFollower(clientset, cfg.Namespace, cluster.PrimaryLease, log.WithName("lease"))
-	go lease.Run(ctx)
+	go lease.Run(ctx, *leaseProbe)
 	a := agent.New(cfg, cluster, creds, lease, log)
 
 	token := ""

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +20,8 @@ import (
 // LeaseSource is where the agent learns who is primary.
 type LeaseSource interface {
 	View() LeaseView
+	// LastSeen is when the API server last answered.
+	LastSeen() time.Time
 	Changed() <-chan struct{}
 	Refresh(ctx context.Context) (LeaseView, error)
 }
@@ -37,9 +41,11 @@ type Agent struct {
 
 	mu        sync.Mutex
 	proc      *Process
-	role      string // an agentapi.Role* constant
-	upstream  string // the primary a standby streams from
-	fenced    bool   // stopped on request; stays down while the Lease still names it
+	role      string    // an agentapi.Role* constant
+	upstream  string    // the primary a standby streams from
+	fenced    bool      // stopped on request; stays down while the Lease still names it
+	isolated  bool      // stopped because it reached neither the API server nor a peer
+	alone     time.Time // since when a primary reached neither; zero while it reaches one
 	lastErr   string
 	crashes   int
 	slotsDone time.Time
@@ -167,9 +173,30 @@ func (a *Agent) step(ctx context.Context) error {
 		case role == agentapi.RoleReplica && view.Holder != "" && view.Holder != upstream:
 			return a.follow(ctx, view.Holder)
 		case role == agentapi.RolePrimary:
+			if a.isolatedTooLong(ctx) {
+				a.log.Info("Isolated: neither the API server nor any other instance answered; stopped accepting writes",
+					"for", a.cfg.IsolationTimeout.String())
+				a.stop(true)
+				a.mu.Lock()
+				a.isolated, a.role = true, agentapi.RoleFenced
+				a.mu.Unlock()
+				return nil
+			}
 			return a.maintainPrimary(ctx)
 		}
 		return nil
+	}
+	a.mu.Lock()
+	isolated := a.isolated
+	a.mu.Unlock()
+	if isolated {
+		if time.Since(a.lease.LastSeen()) > a.cfg.IsolationTimeout {
+			return nil // still cut off: stay down
+		}
+		a.log.Info("The API server answers again; following the Lease")
+		a.mu.Lock()
+		a.isolated, a.alone = false, time.Time{}
+		a.mu.Unlock()
 	}
 	if fenced && me {
 		return nil // stays down until the Lease names another primary
@@ -390,6 +417,42 @@ func (a *Agent) follow(ctx context.Context, primary string) error {
 	a.setState(a.process(), agentapi.RoleReplica, primary)
 	a.log.Info("Following a new primary", "primary", primary)
 	return nil
+}
+
+// isolatedTooLong reports whether this primary has reached neither the API server nor
+// any other instance for longer than the isolation timeout. A primary that still
+// reaches a peer keeps serving while the API server is away: a failover needs the API
+// server, so none can happen behind its back.
+func (a *Agent) isolatedTooLong(ctx context.Context) bool {
+	if a.cfg.IsolationTimeout <= 0 || a.cluster.Replicas < 2 {
+		return false
+	}
+	if time.Since(a.lease.LastSeen()) < a.cfg.IsolationTimeout || a.reachesPeer(ctx) {
+		a.alone = time.Time{}
+		return false
+	}
+	if a.alone.IsZero() {
+		a.alone = time.Now()
+		a.log.Info("Reaching neither the API server nor any other instance")
+	}
+	return time.Since(a.alone) >= a.cfg.IsolationTimeout
+}
+
+// reachesPeer reports whether any other instance's agent accepts a connection.
+func (a *Agent) reachesPeer(ctx context.Context) bool {
+	d := net.Dialer{Timeout: 500 * time.Millisecond}
+	for i := range a.cluster.Replicas {
+		pod := fmt.Sprintf("%s-%d", a.cluster.ClusterName, i)
+		if pod == a.cfg.PodName {
+			continue
+		}
+		conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(a.cfg.PeerHost(pod), strconv.Itoa(a.cfg.AgentPort)))
+		if err == nil {
+			conn.Close()
+			return true
+		}
+	}
+	return false
 }
 
 // maintainPrimary keeps a slot for every other instance, every 10 s at most.

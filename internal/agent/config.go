@@ -36,6 +36,12 @@ type Config struct {
 	PeerHost func(pod string) string
 	// ShutdownTimeout bounds a stop: smart first, then fast, then immediate.
 	ShutdownTimeout time.Duration
+	// IsolationTimeout is how long a primary that reaches neither the API server nor
+	// any other instance keeps accepting writes; 0 disables the check.
+	IsolationTimeout time.Duration
+	// AgentPort is the other instances' agent API port (their liveness, for the
+	// isolation check).
+	AgentPort int
 }
 
 // ClusterConfig is the chart's config.json (helm-charts/postgrescluster/templates/configmap.yaml).

@@ -95,11 +95,26 @@ func (f *LeaseFollower) set(l *coordinationv1.Lease) {
 }
 
 // Run follows the Lease until ctx ends: a get, then a watch from its resourceVersion,
-// again after every interruption.
-func (f *LeaseFollower) Run(ctx context.Context) {
+// again after every interruption; and a get every probe period, so that LastSeen says
+// when the API server last answered even while nothing changes.
+func (f *LeaseFollower) Run(ctx context.Context, probe time.Duration) {
+	go func() {
+		t := time.NewTicker(probe)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				getCtx, cancel := context.WithTimeout(ctx, probe)
+				_, _ = f.Refresh(getCtx)
+				cancel()
+			}
+		}
+	}()
 	for ctx.Err() == nil {
 		if err := f.follow(ctx); err != nil && ctx.Err() == nil {
-			f.log.V(1).Info("Lost the primary Lease watch", "error", err.Error())
+			f.log.Info("Cannot follow the primary Lease; retrying", "error", err.Error())
 			select {
 			case <-ctx.Done():
 			case <-time.After(time.Second):

@@ -7,7 +7,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -23,6 +26,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/pgpilot/pgpilot/internal/agent"
@@ -36,6 +40,9 @@ const PGBin = "/usr/lib/postgresql/15/bin"
 
 const token = "test-token"
 
+// isolationTimeout is the agents' --isolation-timeout in the tests.
+const isolationTimeout = 3 * time.Second
+
 // workPrefix names the work directory; every agent and postgres of a run has it in its
 // command line.
 const workPrefix = "pgpilot-pg-"
@@ -43,6 +50,9 @@ const workPrefix = "pgpilot-pg-"
 var (
 	kube       kubernetes.Interface
 	kubeconfig string
+	// apiServer is the kube-apiserver's host:port, which each agent reaches through
+	// a proxy of its own that a test can cut.
+	apiServer  string
 	agentBin   string
 	pgUID      uint32
 	pgGID      uint32
@@ -107,6 +117,12 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	apiURL, err := url.Parse(env.Config.Host)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	apiServer = apiURL.Host
 	kubeconfig = filepath.Join(workDir, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, kc, 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -132,6 +148,7 @@ type cluster struct {
 
 type instance struct {
 	c       *cluster
+	proxy   *apiProxy
 	ordinal int
 	pod     string
 	ip      string
@@ -180,6 +197,8 @@ func newCluster(t testing.TB, n int) *cluster {
 		in := &instance{c: c, ordinal: i, pod: fmt.Sprintf("%s-%d", c.name, i), ip: fmt.Sprintf("127.0.%d.%d", k, 2+i)}
 		in.dir = filepath.Join(c.dir, in.pod)
 		mustMkdir(t, filepath.Join(in.dir, "run"), 0o700)
+		in.proxy = newAPIProxy(t, apiServer)
+		writeKubeconfig(t, filepath.Join(in.dir, "kubeconfig"), in.proxy.addr())
 		chownR(t, in.dir)
 		c.instances = append(c.instances, in)
 	}
@@ -230,7 +249,8 @@ func (in *instance) start() {
 		"--listen", in.ip, "--port", "5432", "--socket-dir", filepath.Join(in.dir, "run"),
 		"--config", filepath.Join(in.c.dir, "config.json"), "--secrets", filepath.Join(in.c.dir, "secrets"),
 		"--api-address", in.ip+":8008", "--token-file", filepath.Join(in.c.dir, "token"),
-		"--peers", in.c.peers(), "--kubeconfig", kubeconfig, "--shutdown-timeout", "20s")
+		"--peers", in.c.peers(), "--kubeconfig", filepath.Join(in.dir, "kubeconfig"), "--shutdown-timeout", "20s",
+		"--isolation-timeout", isolationTimeout.String(), "--lease-probe", "500ms")
 	in.cmd.Stdout, in.cmd.Stderr = syncWriter(in.log), syncWriter(in.log)
 	in.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: pgUID, Gid: pgGID}, Pdeathsig: syscall.SIGKILL}
 	in.cmd.Env = append(os.Environ(), "HOME="+in.dir, "LC_ALL=C.UTF-8")
@@ -444,4 +464,91 @@ func lastBytes(b []byte, n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(b)
+}
+
+// apiProxy forwards TCP to the kube-apiserver until it is cut: then it drops every
+// connection and refuses new ones, as a network partition would.
+type apiProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  map[net.Conn]bool
+}
+
+func newAPIProxy(t testing.TB, target string) *apiProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &apiProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	t.Cleanup(func() { ln.Close(); p.setCut(true) })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c)
+		}
+	}()
+	return p
+}
+
+func (p *apiProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *apiProxy) serve(c net.Conn) {
+	p.mu.Lock()
+	if p.cut {
+		p.mu.Unlock()
+		c.Close()
+		return
+	}
+	up, err := net.DialTimeout("tcp", p.target, 2*time.Second)
+	if err != nil {
+		p.mu.Unlock()
+		c.Close()
+		return
+	}
+	p.conns[c], p.conns[up] = true, true
+	p.mu.Unlock()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+	<-done
+	c.Close()
+	up.Close()
+	p.mu.Lock()
+	delete(p.conns, c)
+	delete(p.conns, up)
+	p.mu.Unlock()
+}
+
+// setCut cuts (true) or restores (false) the agent's way to the API server.
+func (p *apiProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for c := range p.conns {
+			c.Close()
+		}
+	}
+}
+
+// writeKubeconfig writes the test's kubeconfig with its server replaced by addr.
+func writeKubeconfig(t testing.TB, path, addr string) {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = "https://" + addr
+	}
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(path, 0o644)
 }

@@ -365,3 +365,73 @@ func TestFarBehindReplicaCatchesUp(t *testing.T) {
 		return nil
 	})
 }
+
+// A primary that reaches neither the API server nor any other instance stops accepting
+// writes after the isolation timeout, and serves again once the API server answers and
+// the Lease still names it.
+func TestIsolatedPrimaryStopsWrites(t *testing.T) {
+	c := newCluster(t, 3)
+	for _, in := range c.instances {
+		in.start()
+	}
+	p := c.instances[0]
+	p.waitRole(agentapi.RolePrimary, 1, upTimeout)
+	for _, r := range c.instances[1:] {
+		r.waitRole(agentapi.RoleReplica, 1, upTimeout)
+	}
+	if err := p.exec("CREATE TABLE t (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	p.proxy.setCut(true)
+	for _, r := range c.instances[1:] {
+		r.kill9()
+	}
+	cutAt := time.Now()
+	eventually(t, 4*isolationTimeout, func() error {
+		if err := p.exec("INSERT INTO t VALUES (1)"); err == nil {
+			return errors.New("the isolated primary still accepts writes")
+		}
+		return nil
+	})
+	t.Logf("the isolated primary stopped accepting writes %s after it was cut off", time.Since(cutAt).Round(100*time.Millisecond))
+	eventually(t, 30*time.Second, func() error {
+		st, err := p.status()
+		if err != nil || st.Role != agentapi.RoleFenced || st.Running {
+			return fmt.Errorf("status after isolation: %+v %v", st, err)
+		}
+		return nil
+	})
+	p.proxy.setCut(false)
+	p.waitRole(agentapi.RolePrimary, 1, upTimeout)
+	if err := p.exec("INSERT INTO t VALUES (2)"); err != nil {
+		t.Errorf("no writes after the API server came back: %v", err)
+	}
+}
+
+// A primary that loses only the API server, while its replicas are reachable, keeps
+// serving: without the API server no failover can happen behind its back.
+func TestPrimaryWithoutAPIServerButPeersKeepsServing(t *testing.T) {
+	c := newCluster(t, 3)
+	for _, in := range c.instances {
+		in.start()
+	}
+	p := c.instances[0]
+	p.waitRole(agentapi.RolePrimary, 1, upTimeout)
+	for _, r := range c.instances[1:] {
+		r.waitRole(agentapi.RoleReplica, 1, upTimeout)
+	}
+	if err := p.exec("CREATE TABLE t (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	p.proxy.setCut(true)
+	until := time.Now().Add(3 * isolationTimeout)
+	n := 0
+	for time.Now().Before(until) {
+		if err := p.exec("INSERT INTO t VALUES ($1)", n); err != nil {
+			t.Fatalf("write %d failed %s after the API server was cut off: %v", n, time.Until(until), err)
+		}
+		n++
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.waitCount("t", int64(n), time.Second)
+}
