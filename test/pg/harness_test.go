@@ -52,11 +52,11 @@ var (
 	kubeconfig string
 	// apiServer is the kube-apiserver's host:port, which each agent reaches through
 	// a proxy of its own that a test can cut.
-	apiServer  string
-	agentBin   string
-	pgUID      uint32
-	pgGID      uint32
-	workDir    string
+	apiServer string
+	agentBin  string
+	pgUID     uint32
+	pgGID     uint32
+	workDir   string
 )
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
