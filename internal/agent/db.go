@@ -59,8 +59,22 @@ func (d *DB) Observe(ctx context.Context, st *agentapi.Status) error {
 	}
 	defer conn.Close(context.Background())
 	var inRecovery bool
-	if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery(), current_setting('server_version_num')::int").
-		Scan(&inRecovery, &st.PostgresVersion); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT pg_is_in_recovery(), current_setting('server_version_num')::int,
+		(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int`).
+		Scan(&inRecovery, &st.PostgresVersion, &st.Connections); err != nil {
+		return err
+	}
+	slots, err := conn.Query(ctx, `SELECT slot_name::text, active,
+		coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END, restart_lsn), 0)::bigint
+		FROM pg_replication_slots ORDER BY slot_name`)
+	if err != nil {
+		return err
+	}
+	if st.Slots, err = pgx.CollectRows(slots, func(r pgx.CollectableRow) (agentapi.SlotStatus, error) {
+		var s agentapi.SlotStatus
+		err := r.Scan(&s.Name, &s.Active, &s.RetainedBytes)
+		return s, err
+	}); err != nil {
 		return err
 	}
 	if !inRecovery {

@@ -70,6 +70,10 @@ type Status struct {
 	PostgresVersion int `json:"postgresVersion,omitempty"`
 	// StartedAt is when the postmaster last started.
 	StartedAt *time.Time `json:"startedAt,omitempty"`
+	// Connections counts client backends (pg_stat_activity).
+	Connections int `json:"connections"`
+	// Slots are this instance's replication slots.
+	Slots []SlotStatus `json:"slots,omitempty"`
 	// Fenced is whether the agent was told to stop accepting writes.
 	Fenced bool `json:"fenced,omitempty"`
 	// Error says what went wrong last, for a person; empty when nothing did.
@@ -89,6 +93,15 @@ type ReplicaStatus struct {
 	ReplayLSN string `json:"replayLSN,omitempty"`
 	// LagBytes is how far the standby's flush position is behind the primary's write position.
 	LagBytes int64 `json:"lagBytes"`
+}
+
+// SlotStatus is one replication slot.
+type SlotStatus struct {
+	Name   string `json:"name"`
+	Active bool   `json:"active"`
+	// RetainedBytes is the WAL kept for the slot: from its restart position to the
+	// current write (or replay) position.
+	RetainedBytes int64 `json:"retainedBytes"`
 }
 
 // Instance is what the server needs from the agent. Every method is safe to call

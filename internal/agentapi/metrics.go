@@ -35,6 +35,12 @@ var (
 		"Whether the agent was told to stop accepting writes (1) or not (0).", nil, nil)
 	startTimeDesc = prometheus.NewDesc("pgpilot_instance_start_time_seconds",
 		"When the postmaster last started, in seconds since the Unix epoch.", nil, nil)
+	connectionsDesc = prometheus.NewDesc("pgpilot_instance_connections",
+		"Client backends connected to postgres (pg_stat_activity).", nil, nil)
+	slotActiveDesc = prometheus.NewDesc("pgpilot_replication_slot_active",
+		"Whether a replication slot is in use (1) or not (0).", []string{"slot"}, nil)
+	slotRetainedDesc = prometheus.NewDesc("pgpilot_replication_slot_retained_bytes",
+		"WAL bytes a replication slot keeps on disk.", []string{"slot"}, nil)
 )
 
 // instanceCollector exports an Instance's Status, read at each scrape.
@@ -48,6 +54,7 @@ func (c *instanceCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		upDesc, readyDesc, roleDesc, timelineDesc, walLSNDesc, lagDesc,
 		replicasDesc, replicaLagDesc, fencedDesc, startTimeDesc,
+		connectionsDesc, slotActiveDesc, slotRetainedDesc,
 	} {
 		ch <- d
 	}
@@ -112,6 +119,16 @@ func (c *instanceCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	gauge(fencedDesc, boolValue(st.Fenced))
+	gauge(connectionsDesc, float64(st.Connections))
+	seen := map[string]bool{}
+	for _, sl := range st.Slots {
+		if seen[sl.Name] {
+			continue // a duplicate would fail the whole scrape
+		}
+		seen[sl.Name] = true
+		gauge(slotActiveDesc, boolValue(sl.Active), sl.Name)
+		gauge(slotRetainedDesc, float64(sl.RetainedBytes), sl.Name)
+	}
 	if st.StartedAt != nil {
 		gauge(startTimeDesc, float64(st.StartedAt.UnixNano())/1e9)
 	}

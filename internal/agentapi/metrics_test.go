@@ -240,3 +240,33 @@ func TestRegistryWithRuntimeCollectors(t *testing.T) {
 	}()
 	NewServer(newFakeInstance(Status{}), ServerOptions{Registry: reg})
 }
+
+// Connections and replication slots are exported, one series per slot even when the
+// status lists a slot twice.
+func TestMetricsConnectionsAndSlots(t *testing.T) {
+	st := primaryStatus()
+	st.Connections = 7
+	st.Slots = []SlotStatus{
+		{Name: "pgpilot_db_1", Active: true, RetainedBytes: 4096},
+		{Name: "pgpilot_db_2", Active: false, RetainedBytes: 1 << 30},
+		{Name: "pgpilot_db_2", Active: false, RetainedBytes: 1},
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&instanceCollector{inst: newFakeInstance(st), timeout: DefaultRequestTimeout})
+	want := `# HELP pgpilot_instance_connections Client backends connected to postgres (pg_stat_activity).
+# TYPE pgpilot_instance_connections gauge
+pgpilot_instance_connections 7
+# HELP pgpilot_replication_slot_active Whether a replication slot is in use (1) or not (0).
+# TYPE pgpilot_replication_slot_active gauge
+pgpilot_replication_slot_active{slot="pgpilot_db_1"} 1
+pgpilot_replication_slot_active{slot="pgpilot_db_2"} 0
+# HELP pgpilot_replication_slot_retained_bytes WAL bytes a replication slot keeps on disk.
+# TYPE pgpilot_replication_slot_retained_bytes gauge
+pgpilot_replication_slot_retained_bytes{slot="pgpilot_db_1"} 4096
+pgpilot_replication_slot_retained_bytes{slot="pgpilot_db_2"} 1.073741824e+09
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"pgpilot_instance_connections", "pgpilot_replication_slot_active", "pgpilot_replication_slot_retained_bytes"); err != nil {
+		t.Error(err)
+	}
+}

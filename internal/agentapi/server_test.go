@@ -309,7 +309,7 @@ func TestStatusJSONNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := slices.Sorted(maps.Keys(m))
-	want := []string{"lagBytes", "pod", "postgresVersion", "ready", "replicas", "role", "running", "startedAt", "timeline", "writeLSN"}
+	want := []string{"connections", "lagBytes", "pod", "postgresVersion", "ready", "replicas", "role", "running", "startedAt", "timeline", "writeLSN"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("keys (-want +got):\n%s", diff)
 	}

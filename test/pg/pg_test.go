@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,6 +62,25 @@ func TestPrimaryAndReplicasStream(t *testing.T) {
 	if err := c.instances[1].exec("INSERT INTO t (v) VALUES ('no')"); err == nil {
 		t.Error("a replica accepted a write")
 	}
+	// The primary keeps an active slot per replica, and says so in /metrics.
+	eventually(t, 30*time.Second, func() error {
+		resp, err := http.Get("http://" + p.ip + ":8008/metrics")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		for _, r := range c.instances[1:] {
+			want := fmt.Sprintf(`pgpilot_replication_slot_active{slot="%s"} 1`, strings.ReplaceAll("pgpilot_"+r.pod, "-", "_"))
+			if !strings.Contains(string(body), want) {
+				return fmt.Errorf("/metrics lacks %s", want)
+			}
+		}
+		if !strings.Contains(string(body), "pgpilot_instance_role{role=\"primary\"} 1") {
+			return errors.New("/metrics does not say primary")
+		}
+		return nil
+	})
 }
 
 // kill -9 of the primary (agent and postmaster, like a pod that dies); a replica is
