@@ -14,6 +14,23 @@ CONTROLLER_GEN_VERSION ?= v0.17.2
 CONTROLLER_GEN := $(TOOLS)/controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen
 KUSTOMIZE_VERSION ?= v5.5.0
 KUSTOMIZE := $(TOOLS)/kustomize-$(KUSTOMIZE_VERSION)/kustomize
+OPERATOR_SDK_VERSION ?= v1.34.1
+OPERATOR_SDK := $(TOOLS)/operator-sdk-$(OPERATOR_SDK_VERSION)/operator-sdk
+OPM_VERSION ?= v1.35.0
+OPM := $(TOOLS)/opm-$(OPM_VERSION)/opm
+
+# OLM bundle and catalog. IMAGE_TAG_BASE names the images: $(IMAGE_TAG_BASE):<version>
+# (the operator), $(IMAGE_TAG_BASE)-bundle:v<version>, $(IMAGE_TAG_BASE)-catalog:v<version>.
+IMAGE_TAG_BASE ?= example.com/pgpilot
+# The operator image the bundle's CSV runs: IMG when given, else $(IMAGE_TAG_BASE):$(VERSION).
+BUNDLE_OPERATOR_IMG ?= $(if $(filter file,$(origin IMG)),$(IMAGE_TAG_BASE):$(VERSION),$(IMG))
+BUNDLE_IMG ?= $(IMAGE_TAG_BASE)-bundle:v$(VERSION)
+CATALOG_IMG ?= $(IMAGE_TAG_BASE)-catalog:v$(VERSION)
+CHANNELS ?= candidate,stable
+DEFAULT_CHANNEL ?= stable
+# Base of the catalog image: opm serves the catalog (catalog.Dockerfile).
+OPM_IMAGE ?= quay.io/operator-framework/opm:$(OPM_VERSION)
+
 # kubectl: the one on PATH, else the one built with the control plane.
 KUBECTL ?= $(or $(shell command -v kubectl 2>/dev/null),$(shell bash hack/control-plane.sh)/kubectl)
 
@@ -58,13 +75,18 @@ verify: generate manifests ## Check that generated files and formatting are curr
 control-plane: ## Build (once) the kube-apiserver, etcd and kubectl the tests use.
 	@bash hack/control-plane.sh >/dev/null
 
+.PHONY: postgres
+postgres: ## Install (once) Debian's PostgreSQL 15, which the real-PostgreSQL tests run.
+	@bash hack/install-postgres.sh
+
 .PHONY: test
-test: vet control-plane ## Run every test: unit, chart rendering, and integration on a real kube-apiserver + etcd.
-	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 ./...
+test: vet control-plane postgres ## Run every test: unit, chart, integration on a real kube-apiserver + etcd, and real PostgreSQL.
+	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -timeout 20m ./...
 
 .PHONY: bench
-bench: control-plane ## Print the benchmarks' figures (no timing assertions).
+bench: control-plane postgres ## Print the benchmarks' figures (no timing assertions).
 	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -run '^$$' -bench . -benchtime 20x ./test/integration/
+	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -run '^$$' -bench . -benchtime 10x -timeout 20m ./test/pg/
 
 ##@ Build and run
 
@@ -84,6 +106,42 @@ docker-build: ## Build the operator image IMG.
 .PHONY: docker-push
 docker-push: ## Push the operator image IMG.
 	docker push $(IMG)
+
+##@ Bundle and catalog
+
+.PHONY: bundle
+bundle: $(KUSTOMIZE) $(OPERATOR_SDK) ## Regenerate the OLM bundle (bundle/, bundle.Dockerfile) from config/ and validate it.
+	KUSTOMIZE=$(KUSTOMIZE) OPERATOR_SDK=$(OPERATOR_SDK) VERSION=$(VERSION) OPERATOR_IMG=$(BUNDLE_OPERATOR_IMG) \
+		CHANNELS=$(CHANNELS) DEFAULT_CHANNEL=$(DEFAULT_CHANNEL) bash hack/bundle.sh
+	$(OPERATOR_SDK) bundle validate ./bundle --image-builder none --select-optional suite=operatorframework
+
+.PHONY: bundle-build
+bundle-build: ## Build the bundle image BUNDLE_IMG.
+	docker build -f bundle.Dockerfile -t $(BUNDLE_IMG) .
+
+.PHONY: bundle-push
+bundle-push: ## Push the bundle image BUNDLE_IMG.
+	docker push $(BUNDLE_IMG)
+
+.PHONY: catalog
+catalog: $(OPM) ## Write the file-based catalog (catalog/) that serves BUNDLE_IMG, from bundle/.
+	go run ./hack/catalog -bundle bundle -image $(BUNDLE_IMG) -catalog catalog/pgpilot/catalog.yaml
+	$(OPM) validate catalog
+
+.PHONY: catalog-build
+catalog-build: ## Build the catalog image CATALOG_IMG (OLM pulls BUNDLE_IMG itself when it installs).
+	docker build -f catalog.Dockerfile --build-arg OPM_IMAGE=$(OPM_IMAGE) -t $(CATALOG_IMG) .
+
+.PHONY: catalog-push
+catalog-push: ## Push the catalog image CATALOG_IMG.
+	docker push $(CATALOG_IMG)
+
+.PHONY: verify-bundle
+verify-bundle: ## Check that the committed bundle and catalog are what make bundle catalog generate.
+	$(MAKE) bundle
+	$(MAKE) catalog
+	@test -z "$$(git status --porcelain -- bundle bundle.Dockerfile catalog)" || { git status --short -- bundle bundle.Dockerfile catalog; \
+		git diff -- bundle bundle.Dockerfile catalog; echo "the bundle or catalog is stale: run make bundle catalog and commit"; exit 1; }
 
 ##@ Deployment (current kubeconfig)
 
@@ -111,3 +169,9 @@ $(CONTROLLER_GEN):
 
 $(KUSTOMIZE):
 	GOBIN=$(dir $@) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
+
+$(OPERATOR_SDK):
+	bash hack/olm-tool.sh operator-sdk $(OPERATOR_SDK_VERSION) $(dir $@)
+
+$(OPM):
+	bash hack/olm-tool.sh opm $(OPM_VERSION) $(dir $@)

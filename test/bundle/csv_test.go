@@ -1,0 +1,406 @@
+package bundle
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/operator-framework/api/pkg/operators/v1alpha1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+
+	"github.com/pgpilot/pgpilot/internal/devenv"
+)
+
+// watchNamespaceFromOLM is how both containers learn the OperatorGroup's namespaces.
+var watchNamespaceFromOLM = &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
+	FieldPath: "metadata.annotations['olm.targetNamespaces']",
+}}
+
+// makefileVar returns the default of a `NAME ?= value` line of the Makefile.
+func makefileVar(t *testing.T, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^` + name + ` \?= (.*)$`).FindSubmatch(data)
+	if m == nil {
+		t.Fatalf("the Makefile has no %s ?= line", name)
+	}
+	return strings.TrimSpace(string(m[1]))
+}
+
+// readmeExample is the README's PostgresCluster, as YAML text and as an object.
+func readmeExample(t *testing.T) (string, map[string]any) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindSubmatch(data)
+	if m == nil {
+		t.Fatal("README.md has no yaml block")
+	}
+	var obj map[string]any
+	if err := yaml.Unmarshal(m[1], &obj); err != nil {
+		t.Fatal(err)
+	}
+	return string(m[1]), obj
+}
+
+// configDefault is what `kubectl apply -k config/default` installs.
+func configDefault(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	objs, err := devenv.BuildKustomization(filepath.Join(repoRoot(t), "config", "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+func fromUnstructured(t *testing.T, u *unstructured.Unstructured, into any) {
+	t.Helper()
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCSVIdentity(t *testing.T) {
+	csv := loadBundle(t).CSV
+	version := makefileVar(t, "VERSION")
+	if csv.Name != "pgpilot.v"+version || csv.Spec.Version.String() != version {
+		t.Errorf("CSV %s version %s, want pgpilot.v%s (VERSION in the Makefile)", csv.Name, csv.Spec.Version, version)
+	}
+	want := map[string]string{
+		// Helm renders the topology and the sidecar keeps credentials and status; nothing
+		// upgrades PostgreSQL, backs it up or fails it over yet (see README).
+		"capabilities": "Basic Install",
+		"categories":   "Database",
+	}
+	for k, v := range want {
+		if csv.Annotations[k] != v {
+			t.Errorf("annotation %s = %q, want %q", k, csv.Annotations[k], v)
+		}
+	}
+	if csv.Spec.DisplayName == "" || csv.Spec.Description == "" || len(csv.Spec.Keywords) == 0 ||
+		len(csv.Spec.Maintainers) == 0 || len(csv.Spec.Links) == 0 || csv.Spec.Provider.Name == "" {
+		t.Errorf("the CSV lacks some of display name, description, keywords, maintainers, links and provider: %+v", csv.Spec)
+	}
+	// The description's example is the README's, word for word.
+	text, _ := readmeExample(t)
+	if !strings.Contains(csv.Spec.Description, "```yaml\n"+text+"```") {
+		t.Errorf("the CSV description does not show the README example:\n%s", text)
+	}
+}
+
+// The first example OperatorHub offers is the README's.
+func TestALMExamplesStartWithTheREADMEExample(t *testing.T) {
+	csv := loadBundle(t).CSV
+	var examples []map[string]any
+	if err := json.Unmarshal([]byte(csv.Annotations["alm-examples"]), &examples); err != nil {
+		t.Fatal(err)
+	}
+	_, want := readmeExample(t)
+	if len(examples) == 0 {
+		t.Fatal("no alm-examples")
+	}
+	if diff := cmp.Diff(want, examples[0]); diff != "" {
+		t.Errorf("first alm-example (-README +CSV):\n%s", diff)
+	}
+}
+
+// The icon is docs/images/pgpilot-icon.svg.
+func TestIcon(t *testing.T) {
+	csv := loadBundle(t).CSV
+	svg, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "images", "pgpilot-icon.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(csv.Spec.Icon) != 1 || csv.Spec.Icon[0].MediaType != "image/svg+xml" {
+		t.Fatalf("icon %+v, want one image/svg+xml", csv.Spec.Icon)
+	}
+	got, err := base64.StdEncoding.DecodeString(csv.Spec.Icon[0].Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(svg) {
+		t.Error("the CSV icon is not docs/images/pgpilot-icon.svg")
+	}
+}
+
+// The CRD uses CEL's quantity library (Kubernetes 1.29+), and the chart says so too.
+func TestMinKubeVersion(t *testing.T) {
+	csv := loadBundle(t).CSV
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "helm-charts", "postgrescluster", "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chart struct {
+		KubeVersion string `json:"kubeVersion"`
+	}
+	if err := yaml.Unmarshal(data, &chart); err != nil {
+		t.Fatal(err)
+	}
+	if want := ">=" + csv.Spec.MinKubeVersion + "-0"; csv.Spec.MinKubeVersion != "1.29.0" || chart.KubeVersion != want {
+		t.Errorf("minKubeVersion %q, chart kubeVersion %q; want 1.29.0 and %q", csv.Spec.MinKubeVersion, chart.KubeVersion, want)
+	}
+}
+
+// Every install mode works: both containers watch the namespaces in WATCH_NAMESPACE,
+// which OLM's olm.targetNamespaces annotation sets (test/image runs the binaries with a
+// list of namespaces).
+func TestInstallModes(t *testing.T) {
+	csv := loadBundle(t).CSV
+	got := map[v1alpha1.InstallModeType]bool{}
+	for _, m := range csv.Spec.InstallModes {
+		got[m.Type] = m.Supported
+	}
+	want := map[v1alpha1.InstallModeType]bool{
+		v1alpha1.InstallModeTypeOwnNamespace:    true,
+		v1alpha1.InstallModeTypeSingleNamespace: true,
+		v1alpha1.InstallModeTypeMultiNamespace:  true,
+		v1alpha1.InstallModeTypeAllNamespaces:   true,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("install modes (-want +got):\n%s", diff)
+	}
+	deps := csv.Spec.InstallStrategy.StrategySpec.DeploymentSpecs
+	if len(deps) != 1 {
+		t.Fatalf("%d deployments in the CSV, want 1", len(deps))
+	}
+	for _, c := range deps[0].Spec.Template.Spec.Containers {
+		i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "WATCH_NAMESPACE" })
+		if i < 0 || c.Env[i].Value != "" || !cmp.Equal(c.Env[i].ValueFrom, watchNamespaceFromOLM) {
+			t.Errorf("container %s: WATCH_NAMESPACE is not from the olm.targetNamespaces annotation: %+v", c.Name, c.Env)
+		}
+	}
+}
+
+// OLM runs the Deployment of config/default, with the bundle's image and the namespaces
+// of the OperatorGroup: same containers, commands, probes, resources and security.
+func TestDeploymentIsConfigDefault(t *testing.T) {
+	csv := loadBundle(t).CSV
+	var want appsv1.Deployment
+	for _, o := range configDefault(t) {
+		if o.GetKind() == "Deployment" {
+			fromUnstructured(t, o, &want)
+		}
+	}
+	deps := csv.Spec.InstallStrategy.StrategySpec.DeploymentSpecs
+	if len(deps) != 1 {
+		t.Fatalf("%d deployments in the CSV, want 1", len(deps))
+	}
+	got := deps[0]
+	if got.Name != want.Name {
+		t.Errorf("deployment %s, want %s", got.Name, want.Name)
+	}
+	image := got.Spec.Template.Spec.Containers[0].Image
+	if csv.Annotations["containerImage"] != image {
+		t.Errorf("containerImage annotation %q, the manager runs %q", csv.Annotations["containerImage"], image)
+	}
+	spec := want.Spec.DeepCopy()
+	for i := range spec.Template.Spec.Containers {
+		c := &spec.Template.Spec.Containers[i]
+		c.Image = image
+		for j := range c.Env {
+			switch c.Env[j].Name {
+			case "RELATED_IMAGE_AGENT":
+				c.Env[j].Value = image
+			case "WATCH_NAMESPACE":
+				c.Env[j] = corev1.EnvVar{Name: "WATCH_NAMESPACE", ValueFrom: watchNamespaceFromOLM}
+			}
+		}
+		if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() {
+			t.Errorf("container %s requests no CPU or memory", c.Name)
+		}
+	}
+	if diff := cmp.Diff(*spec, got.Spec); diff != "" {
+		t.Errorf("CSV deployment (-config/default +CSV):\n%s", diff)
+	}
+}
+
+// The CSV grants the operator exactly config/rbac's rules: cluster-wide those of the
+// ClusterRoles bound to its ServiceAccount, in its namespace those of the Roles.
+func TestPermissionsAreConfigRBAC(t *testing.T) {
+	csv := loadBundle(t).CSV
+	objs := configDefault(t)
+	rules := map[string][]rbacv1.PolicyRule{}
+	for _, o := range objs {
+		if o.GetKind() == "ClusterRole" || o.GetKind() == "Role" {
+			var r rbacv1.ClusterRole
+			fromUnstructured(t, o, &r)
+			rules[o.GetKind()+"/"+o.GetName()] = r.Rules
+		}
+	}
+	var wantCluster, wantNamespaced []rbacv1.PolicyRule
+	var sa string
+	for _, o := range objs {
+		if o.GetKind() != "ClusterRoleBinding" && o.GetKind() != "RoleBinding" {
+			continue
+		}
+		var b rbacv1.RoleBinding
+		fromUnstructured(t, o, &b)
+		sa = b.Subjects[0].Name
+		r := rules[b.RoleRef.Kind+"/"+b.RoleRef.Name]
+		if o.GetKind() == "ClusterRoleBinding" {
+			wantCluster = append(wantCluster, r...)
+		} else {
+			wantNamespaced = append(wantNamespaced, r...)
+		}
+	}
+	strategy := csv.Spec.InstallStrategy.StrategySpec
+	for _, tc := range []struct {
+		name string
+		want []rbacv1.PolicyRule
+		got  []v1alpha1.StrategyDeploymentPermissions
+	}{
+		{"clusterPermissions", wantCluster, strategy.ClusterPermissions},
+		{"permissions", wantNamespaced, strategy.Permissions},
+	} {
+		if len(tc.got) != 1 || tc.got[0].ServiceAccountName != sa {
+			t.Errorf("%s: %+v, want one entry for ServiceAccount %s", tc.name, tc.got, sa)
+			continue
+		}
+		if diff := cmp.Diff(ruleSet(tc.want), ruleSet(tc.got[0].Rules)); diff != "" {
+			t.Errorf("%s (-config/rbac +CSV):\n%s", tc.name, diff)
+		}
+	}
+}
+
+func ruleSet(rules []rbacv1.PolicyRule) []string {
+	var out []string
+	for _, r := range rules {
+		b, _ := json.Marshal(r)
+		out = append(out, string(b))
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+// relatedImages lists every image the operator may run, from its RELATED_IMAGE_*
+// variables: its own (for the agent) and the pinned PostgreSQL images.
+func TestRelatedImages(t *testing.T) {
+	csv := loadBundle(t).CSV
+	want := map[string]string{}
+	for _, c := range csv.Spec.InstallStrategy.StrategySpec.DeploymentSpecs[0].Spec.Template.Spec.Containers {
+		for _, e := range c.Env {
+			if name, ok := strings.CutPrefix(e.Name, "RELATED_IMAGE_"); ok {
+				want[strings.ReplaceAll(strings.ToLower(name), "_", "-")] = e.Value
+			}
+		}
+	}
+	got := map[string]string{}
+	for _, ri := range csv.Spec.RelatedImages {
+		got[ri.Name] = ri.Image
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("relatedImages (-RELATED_IMAGE_* +CSV):\n%s", diff)
+	}
+	for _, major := range []string{"14", "15", "16", "17", "18"} {
+		if !strings.HasPrefix(got["postgres-"+major], "postgres:"+major+".") {
+			t.Errorf("no pinned postgres:%s image in relatedImages: %v", major, got)
+		}
+	}
+	if got["agent"] != csv.Annotations["containerImage"] {
+		t.Errorf("agent image %q is not the operator's %q", got["agent"], csv.Annotations["containerImage"])
+	}
+}
+
+// The bundle's CRD is config/crd's, and the CSV describes every field of its spec and
+// status with a descriptor whose path exists.
+func TestOwnedCRD(t *testing.T) {
+	b := loadBundle(t)
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "crd", "bases", "db.example.com_postgresclusters.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want apiextensionsv1.CustomResourceDefinition
+	if err := yaml.Unmarshal(data, &want); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.V1CRDs) != 1 {
+		t.Fatalf("%d CRDs in the bundle, want 1", len(b.V1CRDs))
+	}
+	if diff := cmp.Diff(want.Spec, b.V1CRDs[0].Spec); diff != "" {
+		t.Errorf("bundle CRD (-config/crd +bundle): run make bundle\n%s", diff)
+	}
+
+	owned := b.CSV.Spec.CustomResourceDefinitions.Owned
+	if len(owned) != 1 || owned[0].Name != want.Name || owned[0].Kind != want.Spec.Names.Kind || owned[0].Version != "v1" {
+		t.Fatalf("owned CRDs %+v, want %s v1", owned, want.Name)
+	}
+	d := owned[0]
+	if d.DisplayName == "" || d.Description == "" || len(d.Resources) == 0 {
+		t.Errorf("owned CRD lacks a display name, description or resources: %+v", d)
+	}
+	schema := want.Spec.Versions[0].Schema.OpenAPIV3Schema
+	for _, tc := range []struct {
+		field       string
+		descriptors []string
+	}{
+		{"spec", pathsOf(d.SpecDescriptors)},
+		{"status", pathsOf(d.StatusDescriptors)},
+	} {
+		root := schema.Properties[tc.field]
+		for _, p := range tc.descriptors {
+			if !schemaHasPath(root, p) {
+				t.Errorf("%s descriptor %q: no such field in the CRD", tc.field, p)
+			}
+		}
+		for name := range root.Properties {
+			if !slices.ContainsFunc(tc.descriptors, func(p string) bool { return p == name || strings.HasPrefix(p, name+".") }) {
+				t.Errorf("%s.%s has no descriptor", tc.field, name)
+			}
+		}
+	}
+	for _, sd := range append(append([]v1alpha1.SpecDescriptor(nil), d.SpecDescriptors...), statusAsSpec(d.StatusDescriptors)...) {
+		if sd.DisplayName == "" || sd.Description == "" {
+			t.Errorf("descriptor %s lacks a display name or description", sd.Path)
+		}
+	}
+}
+
+func pathsOf[D v1alpha1.SpecDescriptor | v1alpha1.StatusDescriptor](ds []D) []string {
+	var out []string
+	for _, d := range ds {
+		switch d := any(d).(type) {
+		case v1alpha1.SpecDescriptor:
+			out = append(out, d.Path)
+		case v1alpha1.StatusDescriptor:
+			out = append(out, d.Path)
+		}
+	}
+	return out
+}
+
+func statusAsSpec(ds []v1alpha1.StatusDescriptor) []v1alpha1.SpecDescriptor {
+	var out []v1alpha1.SpecDescriptor
+	for _, d := range ds {
+		out = append(out, v1alpha1.SpecDescriptor{Path: d.Path, DisplayName: d.DisplayName, Description: d.Description})
+	}
+	return out
+}
+
+func schemaHasPath(s apiextensionsv1.JSONSchemaProps, path string) bool {
+	for _, part := range strings.Split(path, ".") {
+		next, ok := s.Properties[part]
+		if !ok {
+			return false
+		}
+		s = next
+	}
+	return true
+}
