@@ -9,6 +9,7 @@ import (
 // PostgresClusterSpec is what a user asks for. It is also, verbatim, the values of the
 // postgrescluster Helm chart, so every field here has a key of the same name in
 // helm-charts/postgrescluster/values.yaml and values.schema.json.
+// +kubebuilder:validation:XValidation:rule="!has(self.postgresql) || !has(self.postgresql.synchronousReplicas) || self.postgresql.synchronousReplicas < self.replicas",message="postgresql.synchronousReplicas must be less than replicas: a commit can only wait for instances other than the primary"
 type PostgresClusterSpec struct {
 	// replicas is the number of PostgreSQL instances in total: one primary and
 	// replicas-1 streaming replicas.
@@ -100,6 +101,16 @@ type PostgreSQLSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k in ['archive_command', 'archive_mode', 'cluster_name', 'config_file', 'data_directory', 'external_pid_file', 'hba_file', 'hot_standby', 'ident_file', 'listen_addresses', 'logging_collector', 'max_replication_slots', 'max_wal_senders', 'port', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'recovery_target', 'recovery_target_action', 'recovery_target_inclusive', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_timeline', 'recovery_target_xid', 'restore_command', 'synchronous_standby_names', 'unix_socket_directories', 'wal_level', 'wal_log_hints']))",message="parameters managed by pgpilot cannot be set: archive_command, archive_mode, cluster_name, config_file, data_directory, external_pid_file, hba_file, hot_standby, ident_file, listen_addresses, logging_collector, max_replication_slots, max_wal_senders, port, primary_conninfo, primary_slot_name, promote_trigger_file, recovery_target, recovery_target_action, recovery_target_inclusive, recovery_target_lsn, recovery_target_name, recovery_target_time, recovery_target_timeline, recovery_target_xid, restore_command, synchronous_standby_names, unix_socket_directories, wal_level, wal_log_hints"
 	// +optional
 	Parameters map[string]string `json:"parameters,omitempty"`
+
+	// synchronousReplicas is how many replicas must confirm each commit before it is
+	// acknowledged (synchronous_standby_names = ANY n over the other instances). 0, the
+	// default, is asynchronous replication. With n > 0 no acknowledged write is lost in
+	// a failover, and writes wait while fewer than n replicas are streaming.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=15
+	// +kubebuilder:default=0
+	// +optional
+	SynchronousReplicas int32 `json:"synchronousReplicas,omitempty"`
 }
 
 // BootstrapSpec says how the first instance of a new cluster is initialised.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -162,6 +163,11 @@ func (a *Agent) step(ctx context.Context) error {
 	proc, role, upstream, fenced := a.proc, a.role, a.upstream, a.fenced
 	a.mu.Unlock()
 
+	if proc != nil && (role == agentapi.RolePrimary || role == agentapi.RoleReplica) {
+		if err := a.reloadClusterConfig(ctx, role, upstream); err != nil {
+			return err
+		}
+	}
 	if proc != nil {
 		switch {
 		case role == agentapi.RolePrimary && !me && view.Holder != "":
@@ -219,6 +225,33 @@ func (a *Agent) step(ctx context.Context) error {
 		return a.startPrimary(ctx, state, view)
 	}
 	return a.startStandby(ctx, state, view.Holder)
+}
+
+// reloadClusterConfig re-reads the cluster configuration (the ConfigMap the kubelet
+// updates in place) and, when it changed, rewrites postgresql.conf and reloads postgres.
+// A broken file keeps the configuration in force and is reported.
+func (a *Agent) reloadClusterConfig(ctx context.Context, role, upstream string) error {
+	next, err := LoadClusterConfig(a.cfg.ClusterConfigPath)
+	if err != nil {
+		return fmt.Errorf("keeping the running configuration: %w", err)
+	}
+	if reflect.DeepEqual(next, a.cluster) {
+		return nil
+	}
+	a.cluster = next
+	as := AsPrimary
+	if role == agentapi.RoleReplica {
+		as = AsStandby
+	}
+	if err := a.pg.WriteConfig(a.confInput(as, upstream)); err != nil {
+		return err
+	}
+	if err := a.db.Reload(ctx); err != nil {
+		return err
+	}
+	a.log.Info("Reloaded a changed cluster configuration", "replicas", next.Replicas, "synchronousReplicas", next.SynchronousReplicas)
+	a.slotsDone = time.Time{}
+	return nil
 }
 
 // checkMajor refuses a data directory of another major version than the binaries: no

@@ -46,13 +46,15 @@ type Config struct {
 
 // ClusterConfig is the chart's config.json (helm-charts/postgrescluster/templates/configmap.yaml).
 type ClusterConfig struct {
-	ClusterName  string            `json:"clusterName"`
-	Version      string            `json:"version"`
-	Replicas     int               `json:"replicas"`
-	Parameters   map[string]string `json:"parameters"`
-	Bootstrap    Bootstrap         `json:"bootstrap"`
-	PrimaryLease string            `json:"primaryLease"`
-	Services     struct {
+	ClusterName string            `json:"clusterName"`
+	Version     string            `json:"version"`
+	Replicas    int               `json:"replicas"`
+	Parameters  map[string]string `json:"parameters"`
+	// SynchronousReplicas is how many standbys must confirm each commit; 0 is async.
+	SynchronousReplicas int       `json:"synchronousReplicas"`
+	Bootstrap           Bootstrap `json:"bootstrap"`
+	PrimaryLease        string    `json:"primaryLease"`
+	Services            struct {
 		ReadWrite string `json:"readWrite"`
 		Headless  string `json:"headless"`
 	} `json:"services"`

@@ -26,6 +26,9 @@ func (d *DB) connect(ctx context.Context) (*pgx.Conn, error) {
 	}
 	cfg.Host, cfg.Port, cfg.User, cfg.Database = d.SocketDir, uint16(d.Port), d.User, "postgres"
 	cfg.RuntimeParams["application_name"] = "pgpilot-agent"
+	// The agent's own writes (bootstrap, passwords) must not wait for synchronous
+	// standbys: on a new cluster those cannot connect before the replication role exists.
+	cfg.RuntimeParams["synchronous_commit"] = "local"
 	return pgx.ConnectConfig(ctx, cfg)
 }
 

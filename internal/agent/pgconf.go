@@ -62,6 +62,10 @@ func managed(in ConfInput) map[string]string {
 		"logging_collector":       "off",
 		"archive_mode":            "off",
 	}
+	m["synchronous_standby_names"] = ""
+	if in.Role == AsPrimary && in.Cluster.SynchronousReplicas > 0 {
+		m["synchronous_standby_names"] = SynchronousStandbyNames(in.Cluster, in.Pod)
+	}
 	if in.Role == AsStandby {
 		m["primary_conninfo"] = Conninfo(map[string]string{
 			"host": in.PrimaryHost, "port": fmt.Sprint(in.Port), "user": in.ReplicationUser,
@@ -80,6 +84,23 @@ var defaults = map[string]string{
 	// A standby whose primary vanished retries every 5 s by default: after a failover
 	// the other replicas would wait that long before following the new primary.
 	"wal_retrieve_retry_interval": "500ms",
+}
+
+// SynchronousStandbyNames is "ANY n (...)" over every instance but pod, n capped at their
+// number. Listing every configured instance, not just the live ones, keeps the rule
+// fixed while a replica restarts: commits wait only when fewer than n are streaming.
+func SynchronousStandbyNames(c ClusterConfig, pod string) string {
+	var names []string
+	for i := range c.Replicas {
+		if other := fmt.Sprintf("%s-%d", c.ClusterName, i); other != pod {
+			names = append(names, `"`+other+`"`)
+		}
+	}
+	n := min(c.SynchronousReplicas, len(names))
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("ANY %d (%s)", n, strings.Join(names, ", "))
 }
 
 // PostgresqlConf renders postgresql.conf: pgpilot's defaults, the user's parameters,

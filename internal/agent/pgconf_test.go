@@ -118,3 +118,28 @@ func TestScram(t *testing.T) {
 		t.Error("a short random source gave a verifier")
 	}
 }
+
+func TestSynchronousStandbyNames(t *testing.T) {
+	c := ClusterConfig{ClusterName: "db", Replicas: 3, SynchronousReplicas: 1}
+	for _, tc := range []struct {
+		name string
+		sync int
+		want string
+	}{
+		{"async", 0, ""},
+		{"one of two", 1, `ANY 1 ("db-0", "db-2")`},
+		{"both", 2, `ANY 2 ("db-0", "db-2")`},
+		{"capped at the others", 5, `ANY 2 ("db-0", "db-2")`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c.SynchronousReplicas = tc.sync
+			if got := SynchronousStandbyNames(c, "db-1"); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+	in := ConfInput{Cluster: c, Pod: "db-1", Role: AsStandby}
+	if strings.Contains(PostgresqlConf(in), "ANY") {
+		t.Error("a standby's configuration waits for standbys")
+	}
+}

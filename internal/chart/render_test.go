@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/pgpilot/pgpilot/internal/agent"
 	"regexp"
 	"sort"
 	"strings"
@@ -880,22 +881,9 @@ func TestNoCredentialsRendered(t *testing.T) {
 	}
 }
 
-// instanceConfig is config.json, as the agent reads it.
-type instanceConfig struct {
-	ClusterName string            `json:"clusterName"`
-	Version     string            `json:"version"`
-	Replicas    int               `json:"replicas"`
-	Parameters  map[string]string `json:"parameters"`
-	Bootstrap   struct {
-		Database string `json:"database"`
-		Owner    string `json:"owner"`
-	} `json:"bootstrap"`
-	Services struct {
-		ReadWrite string `json:"readWrite"`
-		Headless  string `json:"headless"`
-	} `json:"services"`
-	PrimaryLease string `json:"primaryLease"`
-}
+// instanceConfig is config.json, as the agent reads it: its own type, decoded strictly,
+// so a key the chart writes and the agent does not know (or the reverse) fails here.
+type instanceConfig = agent.ClusterConfig
 
 func wantConfig(replicas int, parameters map[string]string, database, owner string) instanceConfig {
 	c := instanceConfig{

@@ -80,7 +80,19 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	// Agents and postgres left by an earlier run that was killed hold the addresses.
+	// One run at a time on a machine: runs share the loopback addresses. Holding the
+	// lock also means any agent or postgres of an earlier run is left from a run that
+	// died, and holds addresses this one needs.
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "pgpilot-pg-tests.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		fmt.Fprintln(os.Stderr, "waiting for other real-PostgreSQL test runs:", err)
+		return 1
+	}
 	_ = exec.Command("pkill", "-KILL", "-f", "/"+workPrefix).Run()
 	// A world-traversable work directory: the agents run as the postgres OS user.
 	if workDir, err = os.MkdirTemp("", workPrefix); err != nil {
@@ -205,6 +217,28 @@ func newCluster(t testing.TB, n int) *cluster {
 	c.setLease(c.instances[0].pod, false)
 	t.Cleanup(c.stopAll)
 	return c
+}
+
+// setConfig changes one key of the cluster's config.json, as a ConfigMap update would.
+func (c *cluster) setConfig(key string, value any) {
+	c.t.Helper()
+	path := filepath.Join(c.dir, "config.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cfg := map[string]any{}
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		c.t.Fatal(err)
+	}
+	cfg[key] = value
+	if b, err = json.Marshal(cfg); err != nil {
+		c.t.Fatal(err)
+	}
+	mustWrite(c.t, path+".tmp", b)
+	if err := os.Rename(path+".tmp", path); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 // setLease makes pod the primary, as the sidecar would.
