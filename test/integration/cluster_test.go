@@ -267,6 +267,8 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 		{"system database", map[string]any{"version": "16", "bootstrap": map[string]any{"database": "postgres"}}, "cannot be a PostgreSQL system database"},
 		{"reserved owner", map[string]any{"version": "16", "bootstrap": map[string]any{"owner": "pg_monitor"}}, "those roles are reserved"},
 		{"zero storage", map[string]any{"version": "16", "storage": map[string]any{"size": "0"}}, "size must be greater than zero"},
+		{"more synchronous replicas than replicas", map[string]any{"version": "16", "replicas": int64(2),
+			"postgresql": map[string]any{"synchronousReplicas": int64(2)}}, "synchronousReplicas must be less than replicas"},
 	}
 	for _, p := range dbv1.ManagedParameters {
 		cases = append(cases, struct {
