@@ -163,10 +163,8 @@ func (a *Agent) step(ctx context.Context) error {
 	proc, role, upstream, fenced := a.proc, a.role, a.upstream, a.fenced
 	a.mu.Unlock()
 
-	if proc != nil && (role == agentapi.RolePrimary || role == agentapi.RoleReplica) {
-		if err := a.reloadClusterConfig(ctx, role, upstream); err != nil {
-			return err
-		}
+	if err := a.reloadClusterConfig(ctx, proc != nil, role, upstream); err != nil {
+		return err
 	}
 	if proc != nil {
 		switch {
@@ -228,9 +226,10 @@ func (a *Agent) step(ctx context.Context) error {
 }
 
 // reloadClusterConfig re-reads the cluster configuration (the ConfigMap the kubelet
-// updates in place) and, when it changed, rewrites postgresql.conf and reloads postgres.
-// A broken file keeps the configuration in force and is reported.
-func (a *Agent) reloadClusterConfig(ctx context.Context, role, upstream string) error {
+// updates in place); the next start uses it, and a running postgres in a settled role
+// gets a rewritten postgresql.conf and a reload. A broken file keeps the configuration
+// in force and is reported.
+func (a *Agent) reloadClusterConfig(ctx context.Context, running bool, role, upstream string) error {
 	next, err := LoadClusterConfig(a.cfg.ClusterConfigPath)
 	if err != nil {
 		return fmt.Errorf("keeping the running configuration: %w", err)
@@ -239,6 +238,11 @@ func (a *Agent) reloadClusterConfig(ctx context.Context, role, upstream string) 
 		return nil
 	}
 	a.cluster = next
+	a.slotsDone = time.Time{}
+	a.log.Info("The cluster configuration changed", "replicas", next.Replicas, "synchronousReplicas", next.SynchronousReplicas)
+	if !running || (role != agentapi.RolePrimary && role != agentapi.RoleReplica) {
+		return nil
+	}
 	as := AsPrimary
 	if role == agentapi.RoleReplica {
 		as = AsStandby
@@ -246,12 +250,7 @@ func (a *Agent) reloadClusterConfig(ctx context.Context, role, upstream string) 
 	if err := a.pg.WriteConfig(a.confInput(as, upstream)); err != nil {
 		return err
 	}
-	if err := a.db.Reload(ctx); err != nil {
-		return err
-	}
-	a.log.Info("Reloaded a changed cluster configuration", "replicas", next.Replicas, "synchronousReplicas", next.SynchronousReplicas)
-	a.slotsDone = time.Time{}
-	return nil
+	return a.db.Reload(ctx)
 }
 
 // checkMajor refuses a data directory of another major version than the binaries: no
@@ -395,6 +394,9 @@ func (a *Agent) start(ctx context.Context) error {
 		select {
 		case <-proc.Done():
 			a.setState(nil, agentapi.RoleStopped, "")
+			if why := proc.Complaint(); why != "" {
+				return fmt.Errorf("postgres exited while starting: %s", why)
+			}
 			return fmt.Errorf("postgres exited while starting: %v", proc.Err())
 		case <-ctx.Done():
 			return ctx.Err()

@@ -6,11 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -225,22 +227,25 @@ type Process struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error
+	tail *tailBuffer
 	// Started is when the postmaster was started.
 	Started time.Time
 }
 
-// Start starts the postmaster as a child, its output going to the agent's own.
+// Start starts the postmaster as a child, its output going to the agent's own and the
+// last of it kept for error messages.
 func (p *Postgres) Start() (*Process, error) {
 	cmd := exec.Command(p.bin("postgres"), "-D", p.PGData)
 	cmd.Env = append(os.Environ(), p.Env...)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	tail := &tailBuffer{max: 8 << 10}
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(os.Stdout, tail), io.MultiWriter(os.Stderr, tail)
 	// Its own process group: a terminal's Ctrl-C or a signal to the agent's group does
 	// not reach postgres behind the agent's back; the agent decides how it stops.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := startTracked(cmd); err != nil {
 		return nil, fmt.Errorf("starting postgres: %w", err)
 	}
-	proc := &Process{cmd: cmd, done: make(chan struct{}), Started: time.Now()}
+	proc := &Process{cmd: cmd, done: make(chan struct{}), Started: time.Now(), tail: tail}
 	go func() {
 		proc.err = cmd.Wait()
 		untrack(cmd)
@@ -254,6 +259,53 @@ func (pr *Process) Done() <-chan struct{} { return pr.done }
 
 // Err is how the postmaster exited; valid after Done.
 func (pr *Process) Err() error { return pr.err }
+
+// Complaint is what postgres said went wrong before it exited: its last ERROR, FATAL and
+// PANIC messages and the LOG lines about invalid settings (a bad parameter is reported
+// as a LOG line, then "configuration file contains errors" as FATAL), the last three.
+func (pr *Process) Complaint() string {
+	var msgs []string
+	for _, line := range strings.Split(pr.tail.String(), "\n") {
+		for _, level := range []string{"FATAL:", "PANIC:", "ERROR:", "LOG:"} {
+			_, msg, ok := strings.Cut(line, level)
+			if !ok {
+				continue
+			}
+			msg = strings.TrimSpace(msg)
+			if level != "LOG:" || strings.Contains(msg, "invalid") || strings.Contains(msg, "unrecognized") || strings.Contains(msg, "syntax error") {
+				msgs = append(msgs, msg)
+			}
+			break
+		}
+	}
+	if len(msgs) > 3 {
+		msgs = msgs[len(msgs)-3:]
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = t.b[over:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
 
 // Pid of the postmaster.
 func (pr *Process) Pid() int { return pr.cmd.Process.Pid }

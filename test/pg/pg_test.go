@@ -647,3 +647,65 @@ func TestConfigurationReload(t *testing.T) {
 		t.Error("postgres was restarted to apply the change")
 	}
 }
+
+// A parameter value postgres refuses gives an error that names it, and a retry; fixing
+// the configuration lets the instance start, with its data.
+func TestBadParameterIsReportedAndRetried(t *testing.T) {
+	c := newCluster(t, 1)
+	p := c.instances[0]
+	p.start()
+	p.waitRole(agentapi.RolePrimary, 1, upTimeout)
+	if err := p.exec("CREATE TABLE t AS SELECT 1 AS id"); err != nil {
+		t.Fatal(err)
+	}
+	p.stop()
+	c.setConfig("parameters", map[string]string{"shared_buffers": "banana"})
+	p.start()
+	eventually(t, 30*time.Second, func() error {
+		st, err := p.status()
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(st.Error, `shared_buffers`) || !strings.Contains(st.Error, "banana") {
+			return fmt.Errorf("status error %q does not name the bad parameter", st.Error)
+		}
+		return nil
+	})
+	c.setConfig("parameters", map[string]string{"shared_buffers": "32MB"})
+	p.waitRole(agentapi.RolePrimary, 1, upTimeout)
+	p.waitCount("t", 1, 10*time.Second)
+}
+
+// Scaling down drops the primary's slot for the departed instance, so WAL does not pile
+// up for it; slots of the remaining instances stay.
+func TestSlotOfDepartedInstanceIsDropped(t *testing.T) {
+	c := newCluster(t, 3)
+	for _, in := range c.instances {
+		in.start()
+	}
+	p := c.instances[0]
+	p.waitRole(agentapi.RolePrimary, 1, upTimeout)
+	for _, r := range c.instances[1:] {
+		r.waitRole(agentapi.RoleReplica, 1, upTimeout)
+	}
+	c.instances[2].stop()
+	c.setConfig("replicas", 2)
+	eventually(t, 30*time.Second, func() error {
+		st, err := p.status()
+		if err != nil {
+			return err
+		}
+		var names []string
+		for _, s := range st.Slots {
+			names = append(names, s.Name)
+		}
+		want := []string{SlotFor(c.instances[1].pod)}
+		if fmt.Sprint(names) != fmt.Sprint(want) {
+			return fmt.Errorf("slots %v, want %v", names, want)
+		}
+		return nil
+	})
+}
+
+// SlotFor is the slot name the primary keeps for pod.
+func SlotFor(pod string) string { return strings.ReplaceAll("pgpilot_"+pod, "-", "_") }
