@@ -1,6 +1,9 @@
 package v1
 
-import "strconv"
+import (
+	"strconv"
+	"time"
+)
 
 // Labels and annotations pgpilot puts on objects.
 const (
@@ -60,4 +63,17 @@ var ManagedParameters = []string{
 	"recovery_target_name", "recovery_target_time", "recovery_target_timeline",
 	"recovery_target_xid", "restore_command", "synchronous_standby_names",
 	"unix_socket_directories", "wal_level", "wal_log_hints",
+}
+
+// FailoverEnabled is spec.failover.enabled, true when unset.
+func (c *PostgresCluster) FailoverEnabled() bool {
+	return c.Spec.Failover.Enabled == nil || *c.Spec.Failover.Enabled
+}
+
+// FailoverDelay is spec.failover.delay, 3 s when unset.
+func (c *PostgresCluster) FailoverDelay() time.Duration {
+	if c.Spec.Failover.Delay == nil {
+		return 3 * time.Second
+	}
+	return c.Spec.Failover.Delay.Duration
 }

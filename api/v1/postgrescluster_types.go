@@ -70,6 +70,11 @@ type PostgresClusterSpec struct {
 	// +optional
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 
+	// failover configures automatic failover.
+	// +kubebuilder:default={}
+	// +optional
+	Failover FailoverSpec `json:"failover,omitempty"`
+
 	// monitoring configures Prometheus scraping of the instances.
 	// +kubebuilder:default={}
 	// +optional
@@ -129,6 +134,22 @@ type BootstrapSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!(self in ['postgres', 'pgpilot_replication']) && !self.startsWith('pg_')",message="owner cannot be postgres, pgpilot_replication or start with pg_: those roles are reserved"
 	// +optional
 	Owner string `json:"owner,omitempty"`
+}
+
+// FailoverSpec configures automatic failover.
+type FailoverSpec struct {
+	// enabled lets the operator promote a replica when the primary fails.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// delay is how long the primary must be failed (its agent unreachable, or postgres
+	// not ready) before a replica is promoted: long enough to ride out a blip, short
+	// enough that writes do not wait long.
+	// +kubebuilder:default="3s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('10m')",message="delay must be a duration between 0s and 10m, such as 3s"
+	// +optional
+	Delay *metav1.Duration `json:"delay,omitempty"`
 }
 
 // MonitoringSpec configures Prometheus scraping.

@@ -15,6 +15,7 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/controller/credentials"
+	"github.com/pgpilot/pgpilot/internal/controller/failover"
 	"github.com/pgpilot/pgpilot/internal/controller/primary"
 	"github.com/pgpilot/pgpilot/internal/controller/status"
 )
@@ -57,6 +58,9 @@ func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
 		return err
 	}
 	if err := primary.NewPrimaryReconciler(mgr.GetClient(), recorder, clk).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := failover.NewFailoverReconciler(mgr.GetClient(), recorder, clk, nil).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return status.NewStatusReconciler(mgr.GetClient(), mgr.GetAPIReader(), clk).SetupWithManager(mgr)

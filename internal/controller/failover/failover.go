@@ -1,0 +1,342 @@
+package failover
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
+	"github.com/pgpilot/pgpilot/internal/controller/credentials"
+)
+
+// PollPeriod is how often each cluster's agents are asked for their status.
+const PollPeriod = time.Second
+
+// Event reasons.
+const (
+	ReasonPrimaryFailed     = "PrimaryFailed"
+	ReasonFailoverBlocked   = "FailoverBlocked"
+	ReasonFailoverStarted   = "FailoverStarted"
+	ReasonFailoverCompleted = "FailoverCompleted"
+	ReasonUnfenced          = "Unfenced"
+)
+
+// AnnotationLastFailover on the primary Lease records the last failover (JSON); the
+// status controller shows it.
+const AnnotationLastFailover = "db.example.com/last-failover"
+
+// FailoverReconciler watches every instance of every cluster and promotes a replica
+// when the primary fails.
+type FailoverReconciler struct {
+	client   client.Client
+	recorder record.EventRecorder
+	clock    clock.PassiveClock
+	http     *http.Client
+	// agentURL is the base URL of a pod's agent.
+	agentURL func(pod *corev1.Pod) string
+
+	mu     sync.Mutex
+	memory map[types.NamespacedName]*memory
+}
+
+// memory is what a cluster's decisions need from earlier observations. It is lost on
+// a restart, which only delays a failover by the configured delay.
+type memory struct {
+	failedSince  time.Time
+	syncStandbys []string
+	lastReason   string
+}
+
+// NewFailoverReconciler returns a FailoverReconciler. agentURL nil means
+// http://<pod IP>:8008.
+func NewFailoverReconciler(c client.Client, recorder record.EventRecorder, clk clock.PassiveClock, agentURL func(*corev1.Pod) string) *FailoverReconciler {
+	if agentURL == nil {
+		agentURL = func(p *corev1.Pod) string {
+			return "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(agentapi.Port))
+		}
+	}
+	return &FailoverReconciler{
+		client: c, recorder: recorder, clock: clk, agentURL: agentURL,
+		http:   &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: time.Minute}},
+		memory: map[types.NamespacedName]*memory{},
+	}
+}
+
+// +kubebuilder:rbac:groups=db.example.com,resources=postgresclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;update
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+
+// Reconcile observes the cluster's instances, decides, acts, and comes back after
+// PollPeriod.
+func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var cluster dbv1.PostgresCluster
+	if err := r.client.Get(ctx, req.NamespacedName, &cluster); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !cluster.DeletionTimestamp.IsZero() {
+		r.forget(req.NamespacedName)
+		return ctrl.Result{}, nil
+	}
+	var lease coordinationv1.Lease
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.PrimaryLeaseName()}, &lease); err != nil {
+		return ctrl.Result{RequeueAfter: PollPeriod}, client.IgnoreNotFound(err)
+	}
+	var secret corev1.Secret
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.AgentTokenSecretName()}, &secret); err != nil {
+		return ctrl.Result{RequeueAfter: PollPeriod}, client.IgnoreNotFound(err)
+	}
+	token := string(secret.Data[credentials.KeyToken])
+	pods, err := clusterpods.List(ctx, r.client, &cluster)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	instances := r.observe(ctx, pods, token)
+
+	mem := r.remember(req.NamespacedName)
+	holder := ""
+	if lease.Spec.HolderIdentity != nil {
+		holder = *lease.Spec.HolderIdentity
+	}
+	for _, i := range instances {
+		if i.Name == holder && i.Reachable && i.Status.Role == agentapi.RolePrimary && i.Status.Ready {
+			mem.syncStandbys = syncStandbys(i.Status)
+		}
+	}
+	if err := r.unfence(ctx, &cluster, pods, instances, holder); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	d := Decide(Input{
+		Holder: holder, Instances: instances, Enabled: cluster.FailoverEnabled(), Delay: cluster.FailoverDelay(),
+		SynchronousReplicas: int(cluster.Spec.PostgreSQL.SynchronousReplicas), SyncStandbys: mem.syncStandbys,
+		FailedSince: mem.failedSince, Now: r.clock.Now(),
+	})
+	mem.failedSince = d.FailedSince
+	logger := log.FromContext(ctx)
+	switch d.Action {
+	case None:
+		mem.lastReason = ""
+	case Wait:
+		if mem.lastReason == "" {
+			logger.Info("Primary failed", "reason", d.Reason)
+			r.recorder.Event(&cluster, corev1.EventTypeWarning, ReasonPrimaryFailed, d.Reason)
+		}
+		mem.lastReason = d.Reason
+		return ctrl.Result{RequeueAfter: min(d.RequeueAfter, PollPeriod)}, nil
+	case Blocked:
+		if d.Reason != mem.lastReason {
+			logger.Info("Failover blocked", "reason", d.Reason)
+			r.recorder.Event(&cluster, corev1.EventTypeWarning, ReasonFailoverBlocked, d.Reason)
+		}
+		mem.lastReason = d.Reason
+	case Promote:
+		if err := r.failover(ctx, &cluster, &lease, pods, instances, holder, d); err != nil {
+			return ctrl.Result{}, err
+		}
+		mem.failedSince, mem.lastReason, mem.syncStandbys = time.Time{}, "", nil
+	}
+	return ctrl.Result{RequeueAfter: PollPeriod}, nil
+}
+
+// observe asks every pod's agent for its status, all at once, each within a second.
+func (r *FailoverReconciler) observe(ctx context.Context, pods []corev1.Pod, token string) []Instance {
+	out := make([]Instance, len(pods))
+	var wg sync.WaitGroup
+	for i := range pods {
+		out[i].Name = pods[i].Name
+		if pods[i].Status.PodIP == "" || !pods[i].DeletionTimestamp.IsZero() {
+			continue
+		}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			pctx, cancel := context.WithTimeout(ctx, PollPeriod)
+			defer cancel()
+			st, err := agentapi.NewClient(r.agentURL(&pods[i]), token, r.http).Status(pctx)
+			if err == nil {
+				out[i].Reachable, out[i].Status = true, st
+			}
+		}(i)
+	}
+	wg.Wait()
+	return out
+}
+
+// syncStandbys are the standbys a primary reports in sync or quorum state.
+func syncStandbys(st agentapi.Status) []string {
+	var out []string
+	for _, r := range st.Replicas {
+		if r.SyncState == "sync" || r.SyncState == "quorum" {
+			out = append(out, r.Name)
+		}
+	}
+	return out
+}
+
+// failover fences the old primary, moves the Lease and promotes the target.
+func (r *FailoverReconciler) failover(ctx context.Context, c *dbv1.PostgresCluster, lease *coordinationv1.Lease,
+	pods []corev1.Pod, instances []Instance, holder string, d Decision) error {
+	logger := log.FromContext(ctx)
+	start := r.clock.Now()
+	logger.Info("Failing over", "from", holder, "to", d.Target, "reason", d.Reason)
+	r.recorder.Event(c, corev1.EventTypeWarning, ReasonFailoverStarted, d.Reason)
+
+	// 1. Fence: out of the read-write Service at once, and told to stop if it answers.
+	for i := range pods {
+		if pods[i].Name == holder {
+			if err := r.label(ctx, &pods[i], dbv1.RoleFenced); err != nil {
+				return err
+			}
+		}
+	}
+	token := ""
+	var secret corev1.Secret
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.AgentTokenSecretName()}, &secret); err == nil {
+		token = string(secret.Data[credentials.KeyToken])
+	}
+	for i := range pods {
+		if pods[i].Name == holder && pods[i].Status.PodIP != "" {
+			fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := agentapi.NewClient(r.agentURL(&pods[i]), token, r.http).Fence(fctx)
+			cancel()
+			if err != nil {
+				logger.Info("Could not fence the old primary through its agent; the Lease and the label fence it", "pod", holder, "error", err.Error())
+			}
+		}
+	}
+
+	// 2. The Lease names the new primary: the single source of truth, written with
+	// optimistic concurrency so two operators can never both move it.
+	now := metav1.NewMicroTime(r.clock.Now())
+	lease.Spec.HolderIdentity = &d.Target
+	lease.Spec.AcquireTime, lease.Spec.RenewTime = &now, &now
+	transitions := int32(0)
+	if lease.Spec.LeaseTransitions != nil {
+		transitions = *lease.Spec.LeaseTransitions
+	}
+	transitions++
+	lease.Spec.LeaseTransitions = &transitions
+	metav1.SetMetaDataAnnotation(&lease.ObjectMeta, AnnotationLastFailover,
+		fmt.Sprintf(`{"from":%q,"to":%q,"time":%q,"reason":%q}`, holder, d.Target, now.UTC().Format(time.RFC3339), d.Reason))
+	if err := r.client.Update(ctx, lease); err != nil {
+		return fmt.Errorf("moving the primary Lease to %s: %w", d.Target, err)
+	}
+
+	// 3. Promote. The target's agent also promotes itself when it sees the Lease; the
+	// call only makes it sooner.
+	for i := range pods {
+		if pods[i].Name == d.Target {
+			pctx, cancel := context.WithTimeout(ctx, time.Minute)
+			_, err := agentapi.NewClient(r.agentURL(&pods[i]), token, r.http).Promote(pctx)
+			cancel()
+			if err != nil {
+				logger.Info("The promote call failed; the agent promotes itself from the Lease", "pod", d.Target, "error", err.Error())
+			}
+		}
+	}
+	msg := fmt.Sprintf("Promoted %s in place of %s in %s", d.Target, holder, r.clock.Since(start).Round(time.Millisecond))
+	logger.Info("Failed over", "from", holder, "to", d.Target, "took", r.clock.Since(start).String())
+	r.recorder.Event(c, corev1.EventTypeNormal, ReasonFailoverCompleted, msg)
+	return nil
+}
+
+// unfence relabels a fenced pod once its agent reports it healthy in a role: a replica
+// that rejoined, or the Lease's holder serving as primary (a fence whose Lease move
+// failed, from which the old primary recovered), which would otherwise leave the
+// read-write Service without an endpoint.
+func (r *FailoverReconciler) unfence(ctx context.Context, c *dbv1.PostgresCluster, pods []corev1.Pod, instances []Instance, holder string) error {
+	for i := range pods {
+		p := &pods[i]
+		if p.Labels[dbv1.LabelRole] != dbv1.RoleFenced {
+			continue
+		}
+		st := instances[i]
+		if p.Name == holder {
+			if st.Reachable && st.Status.Role == agentapi.RolePrimary && st.Status.Ready {
+				if err := r.label(ctx, p, dbv1.RolePrimary); err != nil {
+					return err
+				}
+				r.recorder.Eventf(c, corev1.EventTypeNormal, ReasonUnfenced, "%s serves as primary again and holds the Lease", p.Name)
+			}
+			continue
+		}
+		if st.Reachable && st.Status.Role == agentapi.RoleReplica && st.Status.Ready {
+			if err := r.label(ctx, p, dbv1.RoleReplica); err != nil {
+				return err
+			}
+			r.recorder.Eventf(c, corev1.EventTypeNormal, ReasonUnfenced, "%s rejoined as a replica", p.Name)
+		}
+	}
+	return nil
+}
+
+func (r *FailoverReconciler) label(ctx context.Context, p *corev1.Pod, role string) error {
+	if p.Labels[dbv1.LabelRole] == role {
+		return nil
+	}
+	patch := client.MergeFrom(p.DeepCopy())
+	if p.Labels == nil {
+		p.Labels = map[string]string{}
+	}
+	p.Labels[dbv1.LabelRole] = role
+	if err := r.client.Patch(ctx, p, patch); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("labelling %s %s: %w", p.Name, role, err)
+	}
+	return nil
+}
+
+func (r *FailoverReconciler) remember(key types.NamespacedName) *memory {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m, ok := r.memory[key]
+	if !ok {
+		m = &memory{}
+		r.memory[key] = m
+	}
+	return m
+}
+
+func (r *FailoverReconciler) forget(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.memory, key)
+}
+
+// SetupWithManager reconciles each cluster when it, its pods or its Lease change, and
+// every PollPeriod.
+func (r *FailoverReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	byLabel := handler.EnqueueRequestsFromMapFunc(clusterpods.ClusterOf)
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("failover").
+		For(&dbv1.PostgresCluster{}).
+		Watches(&corev1.Pod{}, byLabel).
+		Watches(&coordinationv1.Lease{}, byLabel).
+		// Each reconcile waits up to PollPeriod for the agents: enough workers that a
+		// slow cluster does not hold up the others.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 8}).
+		Complete(r)
+}
