@@ -22,16 +22,19 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/pgpilot/pgpilot/internal/agent"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/devenv"
+	"github.com/pgpilot/pgpilot/internal/sidecar"
 )
 
 // PGBin is where Debian's postgresql-15 puts its programs; hack/install-postgres.sh
@@ -48,7 +51,9 @@ const isolationTimeout = 3 * time.Second
 const workPrefix = "pgpilot-pg-"
 
 var (
-	kube       kubernetes.Interface
+	kube kubernetes.Interface
+	// k8s is a controller-runtime client with pgpilot's types.
+	k8s        client.Client
 	kubeconfig string
 	// apiServer is the kube-apiserver's host:port, which each agent reaches through
 	// a proxy of its own that a test can cut.
@@ -140,6 +145,30 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	// The operator (Helm manager and sidecar) runs too, as its ServiceAccount: it acts
+	// on PostgresCluster objects only, so the tests that drive agents through bare
+	// Leases are left alone.
+	os.Setenv("RELATED_IMAGE_AGENT", "pgpilot:pg-tests")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	operatorCfg, err := devenv.InstallOperator(ctx, env.Config, root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "installing config/default:", err)
+		return 1
+	}
+	if _, err := devenv.StartOperator(ctx, operatorCfg, root); err != nil {
+		fmt.Fprintln(os.Stderr, "starting the operator:", err)
+		return 1
+	}
+	scheme, err := sidecar.Scheme()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if k8s, err = client.New(env.Config, client.Options{Scheme: scheme}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	return m.Run()
 }
 
@@ -156,6 +185,10 @@ type cluster struct {
 	dir       string
 	instances []*instance
 	creds     agent.Credentials
+	// token is the agents' API token; operated clusters use the one the sidecar made.
+	token string
+	// sts is the StatefulSet the operator rendered (operated clusters).
+	sts appsv1.StatefulSet
 }
 
 type instance struct {
@@ -205,18 +238,23 @@ func newCluster(t testing.TB, n int) *cluster {
 		mustWrite(t, filepath.Join(c.dir, "secrets", name, "password"), []byte(cred.Password))
 	}
 	mustWrite(t, filepath.Join(c.dir, "token"), []byte(token))
-	for i := range n {
-		in := &instance{c: c, ordinal: i, pod: fmt.Sprintf("%s-%d", c.name, i), ip: fmt.Sprintf("127.0.%d.%d", k, 2+i)}
-		in.dir = filepath.Join(c.dir, in.pod)
-		mustMkdir(t, filepath.Join(in.dir, "run"), 0o700)
-		in.proxy = newAPIProxy(t, apiServer)
-		writeKubeconfig(t, filepath.Join(in.dir, "kubeconfig"), in.proxy.addr())
-		chownR(t, in.dir)
-		c.instances = append(c.instances, in)
-	}
+	c.addInstances(k, n)
 	c.setLease(c.instances[0].pod, false)
 	t.Cleanup(c.stopAll)
 	return c
+}
+
+// addInstances prepares n instances <name>-0 ... on 127.0.<k>.2+i.
+func (c *cluster) addInstances(k, n int) {
+	for i := range n {
+		in := &instance{c: c, ordinal: i, pod: fmt.Sprintf("%s-%d", c.name, i), ip: fmt.Sprintf("127.0.%d.%d", k, 2+i)}
+		in.dir = filepath.Join(c.dir, in.pod)
+		mustMkdir(c.t, filepath.Join(in.dir, "run"), 0o700)
+		in.proxy = newAPIProxy(c.t, apiServer)
+		writeKubeconfig(c.t, filepath.Join(in.dir, "kubeconfig"), in.proxy.addr())
+		chownR(c.t, in.dir)
+		c.instances = append(c.instances, in)
+	}
 }
 
 // setConfig changes one key of the cluster's config.json, as a ConfigMap update would.
@@ -355,7 +393,11 @@ func (in *instance) postmasterPid() int {
 }
 
 func (in *instance) api() *agentapi.Client {
-	return agentapi.NewClient("http://"+in.ip+":8008", token, http.DefaultClient)
+	tok := token
+	if in.c.token != "" {
+		tok = in.c.token
+	}
+	return agentapi.NewClient("http://"+in.ip+":8008", tok, http.DefaultClient)
 }
 
 func (in *instance) status() (agentapi.Status, error) {

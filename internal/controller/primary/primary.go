@@ -85,7 +85,10 @@ func (r *PrimaryReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 }
 
 // Role is the role label pod should carry when holder is the primary, and whether the
-// label must change. A fenced pod keeps its label: only failover removes a fence.
+// label must change. A pod labelled primary that no longer holds the Lease is a former
+// primary and becomes fenced, never replica: until its agent has rewound it, it may
+// still accept writes. A fenced pod keeps its label; only the failover controller
+// removes a fence, once the agent reports the pod rejoined.
 func Role(pod *corev1.Pod, holder string) (string, bool) {
 	current := pod.Labels[dbv1.LabelRole]
 	want := dbv1.RoleReplica
@@ -94,6 +97,8 @@ func Role(pod *corev1.Pod, holder string) (string, bool) {
 		want = dbv1.RolePrimary
 	case current == dbv1.RoleFenced:
 		return current, false
+	case current == dbv1.RolePrimary:
+		want = dbv1.RoleFenced
 	}
 	return want, current != want
 }

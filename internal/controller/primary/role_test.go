@@ -48,7 +48,7 @@ func TestRole(t *testing.T) {
 		{"holder already primary", newPod("db-0", withRole(dbv1.RolePrimary)), "db-0", result{dbv1.RolePrimary, false}},
 		{"fenced holder becomes primary", newPod("db-2", withRole(dbv1.RoleFenced)), "db-2", result{dbv1.RolePrimary, true}},
 		{"non-holder without a role becomes replica", newPod("db-1"), "db-0", result{dbv1.RoleReplica, true}},
-		{"former primary becomes replica", newPod("db-0", withRole(dbv1.RolePrimary)), "db-1", result{dbv1.RoleReplica, true}},
+		{"former primary is fenced, not a replica", newPod("db-0", withRole(dbv1.RolePrimary)), "db-1", result{dbv1.RoleFenced, true}},
 		{"non-holder already replica", newPod("db-1", withRole(dbv1.RoleReplica)), "db-0", result{dbv1.RoleReplica, false}},
 		{"fenced non-holder stays fenced", newPod("db-1", withRole(dbv1.RoleFenced)), "db-0", result{dbv1.RoleFenced, false}},
 		{"unknown role is corrected", newPod("db-1", withRole("leader")), "db-0", result{dbv1.RoleReplica, true}},

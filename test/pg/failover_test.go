@@ -1,0 +1,158 @@
+package pg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/controller/failover"
+)
+
+// startOperated starts every instance of an operated cluster and waits until the
+// read-write Service routes to the first and the others stream.
+func startOperated(t *testing.T, c *cluster) {
+	t.Helper()
+	for _, in := range c.instances {
+		in.start()
+	}
+	c.instances[0].waitRole(agentapi.RolePrimary, 1, upTimeout)
+	for _, r := range c.instances[1:] {
+		r.waitRole(agentapi.RoleReplica, 1, upTimeout)
+	}
+	eventually(t, 30*time.Second, func() error {
+		if rw := c.readWrite(); rw != c.instances[0] {
+			return fmt.Errorf("the read-write Service routes to %v", rw)
+		}
+		return nil
+	})
+}
+
+// podRole is the role label the sidecar gave the instance's pod.
+func (c *cluster) podRole(in *instance) string {
+	var pod corev1.Pod
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: in.pod}, &pod); err != nil {
+		return ""
+	}
+	return pod.Labels[dbv1.LabelRole]
+}
+
+// hasEvent reports whether the cluster got an event with reason.
+func (c *cluster) hasEvent(reason string) bool {
+	var events corev1.EventList
+	if err := k8s.List(context.Background(), &events, client.InNamespace(c.namespace)); err != nil {
+		return false
+	}
+	for _, e := range events.Items {
+		if e.Reason == reason && e.InvolvedObject.Name == c.name {
+			return true
+		}
+	}
+	return false
+}
+
+// The operator fails over on its own: kill -9 of the primary (agent and postmaster),
+// a replica is promoted and the read-write Service routes to it, the other replica
+// follows, and the old primary rejoins as a replica and is unfenced.
+func TestOperatorFailsOver(t *testing.T) {
+	c := newOperatedCluster(t, 3)
+	startOperated(t, c)
+	old := c.instances[0]
+	if err := c.writeThroughRW("CREATE TABLE t (id bigserial PRIMARY KEY, v text)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.writeThroughRW("INSERT INTO t (v) SELECT 'before' FROM generate_series(1, 50)"); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range c.instances[1:] {
+		r.waitCount("t", 50, 30*time.Second)
+	}
+
+	killed := time.Now()
+	old.kill9()
+	eventually(t, time.Minute, func() error {
+		if rw := c.readWrite(); rw == nil || rw == old {
+			return errors.New("the read-write Service does not route to a new primary yet")
+		}
+		return c.writeThroughRW("INSERT INTO t (v) VALUES ('after')")
+	})
+	t.Logf("first write through the read-write Service %s after kill -9 of the primary (failover delay 3s)", time.Since(killed).Round(10*time.Millisecond))
+	next := c.readWrite()
+	if got := c.podRole(old); got != dbv1.RoleFenced {
+		t.Errorf("the old primary's pod is labelled %q, want fenced", got)
+	}
+	for _, in := range c.instances {
+		if in != old && in != next {
+			in.waitRole(agentapi.RoleReplica, 2, time.Minute)
+			in.waitCount("t", 51, 30*time.Second)
+		}
+	}
+	if !c.hasEvent(failover.ReasonFailoverCompleted) {
+		t.Error("no FailoverCompleted event")
+	}
+
+	old.start()
+	old.waitRole(agentapi.RoleReplica, 2, upTimeout)
+	old.waitCount("t", 51, 30*time.Second)
+	eventually(t, 30*time.Second, func() error {
+		if got := c.podRole(old); got != dbv1.RoleReplica {
+			return fmt.Errorf("the rejoined old primary's pod is labelled %q, want replica", got)
+		}
+		return nil
+	})
+}
+
+// A partitioned old primary, its agent unreachable but postgres alive, is fenced out
+// of the read-write Service: after the failover no write through the Service reaches
+// it, and when its agent is back it stops, rewinds and rejoins as a replica.
+func TestPartitionedOldPrimaryIsFencedOut(t *testing.T) {
+	c := newOperatedCluster(t, 3)
+	startOperated(t, c)
+	old := c.instances[0]
+	if err := c.writeThroughRW("CREATE TABLE t (id bigserial PRIMARY KEY, via text)"); err != nil {
+		t.Fatal(err)
+	}
+	// The agent freezes (as if its network were cut); postgres keeps running.
+	if err := old.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = old.cmd.Process.Signal(syscall.SIGCONT) }()
+	eventually(t, time.Minute, func() error {
+		if rw := c.readWrite(); rw == nil || rw == old {
+			return errors.New("no new primary behind the read-write Service yet")
+		}
+		return nil
+	})
+	// For a while, every write through the Service lands on the new primary, while the
+	// old postmaster is still up.
+	for i := range 20 {
+		rw := c.readWrite()
+		if rw == old {
+			t.Fatalf("write %d: the read-write Service routes to the partitioned old primary", i)
+		}
+		if rw != nil {
+			_ = rw.exec("INSERT INTO t (via) VALUES ($1)", rw.pod)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if old.postmasterPid() == 0 {
+		t.Fatal("the old postmaster is not running: the test did not partition anything")
+	}
+	if got := c.podRole(old); got != dbv1.RoleFenced {
+		t.Errorf("the old primary's pod is labelled %q, want fenced", got)
+	}
+	if err := old.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	old.waitRole(agentapi.RoleReplica, 2, upTimeout)
+	if n, err := old.count("t"); err != nil || n == 0 {
+		t.Errorf("the rejoined old primary has %d rows (%v)", n, err)
+	}
+}

@@ -1,0 +1,207 @@
+package pg
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/agent"
+)
+
+// newOperatedCluster creates a PostgresCluster for the operator to run, and prepares
+// its instances from what the operator renders and creates: config.json from the
+// ConfigMap, the credentials and the agent token from the Secrets. Pods are created from
+// the StatefulSet's template when the instances start, and a kubelet stand-in reports
+// each pod's IP and its agent's readiness.
+func newOperatedCluster(t testing.TB, n int, opts ...func(*dbv1.PostgresCluster)) *cluster {
+	t.Helper()
+	clusterSeq.Lock()
+	clusterSeq.n++
+	k := clusterSeq.n
+	clusterSeq.Unlock()
+	c := &cluster{t: t, name: fmt.Sprintf("c%d", k), namespace: fmt.Sprintf("pg-%d", k)}
+	c.dir = filepath.Join(workDir, c.name)
+	mustMkdir(t, c.dir, 0o755)
+	ctx := context.Background()
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace}}); err != nil {
+		t.Fatal(err)
+	}
+	pgc := &dbv1.PostgresCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: c.namespace},
+		Spec:       dbv1.PostgresClusterSpec{Replicas: int32(n), Version: "15"},
+	}
+	for _, o := range opts {
+		o(pgc)
+	}
+	if err := k8s.Create(ctx, pgc); err != nil {
+		t.Fatal(err)
+	}
+	get := func(name string, obj client.Object) error {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: name}, obj)
+	}
+	var cm corev1.ConfigMap
+	eventually(t, time.Minute, func() error { return get(c.name+"-config", &cm) })
+	mustWrite(t, filepath.Join(c.dir, "config.json"), []byte(cm.Data["config.json"]))
+	secretFiles := map[string]string{"superuser": "-superuser", "replication": "-replication", "app": "-app"}
+	for dir, suffix := range secretFiles {
+		var s corev1.Secret
+		eventually(t, time.Minute, func() error { return get(c.name+suffix, &s) })
+		mustMkdir(t, filepath.Join(c.dir, "secrets", dir), 0o755)
+		mustWrite(t, filepath.Join(c.dir, "secrets", dir, "username"), s.Data["username"])
+		mustWrite(t, filepath.Join(c.dir, "secrets", dir, "password"), s.Data["password"])
+		cred := agent.Credential{Username: string(s.Data["username"]), Password: string(s.Data["password"])}
+		switch dir {
+		case "superuser":
+			c.creds.Superuser = cred
+		case "replication":
+			c.creds.Replication = cred
+		case "app":
+			c.creds.App = cred
+		}
+	}
+	var tok corev1.Secret
+	eventually(t, time.Minute, func() error { return get(c.name+"-agent", &tok) })
+	mustWrite(t, filepath.Join(c.dir, "token"), tok.Data["token"])
+	c.token = string(tok.Data["token"])
+	eventually(t, time.Minute, func() error { return get(c.name, &c.sts) })
+	c.addInstances(k, n)
+	kubeletCtx, stopKubelet := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); c.kubelet(kubeletCtx) }()
+	t.Cleanup(func() { stopKubelet(); wg.Wait(); c.stopAll() })
+	return c
+}
+
+// kubelet does for the cluster's pods what the StatefulSet controller and the kubelet
+// would: it creates each started instance's pod from the template, sets its IP, and
+// keeps its Ready condition equal to its agent's /readyz, every 100 ms.
+func (c *cluster) kubelet(ctx context.Context) {
+	ready := map[string]bool{}
+	created := map[string]bool{}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for _, in := range c.instances {
+			if in.cmd == nil {
+				continue
+			}
+			if !created[in.pod] {
+				if err := c.createPod(ctx, in); err != nil {
+					continue
+				}
+				created[in.pod] = true
+			}
+			now := in.readyz(ctx)
+			if now == ready[in.pod] && created[in.pod+"/status"] {
+				continue
+			}
+			if c.setPodStatus(ctx, in, now) == nil {
+				ready[in.pod], created[in.pod+"/status"] = now, true
+			}
+		}
+	}
+}
+
+// readyz is the kubelet's readiness probe: GET /readyz on the agent.
+func (in *instance) readyz(ctx context.Context) bool {
+	rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+in.ip+":8008/readyz", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func (c *cluster) createPod(ctx context.Context, in *instance) error {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: in.pod, Namespace: c.namespace, Labels: c.sts.Spec.Template.Labels},
+		Spec:       *c.sts.Spec.Template.Spec.DeepCopy(),
+	}
+	for _, claim := range c.sts.Spec.VolumeClaimTemplates {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: claim.Name,
+			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name + "-" + in.pod}}})
+	}
+	pod.Spec.NodeName = "node-a"
+	return k8s.Create(ctx, pod)
+}
+
+func (c *cluster) setPodStatus(ctx context.Context, in *instance, ready bool) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var pod corev1.Pod
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: in.pod}, &pod); err != nil {
+			return err
+		}
+		status := corev1.ConditionFalse
+		if ready {
+			status = corev1.ConditionTrue
+		}
+		pod.Status.Phase = corev1.PodRunning
+		pod.Status.PodIP = in.ip
+		pod.Status.PodIPs = []corev1.PodIP{{IP: in.ip}}
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()}}
+		return k8s.Status().Update(ctx, &pod)
+	})
+}
+
+// readWrite is the instance the read-write Service routes to now: the Ready pod its
+// selector matches, as kube-proxy would pick; nil when there is none or several.
+func (c *cluster) readWrite() *instance {
+	ctx := context.Background()
+	var svc corev1.Service
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: c.name + "-rw"}, &svc); err != nil {
+		return nil
+	}
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace(c.namespace), client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(svc.Spec.Selector)}); err != nil {
+		return nil
+	}
+	var endpoints []*instance
+	for _, p := range pods.Items {
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				for _, in := range c.instances {
+					if in.ip == p.Status.PodIP {
+						endpoints = append(endpoints, in)
+					}
+				}
+			}
+		}
+	}
+	if len(endpoints) != 1 {
+		return nil
+	}
+	return endpoints[0]
+}
+
+// writeThroughRW inserts a row through the read-write Service's endpoint.
+func (c *cluster) writeThroughRW(sql string, args ...any) error {
+	in := c.readWrite()
+	if in == nil {
+		return fmt.Errorf("the read-write Service has no single ready endpoint")
+	}
+	return in.exec(sql, args...)
+}
+
