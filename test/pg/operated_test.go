@@ -204,4 +204,3 @@ func (c *cluster) writeThroughRW(sql string, args ...any) error {
 	}
 	return in.exec(sql, args...)
 }
-
