@@ -7,6 +7,10 @@ import (
 
 // Labels and annotations pgpilot puts on objects.
 const (
+	// AnnotationSwitchoverTo on a cluster asks for a switchover to the named pod; the
+	// sidecar removes it when the switchover is done or refused (with an event).
+	AnnotationSwitchoverTo = "db.example.com/switchover-to"
+
 	// AnnotationBootstrapped on the primary Lease says the cluster's first primary came
 	// up; from then on the agent never runs initdb over an empty volume.
 	AnnotationBootstrapped = "db.example.com/bootstrapped"

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
@@ -154,5 +156,98 @@ func TestPartitionedOldPrimaryIsFencedOut(t *testing.T) {
 	old.waitRole(agentapi.RoleReplica, 2, upTimeout)
 	if n, err := old.count("t"); err != nil || n == 0 {
 		t.Errorf("the rejoined old primary has %d rows (%v)", n, err)
+	}
+}
+
+// A switchover to a named replica: the primary is demoted after its WAL reached the
+// standbys, the target promoted, the old primary rejoins; every acknowledged write is
+// there, and writes are unavailable only briefly.
+func TestSwitchover(t *testing.T) {
+	c := newOperatedCluster(t, 3)
+	startOperated(t, c)
+	old, target := c.instances[0], c.instances[2]
+	if err := c.writeThroughRW("CREATE TABLE t (id bigint PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	// A refused request: the target does not exist.
+	c.annotate(dbv1.AnnotationSwitchoverTo, c.name+"-9")
+	eventually(t, 30*time.Second, func() error {
+		if !c.hasEvent(failover.ReasonSwitchoverRefused) {
+			return errors.New("no SwitchoverRefused event")
+		}
+		return nil
+	})
+	if rw := c.readWrite(); rw != old {
+		t.Fatalf("a refused switchover moved the primary to %v", rw)
+	}
+
+	var acked []int64
+	stop := make(chan struct{})
+	done := make(chan time.Duration)
+	go func() {
+		var longest time.Duration
+		lastOK := time.Now()
+		for id := int64(1); ; id++ {
+			select {
+			case <-stop:
+				done <- longest
+				return
+			default:
+			}
+			if err := c.writeThroughRW("INSERT INTO t VALUES ($1)", id); err == nil {
+				acked = append(acked, id)
+				longest = max(longest, time.Since(lastOK))
+				lastOK = time.Now()
+			} else {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}()
+	time.Sleep(time.Second) // writes flow before the switchover
+	c.annotate(dbv1.AnnotationSwitchoverTo, target.pod)
+	eventually(t, time.Minute, func() error {
+		if rw := c.readWrite(); rw != target {
+			return fmt.Errorf("the read-write Service routes to %v", rw)
+		}
+		return nil
+	})
+	time.Sleep(time.Second) // writes flow after it
+	close(stop)
+	unavailable := <-done
+	t.Logf("switchover: writes unavailable for %s at most; %d writes acknowledged", unavailable.Round(10*time.Millisecond), len(acked))
+	target.waitRole(agentapi.RolePrimary, 2, 30*time.Second)
+	old.waitRole(agentapi.RoleReplica, 2, upTimeout)
+	n, err := target.count("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < int64(len(acked)) {
+		t.Errorf("the new primary has %d rows, %d were acknowledged", n, len(acked))
+	}
+	if !c.hasEvent(failover.ReasonSwitchedOver) {
+		t.Error("no SwitchedOver event")
+	}
+	var pgc dbv1.PostgresCluster
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: c.name}, &pgc); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := pgc.Annotations[dbv1.AnnotationSwitchoverTo]; ok {
+		t.Error("the switchover request annotation was not removed")
+	}
+}
+
+// annotate sets an annotation on the cluster, as kubectl annotate would.
+func (c *cluster) annotate(key, value string) {
+	c.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var pgc dbv1.PostgresCluster
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: c.name}, &pgc); err != nil {
+			return err
+		}
+		metav1.SetMetaDataAnnotation(&pgc.ObjectMeta, key, value)
+		return k8s.Update(context.Background(), &pgc)
+	})
+	if err != nil {
+		c.t.Fatal(err)
 	}
 }

@@ -193,3 +193,43 @@ func compare(a, b uint64) int {
 	}
 	return 0
 }
+
+// MaxSwitchoverLag is how far behind the primary a switchover target may be: a replica
+// further behind would make writes wait while it catches up.
+const MaxSwitchoverLag = 16 << 20
+
+// CheckSwitchover says why target cannot take over from a healthy holder now, "" when
+// it can.
+func CheckSwitchover(holder, target string, instances []Instance) string {
+	if target == holder {
+		return fmt.Sprintf("%s is already the primary", target)
+	}
+	var primary, candidate *Instance
+	for i := range instances {
+		switch instances[i].Name {
+		case holder:
+			primary = &instances[i]
+		case target:
+			candidate = &instances[i]
+		}
+	}
+	switch {
+	case candidate == nil:
+		return fmt.Sprintf("%s is not an instance of this cluster", target)
+	case primary == nil || !primary.Reachable || primary.Status.Role != agentapi.RolePrimary || !primary.Status.Ready:
+		return fmt.Sprintf("the primary %s is not healthy; a failover, not a switchover, will replace it", holder)
+	case !candidate.Reachable:
+		return fmt.Sprintf("%s's agent does not answer", target)
+	case candidate.Status.Role != agentapi.RoleReplica || !candidate.Status.Ready:
+		return fmt.Sprintf("%s is %s, not a ready replica", target, candidate.Status.Role)
+	}
+	write, err1 := agentapi.ParseLSN(primary.Status.WriteLSN)
+	received, err2 := agentapi.ParseLSN(candidate.Status.ReceivedLSN)
+	if err1 != nil || err2 != nil {
+		return fmt.Sprintf("cannot compare %s's WAL position with the primary's", target)
+	}
+	if write > received && write-received > MaxSwitchoverLag {
+		return fmt.Sprintf("%s is %d bytes behind the primary (at most %d for a switchover)", target, write-received, MaxSwitchoverLag)
+	}
+	return ""
+}

@@ -149,3 +149,31 @@ func TestDecideRemembersWhenThePrimaryFailed(t *testing.T) {
 		t.Fatalf("recovered: %+v", d)
 	}
 }
+
+func TestCheckSwitchover(t *testing.T) {
+	healthy := []Instance{primary("db-0"), replica("db-1", "0/5000000", "0/5000000"), replica("db-2", "0/1000000", "0/1000000")}
+	notReady := replica("db-1", "0/5000000", "0/5000000")
+	notReady.Status.Ready = false
+	cases := []struct {
+		name      string
+		target    string
+		instances []Instance
+		want      string // substring; "" means allowed
+	}{
+		{"caught-up replica", "db-1", healthy, ""},
+		{"already primary", "db-0", healthy, "already the primary"},
+		{"unknown pod", "db-9", healthy, "not an instance"},
+		{"far behind", "db-2", healthy, "bytes behind the primary"},
+		{"not ready", "db-1", []Instance{primary("db-0"), notReady}, "not a ready replica"},
+		{"unreachable", "db-1", []Instance{primary("db-0"), dead("db-1")}, "does not answer"},
+		{"primary unhealthy", "db-1", []Instance{dead("db-0"), replica("db-1", "0/5000000", "0/5000000")}, "a failover, not a switchover"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := CheckSwitchover("db-0", tc.target, tc.instances)
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -38,6 +38,8 @@ const (
 	ReasonFailoverStarted   = "FailoverStarted"
 	ReasonFailoverCompleted = "FailoverCompleted"
 	ReasonUnfenced          = "Unfenced"
+	ReasonSwitchoverRefused = "SwitchoverRefused"
+	ReasonSwitchedOver      = "SwitchedOver"
 )
 
 // AnnotationLastFailover on the primary Lease records the last failover (JSON); the
@@ -81,7 +83,7 @@ func NewFailoverReconciler(c client.Client, recorder record.EventRecorder, clk c
 	}
 }
 
-// +kubebuilder:rbac:groups=db.example.com,resources=postgresclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=db.example.com,resources=postgresclusters,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
@@ -128,6 +130,10 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	if err := r.unfence(ctx, &cluster, pods, instances, holder); err != nil {
 		return ctrl.Result{}, err
+	}
+
+	if target, ok := cluster.Annotations[dbv1.AnnotationSwitchoverTo]; ok {
+		return ctrl.Result{RequeueAfter: PollPeriod}, r.switchover(ctx, &cluster, &lease, pods, instances, holder, target)
 	}
 
 	d := Decide(Input{
@@ -262,6 +268,67 @@ func (r *FailoverReconciler) failover(ctx context.Context, c *dbv1.PostgresClust
 	logger.Info("Failed over", "from", holder, "to", d.Target, "took", r.clock.Since(start).String())
 	r.recorder.Event(c, corev1.EventTypeNormal, ReasonFailoverCompleted, msg)
 	return nil
+}
+
+// switchover hands the primary role to target: the holder is demoted first (a clean
+// shutdown sends every WAL record to the connected standbys), then the Lease moves and
+// target is promoted. The request annotation is removed when done or refused.
+func (r *FailoverReconciler) switchover(ctx context.Context, c *dbv1.PostgresCluster, lease *coordinationv1.Lease,
+	pods []corev1.Pod, instances []Instance, holder, target string) error {
+	logger := log.FromContext(ctx)
+	if why := CheckSwitchover(holder, target, instances); why != "" {
+		logger.Info("Switchover refused", "to", target, "reason", why)
+		r.recorder.Eventf(c, corev1.EventTypeWarning, ReasonSwitchoverRefused, "Switchover to %s refused: %s", target, why)
+		return r.clearSwitchover(ctx, c)
+	}
+	start := r.clock.Now()
+	var secret corev1.Secret
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.AgentTokenSecretName()}, &secret); err != nil {
+		return err
+	}
+	token := string(secret.Data[credentials.KeyToken])
+	for i := range pods {
+		if pods[i].Name == holder {
+			if err := r.label(ctx, &pods[i], dbv1.RoleFenced); err != nil {
+				return err
+			}
+			dctx, cancel := context.WithTimeout(ctx, time.Minute)
+			_, err := agentapi.NewClient(r.agentURL(&pods[i]), token, r.http).Demote(dctx)
+			cancel()
+			if err != nil {
+				// Not demoted: it may still accept writes. Put it back and report.
+				_ = r.label(ctx, &pods[i], dbv1.RolePrimary)
+				r.recorder.Eventf(c, corev1.EventTypeWarning, ReasonSwitchoverRefused, "Switchover to %s failed: demoting %s: %v", target, holder, err)
+				return r.clearSwitchover(ctx, c)
+			}
+		}
+	}
+	now := metav1.NewMicroTime(r.clock.Now())
+	lease.Spec.HolderIdentity = &target
+	lease.Spec.AcquireTime, lease.Spec.RenewTime = &now, &now
+	if err := r.client.Update(ctx, lease); err != nil {
+		return fmt.Errorf("moving the primary Lease to %s: %w", target, err)
+	}
+	for i := range pods {
+		if pods[i].Name == target {
+			pctx, cancel := context.WithTimeout(ctx, time.Minute)
+			_, err := agentapi.NewClient(r.agentURL(&pods[i]), token, r.http).Promote(pctx)
+			cancel()
+			if err != nil {
+				logger.Info("The promote call failed; the agent promotes itself from the Lease", "pod", target, "error", err.Error())
+			}
+		}
+	}
+	took := r.clock.Since(start).Round(time.Millisecond)
+	logger.Info("Switched over", "from", holder, "to", target, "took", took.String())
+	r.recorder.Eventf(c, corev1.EventTypeNormal, ReasonSwitchedOver, "Switched over from %s to %s in %s", holder, target, took)
+	return r.clearSwitchover(ctx, c)
+}
+
+func (r *FailoverReconciler) clearSwitchover(ctx context.Context, c *dbv1.PostgresCluster) error {
+	patch := client.MergeFrom(c.DeepCopy())
+	delete(c.Annotations, dbv1.AnnotationSwitchoverTo)
+	return client.IgnoreNotFound(r.client.Patch(ctx, c, patch))
 }
 
 // unfence relabels a fenced pod once its agent reports it healthy in a role: a replica
