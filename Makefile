@@ -86,7 +86,7 @@ test: vet control-plane postgres ## Run every test: unit, chart, integration on 
 .PHONY: bench
 bench: control-plane postgres ## Print the benchmarks' figures (no timing assertions).
 	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -run '^$$' -bench . -benchtime 20x ./test/integration/
-	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -run '^$$' -bench . -benchtime 10x -timeout 20m ./test/pg/
+	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -run '^$$' -bench . -benchtime 20x -timeout 30m ./test/pg/
 
 ##@ Build and run
 

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -28,6 +29,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -149,6 +152,8 @@ func run(m *testing.M) int {
 	// on PostgresCluster objects only, so the tests that drive agents through bare
 	// Leases are left alone.
 	os.Setenv("RELATED_IMAGE_AGENT", "pgpilot:pg-tests")
+	ctrl.SetLogger(logr.Discard()) // the agents' logs are what these tests show
+	klog.SetLogger(logr.Discard())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	operatorCfg, err := devenv.InstallOperator(ctx, env.Config, root)
