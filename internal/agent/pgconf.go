@@ -62,10 +62,9 @@ func managed(in ConfInput) map[string]string {
 		"logging_collector":       "off",
 		"archive_mode":            "off",
 	}
-	m["synchronous_standby_names"] = ""
-	if in.Role == AsPrimary && in.Cluster.SynchronousReplicas > 0 {
-		m["synchronous_standby_names"] = SynchronousStandbyNames(in.Cluster, in.Pod)
-	}
+	// A standby carries the setting it will have as primary (recovery ignores it): a
+	// promotion must be synchronous from its first commit, not from a reload after it.
+	m["synchronous_standby_names"] = SynchronousStandbyNames(in.Cluster, in.Pod)
 	if in.Role == AsStandby {
 		m["primary_conninfo"] = Conninfo(map[string]string{
 			"host": in.PrimaryHost, "port": fmt.Sprint(in.Port), "user": in.ReplicationUser,

@@ -138,9 +138,11 @@ func TestSynchronousStandbyNames(t *testing.T) {
 			}
 		})
 	}
+	// A standby already carries the rule it will follow once promoted.
+	c.SynchronousReplicas = 1
 	in := ConfInput{Cluster: c, Pod: "db-1", Role: AsStandby}
-	if strings.Contains(PostgresqlConf(in), "ANY") {
-		t.Error("a standby's configuration waits for standbys")
+	if !strings.Contains(PostgresqlConf(in), `synchronous_standby_names = 'ANY 1 ("db-0", "db-2")'`) {
+		t.Error("a standby's configuration does not carry the synchronous rule for its promotion")
 	}
 }
 

@@ -14,7 +14,9 @@ import (
 
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -90,7 +92,10 @@ func StartOperator(ctx context.Context, cfg *rest.Config, root string) (<-chan e
 		return nil, err
 	}
 	noMetrics := metricsserver.Options{BindAddress: "0"}
-	helmMgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: helmScheme, Metrics: noMetrics})
+	// Tests start the operator again in the same process (after "killing" it), which
+	// controller-runtime's check for unique controller names would refuse.
+	again := config.Controller{SkipNameValidation: ptr.To(true)}
+	helmMgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: helmScheme, Metrics: noMetrics, Controller: again})
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +104,7 @@ func StartOperator(ctx context.Context, cfg *rest.Config, root string) (<-chan e
 	if _, err := helmmanager.Setup(helmMgr, opts); err != nil {
 		return nil, err
 	}
-	sidecarMgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: noMetrics, Cache: sidecar.CacheOptions()})
+	sidecarMgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: noMetrics, Cache: sidecar.CacheOptions(), Controller: again})
 	if err != nil {
 		return nil, err
 	}

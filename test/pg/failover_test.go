@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -249,5 +250,105 @@ func (c *cluster) annotate(key, value string) {
 	})
 	if err != nil {
 		c.t.Fatal(err)
+	}
+}
+
+// holder is who the primary Lease names now.
+func (c *cluster) holder() string {
+	var l coordinationv1.Lease
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: c.name + "-primary"}, &l); err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// The operator stopped in the middle of a failover (right after it moved the Lease)
+// and started again: the cluster converges to one primary that takes writes through
+// the read-write Service, and the others follow it.
+func TestOperatorKilledMidFailoverConverges(t *testing.T) {
+	c := newOperatedCluster(t, 3)
+	startOperated(t, c)
+	old := c.instances[0]
+	if err := c.writeThroughRW("CREATE TABLE t (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	old.kill9()
+	// Stop the operator the moment the Lease names another instance.
+	deadline := time.Now().Add(time.Minute)
+	for c.holder() == old.pod {
+		if time.Now().After(deadline) {
+			t.Fatal("the Lease never moved")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c.stopOperator()
+	next := c.holder()
+	c.startOperator()
+	eventually(t, time.Minute, func() error {
+		rw := c.readWrite()
+		if rw == nil || rw.pod != next {
+			return fmt.Errorf("the read-write Service routes to %v, the Lease names %s", rw, next)
+		}
+		return c.writeThroughRW("INSERT INTO t VALUES (1)")
+	})
+	primaries := 0
+	for _, in := range c.instances {
+		if in == old {
+			continue
+		}
+		st, err := in.status()
+		if err == nil && st.Role == agentapi.RolePrimary {
+			primaries++
+		}
+	}
+	if primaries != 1 {
+		t.Errorf("%d primaries after the operator came back", primaries)
+	}
+	for _, in := range c.instances {
+		if in != old && in.pod != next {
+			in.waitRole(agentapi.RoleReplica, 2, time.Minute)
+		}
+	}
+}
+
+// The new primary dies right after a failover: the operator fails over again, to the
+// last replica, and the cluster takes writes without losing an acknowledged one
+// (synchronous mode); then both dead instances rejoin and catch up.
+func TestNewPrimaryKilledRightAfterFailover(t *testing.T) {
+	c := newOperatedCluster(t, 3, func(p *dbv1.PostgresCluster) { p.Spec.PostgreSQL.SynchronousReplicas = 1 })
+	startOperated(t, c)
+	first := c.instances[0]
+	if err := c.writeThroughRW("CREATE TABLE t (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	first.kill9()
+	var second *instance
+	eventually(t, time.Minute, func() error {
+		second = c.readWrite()
+		if second == nil || second == first {
+			return errors.New("no new primary yet")
+		}
+		return c.writeThroughRW("INSERT INTO t VALUES (1)")
+	})
+	second.kill9()
+	var third *instance
+	eventually(t, 2*time.Minute, func() error {
+		third = c.readWrite()
+		if third == nil || third == first || third == second {
+			return fmt.Errorf("the read-write Service routes to %v", third)
+		}
+		return nil
+	})
+	// The row acknowledged by the second primary is on the third.
+	if n, err := third.count("t"); err != nil || n != 1 {
+		t.Errorf("the third primary has %d rows (%v), want the acknowledged 1", n, err)
+	}
+	// Commits wait for a synchronous standby: both others are down until they rejoin.
+	first.start()
+	second.start()
+	eventually(t, 2*time.Minute, func() error { return c.writeThroughRW("INSERT INTO t VALUES (2)") })
+	for _, in := range []*instance{first, second} {
+		in.waitRole(agentapi.RoleReplica, 0, upTimeout)
+		in.waitCount("t", 2, time.Minute)
 	}
 }

@@ -28,6 +28,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -54,7 +55,11 @@ const isolationTimeout = 3 * time.Second
 const workPrefix = "pgpilot-pg-"
 
 var (
-	kube kubernetes.Interface
+	// operatorConfig impersonates the operator's ServiceAccount; each operated cluster
+	// runs an operator of its own with it (startOperator).
+	operatorConfig *rest.Config
+	repoRoot       string
+	kube           kubernetes.Interface
 	// k8s is a controller-runtime client with pgpilot's types.
 	k8s        client.Client
 	kubeconfig string
@@ -161,10 +166,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "installing config/default:", err)
 		return 1
 	}
-	if _, err := devenv.StartOperator(ctx, operatorCfg, root); err != nil {
-		fmt.Fprintln(os.Stderr, "starting the operator:", err)
-		return 1
-	}
+	operatorConfig, repoRoot = operatorCfg, root
 	scheme, err := sidecar.Scheme()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -194,6 +196,8 @@ type cluster struct {
 	token string
 	// sts is the StatefulSet the operator rendered (operated clusters).
 	sts appsv1.StatefulSet
+	// stopOperator stops the cluster's operator (operated clusters).
+	stopOperator func()
 }
 
 type instance struct {

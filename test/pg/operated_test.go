@@ -17,6 +17,7 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agent"
+	"github.com/pgpilot/pgpilot/internal/devenv"
 )
 
 // newOperatedCluster creates a PostgresCluster for the operator to run, and prepares
@@ -37,6 +38,7 @@ func newOperatedCluster(t testing.TB, n int, opts ...func(*dbv1.PostgresCluster)
 	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace}}); err != nil {
 		t.Fatal(err)
 	}
+	c.startOperator()
 	pgc := &dbv1.PostgresCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: c.namespace},
 		Spec:       dbv1.PostgresClusterSpec{Replicas: int32(n), Version: "15"},
@@ -80,8 +82,25 @@ func newOperatedCluster(t testing.TB, n int, opts ...func(*dbv1.PostgresCluster)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); c.kubelet(kubeletCtx) }()
-	t.Cleanup(func() { stopKubelet(); wg.Wait(); c.stopAll() })
+	t.Cleanup(func() { stopKubelet(); wg.Wait(); c.stopAll(); c.stopOperator() })
 	return c
+}
+
+// startOperator starts an operator (Helm manager and sidecar) for this cluster's test.
+func (c *cluster) startOperator() {
+	c.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errs, err := devenv.StartOperator(ctx, operatorConfig, repoRoot)
+	if err != nil {
+		cancel()
+		c.t.Fatal(err)
+	}
+	c.stopOperator = func() {
+		cancel()
+		for range 2 {
+			<-errs
+		}
+	}
 }
 
 // kubelet does for the cluster's pods what the StatefulSet controller and the kubelet

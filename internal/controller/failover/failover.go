@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -123,9 +124,16 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if lease.Spec.HolderIdentity != nil {
 		holder = *lease.Spec.HolderIdentity
 	}
+	// The synchronous set since the last failover: every standby seen in it, so one that
+	// dropped out between two observations still counts (more members only makes a
+	// failover wait for more of them to answer).
 	for _, i := range instances {
 		if i.Name == holder && i.Reachable && i.Status.Role == agentapi.RolePrimary && i.Status.Ready {
-			mem.syncStandbys = syncStandbys(i.Status)
+			for _, name := range syncStandbys(i.Status) {
+				if !slices.Contains(mem.syncStandbys, name) {
+					mem.syncStandbys = append(mem.syncStandbys, name)
+				}
+			}
 		}
 	}
 	if err := r.unfence(ctx, &cluster, pods, instances, holder); err != nil {
@@ -163,7 +171,10 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		if err := r.failover(ctx, &cluster, &lease, pods, instances, holder, d); err != nil {
 			return ctrl.Result{}, err
 		}
-		mem.failedSince, mem.lastReason, mem.syncStandbys = time.Time{}, "", nil
+		// Until the new primary is observed, its synchronous set is at most the
+		// replicas streaming now: the fenced old primary cannot acknowledge anything on
+		// the new timeline before it has been rewound.
+		mem.failedSince, mem.lastReason, mem.syncStandbys = time.Time{}, "", streamingReplicas(instances, holder, d.Target)
 	}
 	return ctrl.Result{RequeueAfter: PollPeriod}, nil
 }
@@ -189,6 +200,17 @@ func (r *FailoverReconciler) observe(ctx context.Context, pods []corev1.Pod, tok
 		}(i)
 	}
 	wg.Wait()
+	return out
+}
+
+// streamingReplicas are the running replicas other than the old and new primary.
+func streamingReplicas(instances []Instance, oldPrimary, newPrimary string) []string {
+	out := []string{}
+	for _, i := range instances {
+		if i.Name != oldPrimary && i.Name != newPrimary && i.Reachable && i.Status.Role == agentapi.RoleReplica && i.Status.Running {
+			out = append(out, i.Name)
+		}
+	}
 	return out
 }
 
