@@ -34,6 +34,9 @@ const (
 	ConditionReady = "Ready"
 	// ConditionCredentialsReady is True when the credentials Secrets exist and are usable.
 	ConditionCredentialsReady = "CredentialsReady"
+	// ConditionFailoverReady is False while the primary has failed and no replica can
+	// safely take over, with the reason.
+	ConditionFailoverReady = "FailoverReady"
 	// ConditionBootstrapped turns True the first time every instance is ready and stays
 	// True: it tells a cluster still being created from one that lost instances.
 	ConditionBootstrapped = "Bootstrapped"
@@ -59,6 +62,8 @@ const (
 	ReasonCredentialsAdopted = "CredentialsAdopted"
 	ReasonCredentialsInvalid = "CredentialsInvalid"
 	ReasonPrimaryDesignated  = "PrimaryDesignated"
+	ReasonFailoverPossible   = "FailoverPossible"
+	ReasonFailoverBlocked    = "FailoverBlocked"
 )
 
 // Phases of a cluster.

@@ -11,6 +11,12 @@ const (
 	// sidecar removes it when the switchover is done or refused (with an event).
 	AnnotationSwitchoverTo = "db.example.com/switchover-to"
 
+	// AnnotationLastFailover on the primary Lease records the last failover (JSON of a
+	// FailoverRecord); AnnotationFailoverBlocked says why a failover cannot happen now.
+	// The failover controller writes them, the status controller shows them.
+	AnnotationLastFailover    = "db.example.com/last-failover"
+	AnnotationFailoverBlocked = "db.example.com/failover-blocked"
+
 	// AnnotationBootstrapped on the primary Lease says the cluster's first primary came
 	// up; from then on the agent never runs initdb over an empty volume.
 	AnnotationBootstrapped = "db.example.com/bootstrapped"

@@ -189,6 +189,10 @@ type PostgresClusterStatus struct {
 	// +optional
 	Instances []InstanceStatus `json:"instances,omitempty"`
 
+	// lastFailover is the last automatic failover.
+	// +optional
+	LastFailover *FailoverRecord `json:"lastFailover,omitempty"`
+
 	// observedGeneration is the generation the sidecar last reconciled.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
@@ -211,6 +215,22 @@ type InstanceStatus struct {
 	// node the pod is scheduled on.
 	// +optional
 	Node string `json:"node,omitempty"`
+}
+
+// FailoverRecord is one failover.
+type FailoverRecord struct {
+	// from is the failed primary's pod.
+	From string `json:"from"`
+	// to is the promoted replica's pod.
+	To string `json:"to"`
+	// time is when the primary Lease moved.
+	Time metav1.Time `json:"time"`
+	// duration is from the first observation of the failure to the promotion.
+	// +optional
+	Duration string `json:"duration,omitempty"`
+	// reason says why, for a person.
+	// +optional
+	Reason string `json:"reason,omitempty"`
 }
 
 // DeployedRelease is the Helm release of the cluster, as the Helm manager writes it.

@@ -100,6 +100,17 @@ func TestOperatorFailsOver(t *testing.T) {
 	if !c.hasEvent(failover.ReasonFailoverCompleted) {
 		t.Error("no FailoverCompleted event")
 	}
+	eventually(t, 30*time.Second, func() error {
+		var pgc dbv1.PostgresCluster
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: c.name}, &pgc); err != nil {
+			return err
+		}
+		lf := pgc.Status.LastFailover
+		if lf == nil || lf.From != old.pod || lf.To != next.pod || pgc.Status.CurrentPrimary != next.pod {
+			return fmt.Errorf("status: lastFailover %+v, currentPrimary %s", lf, pgc.Status.CurrentPrimary)
+		}
+		return nil
+	})
 
 	old.start()
 	old.waitRole(agentapi.RoleReplica, 2, upTimeout)

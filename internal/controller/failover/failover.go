@@ -2,6 +2,7 @@ package failover
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -43,10 +44,6 @@ const (
 	ReasonSwitchedOver      = "SwitchedOver"
 )
 
-// AnnotationLastFailover on the primary Lease records the last failover (JSON); the
-// status controller shows it.
-const AnnotationLastFailover = "db.example.com/last-failover"
-
 // FailoverReconciler watches every instance of every cluster and promotes a replica
 // when the primary fails.
 type FailoverReconciler struct {
@@ -85,7 +82,7 @@ func NewFailoverReconciler(c client.Client, recorder record.EventRecorder, clk c
 }
 
 // +kubebuilder:rbac:groups=db.example.com,resources=postgresclusters,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;update
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
@@ -151,6 +148,11 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	})
 	mem.failedSince = d.FailedSince
 	logger := log.FromContext(ctx)
+	if d.Action != Blocked {
+		if err := r.setBlocked(ctx, &lease, ""); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	switch d.Action {
 	case None:
 		mem.lastReason = ""
@@ -167,6 +169,9 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			r.recorder.Event(&cluster, corev1.EventTypeWarning, ReasonFailoverBlocked, d.Reason)
 		}
 		mem.lastReason = d.Reason
+		if err := r.setBlocked(ctx, &lease, d.Reason); err != nil {
+			return ctrl.Result{}, err
+		}
 	case Promote:
 		if err := r.failover(ctx, &cluster, &lease, pods, instances, holder, d); err != nil {
 			return ctrl.Result{}, err
@@ -268,8 +273,13 @@ func (r *FailoverReconciler) failover(ctx context.Context, c *dbv1.PostgresClust
 	}
 	transitions++
 	lease.Spec.LeaseTransitions = &transitions
-	metav1.SetMetaDataAnnotation(&lease.ObjectMeta, AnnotationLastFailover,
-		fmt.Sprintf(`{"from":%q,"to":%q,"time":%q,"reason":%q}`, holder, d.Target, now.UTC().Format(time.RFC3339), d.Reason))
+	record, err := json.Marshal(dbv1.FailoverRecord{From: holder, To: d.Target, Time: metav1.NewTime(now.Time),
+		Duration: r.clock.Since(d.FailedSince).Round(time.Millisecond).String(), Reason: d.Reason})
+	if err != nil {
+		return err
+	}
+	metav1.SetMetaDataAnnotation(&lease.ObjectMeta, dbv1.AnnotationLastFailover, string(record))
+	delete(lease.Annotations, dbv1.AnnotationFailoverBlocked)
 	if err := r.client.Update(ctx, lease); err != nil {
 		return fmt.Errorf("moving the primary Lease to %s: %w", d.Target, err)
 	}
@@ -290,6 +300,21 @@ func (r *FailoverReconciler) failover(ctx context.Context, c *dbv1.PostgresClust
 	logger.Info("Failed over", "from", holder, "to", d.Target, "took", r.clock.Since(start).String())
 	r.recorder.Event(c, corev1.EventTypeNormal, ReasonFailoverCompleted, msg)
 	return nil
+}
+
+// setBlocked records on the Lease why no failover can happen ("" when one can), for the
+// status controller's FailoverReady condition; it writes only on change.
+func (r *FailoverReconciler) setBlocked(ctx context.Context, lease *coordinationv1.Lease, reason string) error {
+	if lease.Annotations[dbv1.AnnotationFailoverBlocked] == reason {
+		return nil
+	}
+	patch := client.MergeFrom(lease.DeepCopy())
+	if reason == "" {
+		delete(lease.Annotations, dbv1.AnnotationFailoverBlocked)
+	} else {
+		metav1.SetMetaDataAnnotation(&lease.ObjectMeta, dbv1.AnnotationFailoverBlocked, reason)
+	}
+	return client.IgnoreNotFound(r.client.Patch(ctx, lease, patch))
 }
 
 // switchover hands the primary role to target: the holder is demoted first (a clean

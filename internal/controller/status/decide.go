@@ -18,6 +18,10 @@ type Observed struct {
 	Pods []corev1.Pod
 	// Primary is the holder of the primary Lease, "" when there is none yet.
 	Primary string
+	// LastFailover is the Lease's record of the last failover, nil when none.
+	LastFailover *dbv1.FailoverRecord
+	// FailoverBlocked says why no failover can happen now, "" when one can.
+	FailoverBlocked string
 	// CredentialProblems say what is wrong with each credentials Secret; empty when
 	// all exist and are usable.
 	CredentialProblems []string
@@ -66,6 +70,16 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 		Type: dbv1.ConditionReady, Status: ready, Reason: reason, Message: message,
 		ObservedGeneration: c.Generation,
 	}, now)
+
+	st.LastFailover = o.LastFailover
+	failover := dbv1.Condition{
+		Type: dbv1.ConditionFailoverReady, Status: metav1.ConditionTrue, Reason: dbv1.ReasonFailoverPossible,
+		Message: "A replica can take over if the primary fails", ObservedGeneration: c.Generation,
+	}
+	if o.FailoverBlocked != "" {
+		failover.Status, failover.Reason, failover.Message = metav1.ConditionFalse, dbv1.ReasonFailoverBlocked, o.FailoverBlocked
+	}
+	dbv1.SetCondition(&st.Conditions, failover, now)
 
 	creds := dbv1.Condition{
 		Type: dbv1.ConditionCredentialsReady, Status: metav1.ConditionTrue,

@@ -73,6 +73,13 @@ func wasReady(reason string) clusterOption {
 	return ready
 }
 
+// failoverReady is the FailoverReady condition Decide writes at now when nothing blocks
+// a failover.
+var failoverReady = dbv1.Condition{
+	Type: dbv1.ConditionFailoverReady, Status: metav1.ConditionTrue, Reason: dbv1.ReasonFailoverPossible,
+	Message: "A replica can take over if the primary fails", ObservedGeneration: generation, LastTransitionTime: now,
+}
+
 // bootstrappedCondition is what wasBootstrapped adds.
 var bootstrappedCondition = dbv1.Condition{
 	Type: dbv1.ConditionBootstrapped, Status: metav1.ConditionTrue, Reason: dbv1.ReasonFirstHealthy,
@@ -511,6 +518,7 @@ func TestDecideStatus(t *testing.T) {
 					initialized,
 					deployed,
 					readyCondition(metav1.ConditionFalse, dbv1.ReasonCreating, "1 of 3 instances are ready", now),
+					failoverReady,
 					{Type: dbv1.ConditionCredentialsReady, Status: metav1.ConditionTrue, Reason: dbv1.ReasonCredentialsCreated,
 						Message: credentialsOK, ObservedGeneration: generation, LastTransitionTime: now},
 				},
@@ -557,6 +565,7 @@ func TestDecideStatus(t *testing.T) {
 					readyCondition(metav1.ConditionFalse, dbv1.ReasonInstancesNotReady, "1 of 3 instances are ready; db-1 is primary", now),
 					deployed,
 					bootstrappedCondition,
+					failoverReady,
 					{Type: dbv1.ConditionCredentialsReady, Status: metav1.ConditionTrue, Reason: dbv1.ReasonCredentialsCreated,
 						Message: credentialsOK, ObservedGeneration: generation, LastTransitionTime: now},
 				},
@@ -609,5 +618,21 @@ func TestBootstrappedIsSetOnceAndKept(t *testing.T) {
 	}
 	if diff := cmp.Diff(&want, dbv1.FindCondition(c.Status.Conditions, dbv1.ConditionBootstrapped)); diff != "" {
 		t.Errorf("Bootstrapped changed (-want +got):\n%s", diff)
+	}
+}
+
+// A blocked failover and the last failover, as the failover controller recorded them on
+// the Lease, reach the status.
+func TestDecideFailover(t *testing.T) {
+	rec := &dbv1.FailoverRecord{From: "db-0", To: "db-1", Time: earlier, Duration: "3.2s", Reason: "the primary db-0's agent does not answer"}
+	st := status.Decide(status.Observed{Cluster: newCluster(), Pods: pods("db-1"), Primary: "db-1",
+		LastFailover: rec, FailoverBlocked: "no replica is running and answering"}, now)
+	if diff := cmp.Diff(rec, st.LastFailover); diff != "" {
+		t.Errorf("lastFailover (-want +got):\n%s", diff)
+	}
+	want := dbv1.Condition{Type: dbv1.ConditionFailoverReady, Status: metav1.ConditionFalse, Reason: dbv1.ReasonFailoverBlocked,
+		Message: "no replica is running and answering", ObservedGeneration: generation, LastTransitionTime: now}
+	if diff := cmp.Diff(&want, dbv1.FindCondition(st.Conditions, dbv1.ConditionFailoverReady)); diff != "" {
+		t.Errorf("FailoverReady (-want +got):\n%s", diff)
 	}
 }

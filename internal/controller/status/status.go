@@ -5,6 +5,7 @@ package status
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -88,8 +89,17 @@ func (r *StatusReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster)
 	var lease coordinationv1.Lease
 	err = r.client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.PrimaryLeaseName()}, &lease)
 	switch {
-	case err == nil && lease.Spec.HolderIdentity != nil:
-		obs.Primary = *lease.Spec.HolderIdentity
+	case err == nil:
+		if lease.Spec.HolderIdentity != nil {
+			obs.Primary = *lease.Spec.HolderIdentity
+		}
+		obs.FailoverBlocked = lease.Annotations[dbv1.AnnotationFailoverBlocked]
+		if raw, ok := lease.Annotations[dbv1.AnnotationLastFailover]; ok {
+			var rec dbv1.FailoverRecord
+			if json.Unmarshal([]byte(raw), &rec) == nil {
+				obs.LastFailover = &rec
+			}
+		}
 	case err != nil && !apierrors.IsNotFound(err):
 		return obs, err
 	}
