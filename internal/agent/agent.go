@@ -339,6 +339,12 @@ func (a *Agent) startStandby(ctx context.Context, state DataState, primary strin
 			return fmt.Errorf("cloning from %s: %w", primary, err)
 		}
 	case DataPrimary:
+		// pg_rewind reads the source's control file: before the new primary has finished
+		// promoting (its checkpoint on the new timeline), it would compute the wrong
+		// divergence point.
+		if err := a.waitPromoted(ctx, primary); err != nil {
+			return err
+		}
 		a.log.Info("Rewinding a former primary to follow the new one", "primary", primary)
 		said, err := a.pg.Rewind(ctx, host, a.cfg.Port, a.creds.Replication.Username)
 		if err != nil {
@@ -358,6 +364,30 @@ func (a *Agent) startStandby(ctx context.Context, state DataState, primary strin
 	}
 	a.setState(a.process(), agentapi.RoleReplica, primary)
 	return nil
+}
+
+// waitPromoted returns nil once primary's agent reports it a ready primary (its role is
+// set only after pg_promote and the checkpoint that follows); an error otherwise, so the
+// step is retried.
+func (a *Agent) waitPromoted(ctx context.Context, primary string) error {
+	url := "http://" + net.JoinHostPort(a.cfg.PeerHost(primary), strconv.Itoa(a.cfg.AgentPort))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := agentapi.NewClient(url, "", nil).Status(sctx)
+		cancel()
+		if err == nil && st.Role == agentapi.RolePrimary && st.Ready {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("waiting for %s to finish its promotion before rewinding: role %q, %v", primary, st.Role, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // reclone replaces a data directory that cannot be rewound. The old one is kept aside
