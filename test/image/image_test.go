@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/pgpilot/pgpilot/test/testutil"
 	"io"
 	"net"
 	"net/http"
@@ -457,7 +458,7 @@ func TestBinariesRunFromTheImageWorkingDirectory(t *testing.T) {
 		}, "--health-probe-bind-address="+probe, "--metrics-bind-address=0")
 	}
 	for p, exited := range probes {
-		eventually(t, time.Minute, func() error {
+		testutil.Eventually(t, time.Minute, func() error {
 			select {
 			case <-exited:
 				t.Fatalf("the process serving %s exited", p)
@@ -485,7 +486,7 @@ func TestBinariesRunFromTheImageWorkingDirectory(t *testing.T) {
 		}
 	}
 	for _, ns := range watched {
-		eventually(t, 2*time.Minute, func() error {
+		testutil.Eventually(t, 2*time.Minute, func() error {
 			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "my-db"}, &appsv1.StatefulSet{}); err != nil {
 				return fmt.Errorf("the manager rendered no StatefulSet in %s: %w", ns, err)
 			}
@@ -578,20 +579,4 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
-}
-
-// eventually polls check until it returns nil or the deadline passes.
-func eventually(t *testing.T, timeout time.Duration, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", timeout, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/pgpilot/pgpilot/test/testutil"
 	"io"
 	"os"
 	"path/filepath"
@@ -40,7 +41,7 @@ func TestExampleRendersTheTopology(t *testing.T) {
 	applyYAML(t, ns, sample)
 
 	var sts appsv1.StatefulSet
-	eventually(t, timeout, func() error { return get(ns, "my-db", &sts) })
+	testutil.Eventually(t, timeout, func() error { return get(ns, "my-db", &sts) })
 	if got := *sts.Spec.Replicas; got != 3 {
 		t.Errorf("StatefulSet replicas = %d, want 3", got)
 	}
@@ -92,13 +93,13 @@ func TestExampleRendersTheTopology(t *testing.T) {
 	}
 
 	var cluster dbv1.PostgresCluster
-	eventually(t, timeout, func() error { return get(ns, "my-db", &cluster) })
+	testutil.Eventually(t, timeout, func() error { return get(ns, "my-db", &cluster) })
 	passwords := map[string]string{}
 	var token corev1.Secret
-	eventually(t, timeout, func() error { return get(ns, "my-db-agent", &token) })
+	testutil.Eventually(t, timeout, func() error { return get(ns, "my-db-agent", &token) })
 	for _, name := range []string{"my-db-superuser", "my-db-replication", "my-db-app"} {
 		var s corev1.Secret
-		eventually(t, timeout, func() error { return get(ns, name, &s) })
+		testutil.Eventually(t, timeout, func() error { return get(ns, name, &s) })
 		pw := string(s.Data["password"])
 		if len(pw) != 32 || s.Type != corev1.SecretTypeBasicAuth {
 			t.Errorf("Secret %s: type %s, password of %d characters; want basic-auth, 32", name, s.Type, len(pw))
@@ -113,13 +114,13 @@ func TestExampleRendersTheTopology(t *testing.T) {
 	}
 
 	var lease coordinationv1.Lease
-	eventually(t, timeout, func() error { return get(ns, "my-db-primary", &lease) })
+	testutil.Eventually(t, timeout, func() error { return get(ns, "my-db-primary", &lease) })
 	if h := lease.Spec.HolderIdentity; h == nil || *h != "my-db-0" {
 		t.Errorf("primary Lease holder = %v, want my-db-0", h)
 	}
 
 	// Nothing readable from the cluster object or the rendered release reveals a password.
-	eventually(t, timeout, func() error {
+	testutil.Eventually(t, timeout, func() error {
 		u := &unstructured.Unstructured{}
 		u.SetGroupVersionKind(dbv1.GroupVersion.WithKind("PostgresCluster"))
 		if err := get(ns, "my-db", u); err != nil {
@@ -151,10 +152,10 @@ func TestStatusFollowsThePods(t *testing.T) {
 	ns := newNamespace(t)
 	create(t, newCluster(ns, "db"))
 	var sts appsv1.StatefulSet
-	eventually(t, timeout, func() error { return get(ns, "db", &sts) })
+	testutil.Eventually(t, timeout, func() error { return get(ns, "db", &sts) })
 	startPods(t, &sts)
 
-	eventually(t, timeout, func() error {
+	testutil.Eventually(t, timeout, func() error {
 		for i, want := range []string{dbv1.RolePrimary, dbv1.RoleReplica, dbv1.RoleReplica} {
 			var pod corev1.Pod
 			if err := get(ns, fmt.Sprintf("db-%d", i), &pod); err != nil {
@@ -168,7 +169,7 @@ func TestStatusFollowsThePods(t *testing.T) {
 	})
 	waitForStatus(t, ns, "db", dbv1.PhaseHealthy, 3)
 	// The first primary came up: the Lease says so, so no agent will ever initdb again.
-	eventually(t, timeout, func() error {
+	testutil.Eventually(t, timeout, func() error {
 		var lease coordinationv1.Lease
 		if err := get(ns, "db-primary", &lease); err != nil {
 			return err
@@ -211,7 +212,7 @@ func TestSpecChangeRollsAndStatusSurvivesHelm(t *testing.T) {
 	ns := newNamespace(t)
 	create(t, newCluster(ns, "grow"))
 	var sts appsv1.StatefulSet
-	eventually(t, timeout, func() error { return get(ns, "grow", &sts) })
+	testutil.Eventually(t, timeout, func() error { return get(ns, "grow", &sts) })
 	startPods(t, &sts)
 	waitForStatus(t, ns, "grow", dbv1.PhaseHealthy, 3)
 
@@ -219,7 +220,7 @@ func TestSpecChangeRollsAndStatusSurvivesHelm(t *testing.T) {
 		t.Fatal(err)
 	}
 	var c dbv1.PostgresCluster
-	eventually(t, timeout, func() error {
+	testutil.Eventually(t, timeout, func() error {
 		if err := get(ns, "grow", &sts); err != nil {
 			return err
 		}
@@ -235,7 +236,7 @@ func TestSpecChangeRollsAndStatusSurvivesHelm(t *testing.T) {
 	if !strings.Contains(fmt.Sprint(role.Rules), "grow-4") {
 		t.Errorf("the pods' Role does not name grow-4 after scaling to 5: %v", role.Rules)
 	}
-	eventually(t, timeout, func() error {
+	testutil.Eventually(t, timeout, func() error {
 		if err := get(ns, "grow", &c); err != nil {
 			return err
 		}
@@ -342,19 +343,19 @@ func TestDeleteKeepsVolumes(t *testing.T) {
 	c := newCluster(ns, "gone")
 	create(t, c)
 	var sts appsv1.StatefulSet
-	eventually(t, timeout, func() error { return get(ns, "gone", &sts) })
+	testutil.Eventually(t, timeout, func() error { return get(ns, "gone", &sts) })
 	for i := range 3 {
 		create(t, &corev1.PersistentVolumeClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("data-gone-%d", i), Namespace: ns, Labels: sts.Spec.Selector.MatchLabels},
 			Spec:       sts.Spec.VolumeClaimTemplates[0].Spec,
 		})
 	}
-	eventually(t, timeout, func() error { return get(ns, "gone-primary", &coordinationv1.Lease{}) })
+	testutil.Eventually(t, timeout, func() error { return get(ns, "gone-primary", &coordinationv1.Lease{}) })
 
 	if err := k8s.Delete(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, timeout, func() error {
+	testutil.Eventually(t, timeout, func() error {
 		if err := get(ns, "gone", &dbv1.PostgresCluster{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("cluster still there (%v)", err)
 		}
@@ -381,12 +382,12 @@ func TestDriftIsReverted(t *testing.T) {
 	ns := newNamespace(t)
 	create(t, newCluster(ns, "drift"))
 	var svc corev1.Service
-	eventually(t, timeout, func() error { return get(ns, "drift-rw", &svc) })
+	testutil.Eventually(t, timeout, func() error { return get(ns, "drift-rw", &svc) })
 	svc.Spec.Selector[dbv1.LabelRole] = dbv1.RoleReplica
 	if err := k8s.Update(context.Background(), &svc); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, timeout, func() error {
+	testutil.Eventually(t, timeout, func() error {
 		if err := get(ns, "drift-rw", &svc); err != nil {
 			return err
 		}
@@ -412,10 +413,10 @@ func TestCredentials(t *testing.T) {
 	})
 	create(t, newCluster(ns, "own"))
 	var repl corev1.Secret
-	eventually(t, timeout, func() error { return get(ns, "own-replication", &repl) })
+	testutil.Eventually(t, timeout, func() error { return get(ns, "own-replication", &repl) })
 
 	var c dbv1.PostgresCluster
-	eventually(t, timeout, func() error {
+	testutil.Eventually(t, timeout, func() error {
 		if err := get(ns, "own", &c); err != nil {
 			return err
 		}
@@ -433,7 +434,7 @@ func TestCredentials(t *testing.T) {
 	if err := update(ns, "own", func(c *dbv1.PostgresCluster) { c.Spec.Replicas = 2 }); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, timeout, func() error {
+	testutil.Eventually(t, timeout, func() error {
 		if err := get(ns, "own", &c); err != nil {
 			return err
 		}
@@ -455,7 +456,7 @@ func TestCredentials(t *testing.T) {
 func TestMonitoringRendersAPodMonitor(t *testing.T) {
 	ns := newNamespace(t)
 	create(t, newCluster(ns, "mon", withMonitoring()))
-	eventually(t, timeout, func() error {
+	testutil.Eventually(t, timeout, func() error {
 		u := &unstructured.Unstructured{}
 		u.SetAPIVersion("monitoring.coreos.com/v1")
 		u.SetKind("PodMonitor")
@@ -466,7 +467,7 @@ func TestMonitoringRendersAPodMonitor(t *testing.T) {
 func waitForStatus(t *testing.T, ns, name string, phase dbv1.Phase, ready int32) *dbv1.PostgresCluster {
 	t.Helper()
 	var c dbv1.PostgresCluster
-	eventually(t, timeout, func() error {
+	testutil.Eventually(t, timeout, func() error {
 		if err := get(ns, name, &c); err != nil {
 			return err
 		}

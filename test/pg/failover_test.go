@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgpilot/pgpilot/test/testutil"
 	"syscall"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ func startOperated(t *testing.T, c *cluster) {
 	for _, r := range c.instances[1:] {
 		r.waitRole(agentapi.RoleReplica, 1, upTimeout)
 	}
-	eventually(t, 30*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, func() error {
 		if rw := c.readWrite(); rw != c.instances[0] {
 			return fmt.Errorf("the read-write Service routes to %v", rw)
 		}
@@ -80,7 +81,7 @@ func TestOperatorFailsOver(t *testing.T) {
 
 	killed := time.Now()
 	old.kill9()
-	eventually(t, time.Minute, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		if rw := c.readWrite(); rw == nil || rw == old {
 			return errors.New("the read-write Service does not route to a new primary yet")
 		}
@@ -100,7 +101,7 @@ func TestOperatorFailsOver(t *testing.T) {
 	if !c.hasEvent(failover.ReasonFailoverCompleted) {
 		t.Error("no FailoverCompleted event")
 	}
-	eventually(t, 30*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, func() error {
 		var pgc dbv1.PostgresCluster
 		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: c.name}, &pgc); err != nil {
 			return err
@@ -115,7 +116,7 @@ func TestOperatorFailsOver(t *testing.T) {
 	old.start()
 	old.waitRole(agentapi.RoleReplica, 2, upTimeout)
 	old.waitCount("t", 51, 30*time.Second)
-	eventually(t, 30*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, func() error {
 		if got := c.podRole(old); got != dbv1.RoleReplica {
 			return fmt.Errorf("the rejoined old primary's pod is labelled %q, want replica", got)
 		}
@@ -138,7 +139,7 @@ func TestPartitionedOldPrimaryIsFencedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = old.cmd.Process.Signal(syscall.SIGCONT) }()
-	eventually(t, time.Minute, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		if rw := c.readWrite(); rw == nil || rw == old {
 			return errors.New("no new primary behind the read-write Service yet")
 		}
@@ -183,7 +184,7 @@ func TestSwitchover(t *testing.T) {
 	}
 	// A refused request: the target does not exist.
 	c.annotate(dbv1.AnnotationSwitchoverTo, c.name+"-9")
-	eventually(t, 30*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, func() error {
 		if !c.hasEvent(failover.ReasonSwitchoverRefused) {
 			return errors.New("no SwitchoverRefused event")
 		}
@@ -217,7 +218,7 @@ func TestSwitchover(t *testing.T) {
 	}()
 	time.Sleep(time.Second) // writes flow before the switchover
 	c.annotate(dbv1.AnnotationSwitchoverTo, target.pod)
-	eventually(t, time.Minute, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		if rw := c.readWrite(); rw != target {
 			return fmt.Errorf("the read-write Service routes to %v", rw)
 		}
@@ -295,7 +296,7 @@ func TestOperatorKilledMidFailoverConverges(t *testing.T) {
 	c.stopOperator()
 	next := c.holder()
 	c.startOperator()
-	eventually(t, time.Minute, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		rw := c.readWrite()
 		if rw == nil || rw.pod != next {
 			return fmt.Errorf("the read-write Service routes to %v, the Lease names %s", rw, next)
@@ -334,7 +335,7 @@ func TestNewPrimaryKilledRightAfterFailover(t *testing.T) {
 	}
 	first.kill9()
 	var second *instance
-	eventually(t, time.Minute, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		second = c.readWrite()
 		if second == nil || second == first {
 			return errors.New("no new primary yet")
@@ -343,7 +344,7 @@ func TestNewPrimaryKilledRightAfterFailover(t *testing.T) {
 	})
 	second.kill9()
 	var third *instance
-	eventually(t, 2*time.Minute, func() error {
+	testutil.Eventually(t, 2*time.Minute, func() error {
 		third = c.readWrite()
 		if third == nil || third == first || third == second {
 			return fmt.Errorf("the read-write Service routes to %v", third)
@@ -357,7 +358,7 @@ func TestNewPrimaryKilledRightAfterFailover(t *testing.T) {
 	// Commits wait for a synchronous standby: both others are down until they rejoin.
 	first.start()
 	second.start()
-	eventually(t, 2*time.Minute, func() error { return c.writeThroughRW("INSERT INTO t VALUES (2)") })
+	testutil.Eventually(t, 2*time.Minute, func() error { return c.writeThroughRW("INSERT INTO t VALUES (2)") })
 	for _, in := range []*instance{first, second} {
 		in.waitRole(agentapi.RoleReplica, 0, upTimeout)
 		in.waitCount("t", 2, time.Minute)

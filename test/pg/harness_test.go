@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/pgpilot/pgpilot/test/testutil"
 	"io"
 	"net"
 	"net/http"
@@ -420,7 +421,7 @@ func (in *instance) waitRole(role string, tl int64, timeout time.Duration) agent
 	in.c.t.Helper()
 	var st agentapi.Status
 	var err error
-	eventually(in.c.t, timeout, func() error {
+	testutil.Eventually(in.c.t, timeout, func() error {
 		st, err = in.status()
 		if err != nil {
 			return err
@@ -471,7 +472,7 @@ func (in *instance) count(table string) (int64, error) {
 // waitCount waits until the instance has n rows in table.
 func (in *instance) waitCount(table string, n int64, timeout time.Duration) {
 	in.c.t.Helper()
-	eventually(in.c.t, timeout, func() error {
+	testutil.Eventually(in.c.t, timeout, func() error {
 		got, err := in.count(table)
 		if err != nil {
 			return err
@@ -481,21 +482,6 @@ func (in *instance) waitCount(table string, n int64, timeout time.Duration) {
 		}
 		return nil
 	})
-}
-
-func eventually(t testing.TB, timeout time.Duration, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func mustMkdir(t testing.TB, dir string, mode os.FileMode) {

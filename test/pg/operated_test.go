@@ -3,6 +3,7 @@ package pg
 import (
 	"context"
 	"fmt"
+	"github.com/pgpilot/pgpilot/test/testutil"
 	"net/http"
 	"path/filepath"
 	"sync"
@@ -53,12 +54,12 @@ func newOperatedCluster(t testing.TB, n int, opts ...func(*dbv1.PostgresCluster)
 		return k8s.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: name}, obj)
 	}
 	var cm corev1.ConfigMap
-	eventually(t, time.Minute, func() error { return get(c.name+"-config", &cm) })
+	testutil.Eventually(t, time.Minute, func() error { return get(c.name+"-config", &cm) })
 	mustWrite(t, filepath.Join(c.dir, "config.json"), []byte(cm.Data["config.json"]))
 	secretFiles := map[string]string{"superuser": "-superuser", "replication": "-replication", "app": "-app"}
 	for dir, suffix := range secretFiles {
 		var s corev1.Secret
-		eventually(t, time.Minute, func() error { return get(c.name+suffix, &s) })
+		testutil.Eventually(t, time.Minute, func() error { return get(c.name+suffix, &s) })
 		mustMkdir(t, filepath.Join(c.dir, "secrets", dir), 0o755)
 		mustWrite(t, filepath.Join(c.dir, "secrets", dir, "username"), s.Data["username"])
 		mustWrite(t, filepath.Join(c.dir, "secrets", dir, "password"), s.Data["password"])
@@ -73,10 +74,10 @@ func newOperatedCluster(t testing.TB, n int, opts ...func(*dbv1.PostgresCluster)
 		}
 	}
 	var tok corev1.Secret
-	eventually(t, time.Minute, func() error { return get(c.name+"-agent", &tok) })
+	testutil.Eventually(t, time.Minute, func() error { return get(c.name+"-agent", &tok) })
 	mustWrite(t, filepath.Join(c.dir, "token"), tok.Data["token"])
 	c.token = string(tok.Data["token"])
-	eventually(t, time.Minute, func() error { return get(c.name, &c.sts) })
+	testutil.Eventually(t, time.Minute, func() error { return get(c.name, &c.sts) })
 	c.addInstances(k, n)
 	kubeletCtx, stopKubelet := context.WithCancel(ctx)
 	var wg sync.WaitGroup

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgpilot/pgpilot/test/testutil"
 	"io"
 	"net/http"
 	"os"
@@ -45,7 +46,7 @@ func TestPrimaryAndReplicasStream(t *testing.T) {
 	for _, r := range c.instances[1:] {
 		r.waitCount("t", 100, 30*time.Second)
 	}
-	eventually(t, 30*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, func() error {
 		st, err := p.status()
 		if err != nil {
 			return err
@@ -64,7 +65,7 @@ func TestPrimaryAndReplicasStream(t *testing.T) {
 		t.Error("a replica accepted a write")
 	}
 	// The primary keeps an active slot per replica, and says so in /metrics.
-	eventually(t, 30*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, func() error {
 		resp, err := http.Get("http://" + p.ip + ":8008/metrics")
 		if err != nil {
 			return err
@@ -152,7 +153,7 @@ func TestCrashedPostmasterIsRestarted(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, upTimeout, func() error {
+	testutil.Eventually(t, upTimeout, func() error {
 		st, err := p.status()
 		if err != nil {
 			return err
@@ -173,7 +174,7 @@ func TestLostVolumeOnThePrimaryIsNotReinitialised(t *testing.T) {
 	c.setLease(c.instances[0].pod, true)
 	p := c.instances[0]
 	p.start()
-	eventually(t, 30*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, func() error {
 		st, err := p.status()
 		if err != nil {
 			return err
@@ -213,7 +214,7 @@ func TestBadInput(t *testing.T) {
 		c := newCluster(t, 2)
 		r := c.instances[1] // the primary c.instances[0] is never started
 		r.start()
-		eventually(t, 30*time.Second, func() error {
+		testutil.Eventually(t, 30*time.Second, func() error {
 			st, err := r.status()
 			if err != nil {
 				return err
@@ -239,7 +240,7 @@ func TestBadInput(t *testing.T) {
 		mustWrite(t, filepath.Join(p.dir, "pgdata", "precious.txt"), []byte("user data"))
 		chownR(t, p.dir)
 		p.start()
-		eventually(t, 30*time.Second, func() error {
+		testutil.Eventually(t, 30*time.Second, func() error {
 			st, err := p.status()
 			if err != nil {
 				return err
@@ -371,7 +372,7 @@ func TestFarBehindReplicaCatchesUp(t *testing.T) {
 	r.start()
 	r.waitRole(agentapi.RoleReplica, 1, upTimeout)
 	r.waitCount("big", 200000, 2*time.Minute)
-	eventually(t, time.Minute, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		rs, err := r.status()
 		if err != nil {
 			return err
@@ -409,14 +410,14 @@ func TestIsolatedPrimaryStopsWrites(t *testing.T) {
 		r.kill9()
 	}
 	cutAt := time.Now()
-	eventually(t, 4*isolationTimeout, func() error {
+	testutil.Eventually(t, 4*isolationTimeout, func() error {
 		if err := p.exec("INSERT INTO t VALUES (1)"); err == nil {
 			return errors.New("the isolated primary still accepts writes")
 		}
 		return nil
 	})
 	t.Logf("the isolated primary stopped accepting writes %s after it was cut off", time.Since(cutAt).Round(100*time.Millisecond))
-	eventually(t, 30*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, func() error {
 		st, err := p.status()
 		if err != nil || st.Role != agentapi.RoleFenced || st.Running {
 			return fmt.Errorf("status after isolation: %+v %v", st, err)
@@ -476,7 +477,7 @@ func TestSynchronousNoAcknowledgedWriteLost(t *testing.T) {
 	if err := primary.exec("CREATE TABLE acked (id bigint PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, func() error {
 		st, err := primary.status()
 		if err != nil {
 			return err
@@ -532,7 +533,7 @@ func TestSynchronousNoAcknowledgedWriteLost(t *testing.T) {
 	timeline := int64(1)
 	for round := range 3 {
 		before := ackedCount()
-		eventually(t, time.Minute, func() error {
+		testutil.Eventually(t, time.Minute, func() error {
 			if n := ackedCount(); n < before+100 {
 				return fmt.Errorf("round %d: %d rows acknowledged so far", round, n)
 			}
@@ -622,7 +623,7 @@ func TestConfigurationReload(t *testing.T) {
 	r.waitRole(agentapi.RoleReplica, 1, upTimeout)
 	c.setConfig("parameters", map[string]string{"work_mem": "12MB"})
 	c.setConfig("synchronousReplicas", 1)
-	eventually(t, 30*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, func() error {
 		st, err := p.status()
 		if err != nil {
 			return err
@@ -661,7 +662,7 @@ func TestBadParameterIsReportedAndRetried(t *testing.T) {
 	p.stop()
 	c.setConfig("parameters", map[string]string{"shared_buffers": "banana"})
 	p.start()
-	eventually(t, 30*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, func() error {
 		st, err := p.status()
 		if err != nil {
 			return err
@@ -690,7 +691,7 @@ func TestSlotOfDepartedInstanceIsDropped(t *testing.T) {
 	}
 	c.instances[2].stop()
 	c.setConfig("replicas", 2)
-	eventually(t, 30*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, func() error {
 		st, err := p.status()
 		if err != nil {
 			return err
