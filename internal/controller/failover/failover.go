@@ -138,7 +138,7 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 
 	if target, ok := cluster.Annotations[dbv1.AnnotationSwitchoverTo]; ok {
-		return ctrl.Result{RequeueAfter: PollPeriod}, r.switchover(ctx, &cluster, &lease, pods, instances, holder, target)
+		return ctrl.Result{RequeueAfter: PollPeriod}, r.switchover(ctx, &cluster, &lease, pods, instances, holder, target, token)
 	}
 
 	d := Decide(Input{
@@ -173,7 +173,7 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			return ctrl.Result{}, err
 		}
 	case Promote:
-		if err := r.failover(ctx, &cluster, &lease, pods, instances, holder, d); err != nil {
+		if err := r.failover(ctx, &cluster, &lease, pods, holder, d, token); err != nil {
 			return ctrl.Result{}, err
 		}
 		// Until the new primary is observed, its synchronous set is at most the
@@ -198,7 +198,7 @@ func (r *FailoverReconciler) observe(ctx context.Context, pods []corev1.Pod, tok
 			defer wg.Done()
 			pctx, cancel := context.WithTimeout(ctx, PollPeriod)
 			defer cancel()
-			st, err := agentapi.NewClient(r.agentURL(&pods[i]), token, r.http).Status(pctx)
+			st, err := r.agent(&pods[i], token).Status(pctx)
 			if err == nil {
 				out[i].Reachable, out[i].Status = true, st
 			}
@@ -232,7 +232,7 @@ func syncStandbys(st agentapi.Status) []string {
 
 // failover fences the old primary, moves the Lease and promotes the target.
 func (r *FailoverReconciler) failover(ctx context.Context, c *dbv1.PostgresCluster, lease *coordinationv1.Lease,
-	pods []corev1.Pod, instances []Instance, holder string, d Decision) error {
+	pods []corev1.Pod, holder string, d Decision, token string) error {
 	logger := log.FromContext(ctx)
 	start := r.clock.Now()
 	logger.Info("Failing over", "from", holder, "to", d.Target, "reason", d.Reason)
@@ -246,15 +246,10 @@ func (r *FailoverReconciler) failover(ctx context.Context, c *dbv1.PostgresClust
 			}
 		}
 	}
-	token := ""
-	var secret corev1.Secret
-	if err := r.client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.AgentTokenSecretName()}, &secret); err == nil {
-		token = string(secret.Data[credentials.KeyToken])
-	}
 	for i := range pods {
 		if pods[i].Name == holder && pods[i].Status.PodIP != "" {
 			fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			_, err := agentapi.NewClient(r.agentURL(&pods[i]), token, r.http).Fence(fctx)
+			_, err := r.agent(&pods[i], token).Fence(fctx)
 			cancel()
 			if err != nil {
 				logger.Info("Could not fence the old primary through its agent; the Lease and the label fence it", "pod", holder, "error", err.Error())
@@ -262,40 +257,23 @@ func (r *FailoverReconciler) failover(ctx context.Context, c *dbv1.PostgresClust
 		}
 	}
 
-	// 2. The Lease names the new primary: the single source of truth, written with
-	// optimistic concurrency so two operators can never both move it.
-	now := metav1.NewMicroTime(r.clock.Now())
-	lease.Spec.HolderIdentity = &d.Target
-	lease.Spec.AcquireTime, lease.Spec.RenewTime = &now, &now
-	transitions := int32(0)
-	if lease.Spec.LeaseTransitions != nil {
-		transitions = *lease.Spec.LeaseTransitions
-	}
-	transitions++
-	lease.Spec.LeaseTransitions = &transitions
-	record, err := json.Marshal(dbv1.FailoverRecord{From: holder, To: d.Target, Time: metav1.NewTime(now.Time),
-		Duration: r.clock.Since(d.FailedSince).Round(time.Millisecond).String(), Reason: d.Reason})
+	// 2. The Lease names the new primary, with the record of this failover.
+	err := r.moveLease(ctx, lease, d.Target, func(now metav1.Time) error {
+		record, err := json.Marshal(dbv1.FailoverRecord{From: holder, To: d.Target, Time: now,
+			Duration: r.clock.Since(d.FailedSince).Round(time.Millisecond).String(), Reason: d.Reason})
+		if err != nil {
+			return err
+		}
+		metav1.SetMetaDataAnnotation(&lease.ObjectMeta, dbv1.AnnotationLastFailover, string(record))
+		delete(lease.Annotations, dbv1.AnnotationFailoverBlocked)
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	metav1.SetMetaDataAnnotation(&lease.ObjectMeta, dbv1.AnnotationLastFailover, string(record))
-	delete(lease.Annotations, dbv1.AnnotationFailoverBlocked)
-	if err := r.client.Update(ctx, lease); err != nil {
-		return fmt.Errorf("moving the primary Lease to %s: %w", d.Target, err)
-	}
 
-	// 3. Promote. The target's agent also promotes itself when it sees the Lease; the
-	// call only makes it sooner.
-	for i := range pods {
-		if pods[i].Name == d.Target {
-			pctx, cancel := context.WithTimeout(ctx, time.Minute)
-			_, err := agentapi.NewClient(r.agentURL(&pods[i]), token, r.http).Promote(pctx)
-			cancel()
-			if err != nil {
-				logger.Info("The promote call failed; the agent promotes itself from the Lease", "pod", d.Target, "error", err.Error())
-			}
-		}
-	}
+	// 3. Promote.
+	r.promote(ctx, pods, d.Target, token)
 	msg := fmt.Sprintf("Promoted %s in place of %s in %s", d.Target, holder, r.clock.Since(start).Round(time.Millisecond))
 	logger.Info("Failed over", "from", holder, "to", d.Target, "took", r.clock.Since(start).String())
 	r.recorder.Event(c, corev1.EventTypeNormal, ReasonFailoverCompleted, msg)
@@ -321,7 +299,7 @@ func (r *FailoverReconciler) setBlocked(ctx context.Context, lease *coordination
 // shutdown sends every WAL record to the connected standbys), then the Lease moves and
 // target is promoted. The request annotation is removed when done or refused.
 func (r *FailoverReconciler) switchover(ctx context.Context, c *dbv1.PostgresCluster, lease *coordinationv1.Lease,
-	pods []corev1.Pod, instances []Instance, holder, target string) error {
+	pods []corev1.Pod, instances []Instance, holder, target, token string) error {
 	logger := log.FromContext(ctx)
 	if why := CheckSwitchover(holder, target, instances); why != "" {
 		logger.Info("Switchover refused", "to", target, "reason", why)
@@ -329,18 +307,13 @@ func (r *FailoverReconciler) switchover(ctx context.Context, c *dbv1.PostgresClu
 		return r.clearSwitchover(ctx, c)
 	}
 	start := r.clock.Now()
-	var secret corev1.Secret
-	if err := r.client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.AgentTokenSecretName()}, &secret); err != nil {
-		return err
-	}
-	token := string(secret.Data[credentials.KeyToken])
 	for i := range pods {
 		if pods[i].Name == holder {
 			if err := r.label(ctx, &pods[i], dbv1.RoleFenced); err != nil {
 				return err
 			}
 			dctx, cancel := context.WithTimeout(ctx, time.Minute)
-			_, err := agentapi.NewClient(r.agentURL(&pods[i]), token, r.http).Demote(dctx)
+			_, err := r.agent(&pods[i], token).Demote(dctx)
 			cancel()
 			if err != nil {
 				// Not demoted: it may still accept writes. Put it back and report.
@@ -350,26 +323,56 @@ func (r *FailoverReconciler) switchover(ctx context.Context, c *dbv1.PostgresClu
 			}
 		}
 	}
-	now := metav1.NewMicroTime(r.clock.Now())
-	lease.Spec.HolderIdentity = &target
-	lease.Spec.AcquireTime, lease.Spec.RenewTime = &now, &now
-	if err := r.client.Update(ctx, lease); err != nil {
-		return fmt.Errorf("moving the primary Lease to %s: %w", target, err)
+	if err := r.moveLease(ctx, lease, target, func(metav1.Time) error { return nil }); err != nil {
+		return err
 	}
-	for i := range pods {
-		if pods[i].Name == target {
-			pctx, cancel := context.WithTimeout(ctx, time.Minute)
-			_, err := agentapi.NewClient(r.agentURL(&pods[i]), token, r.http).Promote(pctx)
-			cancel()
-			if err != nil {
-				logger.Info("The promote call failed; the agent promotes itself from the Lease", "pod", target, "error", err.Error())
-			}
-		}
-	}
+	r.promote(ctx, pods, target, token)
 	took := r.clock.Since(start).Round(time.Millisecond)
 	logger.Info("Switched over", "from", holder, "to", target, "took", took.String())
 	r.recorder.Eventf(c, corev1.EventTypeNormal, ReasonSwitchedOver, "Switched over from %s to %s in %s", holder, target, took)
 	return r.clearSwitchover(ctx, c)
+}
+
+// agent is a client of pod's agent API.
+func (r *FailoverReconciler) agent(pod *corev1.Pod, token string) *agentapi.Client {
+	return agentapi.NewClient(r.agentURL(pod), token, r.http)
+}
+
+// moveLease makes target the Lease's holder, the single source of truth for who is
+// primary, written with optimistic concurrency so that two operators can never both
+// move it; annotate adds to the same write.
+func (r *FailoverReconciler) moveLease(ctx context.Context, lease *coordinationv1.Lease, target string, annotate func(now metav1.Time) error) error {
+	now := metav1.NewMicroTime(r.clock.Now())
+	lease.Spec.HolderIdentity = &target
+	lease.Spec.AcquireTime, lease.Spec.RenewTime = &now, &now
+	transitions := int32(1)
+	if lease.Spec.LeaseTransitions != nil {
+		transitions += *lease.Spec.LeaseTransitions
+	}
+	lease.Spec.LeaseTransitions = &transitions
+	if err := annotate(metav1.NewTime(now.Time)); err != nil {
+		return err
+	}
+	if err := r.client.Update(ctx, lease); err != nil {
+		return fmt.Errorf("moving the primary Lease to %s: %w", target, err)
+	}
+	return nil
+}
+
+// promote asks target's agent to promote. The agent also promotes itself once it sees
+// the Lease name it; the call only makes that sooner, so a failed call is logged only.
+func (r *FailoverReconciler) promote(ctx context.Context, pods []corev1.Pod, target, token string) {
+	for i := range pods {
+		if pods[i].Name != target {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, time.Minute)
+		_, err := r.agent(&pods[i], token).Promote(pctx)
+		cancel()
+		if err != nil {
+			log.FromContext(ctx).Info("The promote call failed; the agent promotes itself from the Lease", "pod", target, "error", err.Error())
+		}
+	}
 }
 
 func (r *FailoverReconciler) clearSwitchover(ctx context.Context, c *dbv1.PostgresCluster) error {
