@@ -20,14 +20,8 @@ import (
 // failure is not measured here. It asserts nothing about the figures.
 func BenchmarkFailover(b *testing.B) {
 	c := newCluster(b, 3)
-	for _, in := range c.instances {
-		in.start()
-	}
+	c.startAll()
 	timeline := int64(1)
-	c.instances[0].waitRoleB(b, agentapi.RolePrimary, timeline)
-	for _, in := range c.instances[1:] {
-		in.waitRoleB(b, agentapi.RoleReplica, timeline)
-	}
 	if err := c.instances[0].exec("CREATE TABLE t (id bigserial PRIMARY KEY, at timestamptz DEFAULT now())"); err != nil {
 		b.Fatal(err)
 	}

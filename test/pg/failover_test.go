@@ -24,13 +24,7 @@ import (
 // read-write Service routes to the first and the others stream.
 func startOperated(t *testing.T, c *cluster) {
 	t.Helper()
-	for _, in := range c.instances {
-		in.start()
-	}
-	c.instances[0].waitRole(agentapi.RolePrimary, 1, upTimeout)
-	for _, r := range c.instances[1:] {
-		r.waitRole(agentapi.RoleReplica, 1, upTimeout)
-	}
+	c.startAll()
 	testutil.Eventually(t, 30*time.Second, func() error {
 		if rw := c.readWrite(); rw != c.instances[0] {
 			return fmt.Errorf("the read-write Service routes to %v", rw)

@@ -213,9 +213,9 @@ type instance struct {
 	done    chan struct{}
 }
 
-// newCluster prepares n instances (not started) and the primary Lease naming the first.
-func newCluster(t testing.TB, n int) *cluster {
-	t.Helper()
+// nextCluster numbers a new cluster k: name c<k>, namespace pg-<k>, its own work
+// directory, and instances on 127.0.<k>.*.
+func nextCluster(t testing.TB) (*cluster, int) {
 	clusterSeq.Lock()
 	clusterSeq.n++
 	k := clusterSeq.n
@@ -223,6 +223,13 @@ func newCluster(t testing.TB, n int) *cluster {
 	c := &cluster{t: t, name: fmt.Sprintf("c%d", k), namespace: fmt.Sprintf("pg-%d", k)}
 	c.dir = filepath.Join(workDir, c.name)
 	mustMkdir(t, c.dir, 0o755)
+	return c, k
+}
+
+// newCluster prepares n instances (not started) and the primary Lease naming the first.
+func newCluster(t testing.TB, n int) *cluster {
+	t.Helper()
+	c, k := nextCluster(t)
 	c.creds = agent.Credentials{
 		Superuser:   agent.Credential{Username: "postgres", Password: "su-" + c.name + "-secret"},
 		Replication: agent.Credential{Username: "pgpilot_replication", Password: "repl'pw:with\\odd chars"},
@@ -343,6 +350,20 @@ func (in *instance) start() {
 	}
 	in.done = make(chan struct{})
 	go func() { _ = in.cmd.Wait(); close(in.done) }()
+}
+
+// startAll starts every instance and waits until the first is the primary and the
+// others are its ready replicas; it returns the primary's status.
+func (c *cluster) startAll() agentapi.Status {
+	c.t.Helper()
+	for _, in := range c.instances {
+		in.start()
+	}
+	st := c.instances[0].waitRole(agentapi.RolePrimary, 1, upTimeout)
+	for _, r := range c.instances[1:] {
+		r.waitRole(agentapi.RoleReplica, 1, upTimeout)
+	}
+	return st
 }
 
 // kill9 kills the agent and its postmaster with SIGKILL, like a pod that dies.

@@ -28,13 +28,7 @@ import (
 // each pod's IP and its agent's readiness.
 func newOperatedCluster(t testing.TB, n int, opts ...func(*dbv1.PostgresCluster)) *cluster {
 	t.Helper()
-	clusterSeq.Lock()
-	clusterSeq.n++
-	k := clusterSeq.n
-	clusterSeq.Unlock()
-	c := &cluster{t: t, name: fmt.Sprintf("c%d", k), namespace: fmt.Sprintf("pg-%d", k)}
-	c.dir = filepath.Join(workDir, c.name)
-	mustMkdir(t, c.dir, 0o755)
+	c, k := nextCluster(t)
 	ctx := context.Background()
 	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace}}); err != nil {
 		t.Fatal(err)

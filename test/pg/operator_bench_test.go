@@ -23,13 +23,7 @@ func BenchmarkOperatorFailover(b *testing.B) {
 	}{{"defaults", 0}, {"synchronous", 1}} {
 		b.Run(mode.name, func(b *testing.B) {
 			c := newOperatedCluster(b, 3, func(p *dbv1.PostgresCluster) { p.Spec.PostgreSQL.SynchronousReplicas = mode.sync })
-			for _, in := range c.instances {
-				in.start()
-			}
-			c.instances[0].waitRoleB(b, agentapi.RolePrimary, 1)
-			for _, in := range c.instances[1:] {
-				in.waitRoleB(b, agentapi.RoleReplica, 1)
-			}
+			c.startAll()
 			for c.writeThroughRW("CREATE TABLE IF NOT EXISTS acked (id bigint PRIMARY KEY)") != nil {
 				time.Sleep(50 * time.Millisecond)
 			}
@@ -149,13 +143,7 @@ func (in *instance) ids(table string) (map[int64]bool, error) {
 // acknowledged rows lost. Nothing is asserted.
 func BenchmarkSwitchover(b *testing.B) {
 	c := newOperatedCluster(b, 3)
-	for _, in := range c.instances {
-		in.start()
-	}
-	c.instances[0].waitRoleB(b, agentapi.RolePrimary, 1)
-	for _, in := range c.instances[1:] {
-		in.waitRoleB(b, agentapi.RoleReplica, 1)
-	}
+	c.startAll()
 	for c.writeThroughRW("CREATE TABLE IF NOT EXISTS acked (id bigint PRIMARY KEY)") != nil {
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -24,16 +24,10 @@ const upTimeout = 90 * time.Second
 // primary appear on both, and the primary keeps a slot per replica.
 func TestPrimaryAndReplicasStream(t *testing.T) {
 	c := newCluster(t, 3)
-	for _, in := range c.instances {
-		in.start()
-	}
 	p := c.instances[0]
-	st := p.waitRole(agentapi.RolePrimary, 1, upTimeout)
+	st := c.startAll()
 	if st.PostgresVersion < 150000 || st.PostgresVersion >= 160000 {
 		t.Errorf("postgres version %d, want 15.x", st.PostgresVersion)
-	}
-	for _, r := range c.instances[1:] {
-		r.waitRole(agentapi.RoleReplica, 1, upTimeout)
 	}
 	if err := p.exec("CREATE TABLE t (id bigserial PRIMARY KEY, v text)"); err != nil {
 		t.Fatal(err)
@@ -90,13 +84,8 @@ func TestPrimaryAndReplicasStream(t *testing.T) {
 // follows the new timeline, and the old primary rejoins through pg_rewind and catches up.
 func TestFailoverAndRejoin(t *testing.T) {
 	c := newCluster(t, 3)
-	for _, in := range c.instances {
-		in.start()
-	}
+	c.startAll()
 	old, next, other := c.instances[0], c.instances[1], c.instances[2]
-	old.waitRole(agentapi.RolePrimary, 1, upTimeout)
-	next.waitRole(agentapi.RoleReplica, 1, upTimeout)
-	other.waitRole(agentapi.RoleReplica, 1, upTimeout)
 	if err := old.exec("CREATE TABLE t (id bigserial PRIMARY KEY, v text)"); err != nil {
 		t.Fatal(err)
 	}
@@ -279,12 +268,8 @@ func TestFenceAndDemote(t *testing.T) {
 	for _, action := range []string{"fence", "demote"} {
 		t.Run(action, func(t *testing.T) {
 			c := newCluster(t, 2)
-			for _, in := range c.instances {
-				in.start()
-			}
+			c.startAll()
 			p, r := c.instances[0], c.instances[1]
-			p.waitRole(agentapi.RolePrimary, 1, upTimeout)
-			r.waitRole(agentapi.RoleReplica, 1, upTimeout)
 			if err := p.exec("CREATE TABLE t AS SELECT generate_series(1, 1000) AS id"); err != nil {
 				t.Fatal(err)
 			}
@@ -348,12 +333,8 @@ func TestPasswordRotation(t *testing.T) {
 // its slot kept the WAL it needs.
 func TestFarBehindReplicaCatchesUp(t *testing.T) {
 	c := newCluster(t, 2)
-	for _, in := range c.instances {
-		in.start()
-	}
+	c.startAll()
 	p, r := c.instances[0], c.instances[1]
-	p.waitRole(agentapi.RolePrimary, 1, upTimeout)
-	r.waitRole(agentapi.RoleReplica, 1, upTimeout)
 	r.kill9()
 	// About 150 MB of WAL: several segments past any checkpoint while it is away.
 	if err := p.exec("CREATE TABLE big AS SELECT g AS id, repeat('x', 500) AS pad FROM generate_series(1, 200000) g"); err != nil {
@@ -394,14 +375,8 @@ func TestFarBehindReplicaCatchesUp(t *testing.T) {
 // the Lease still names it.
 func TestIsolatedPrimaryStopsWrites(t *testing.T) {
 	c := newCluster(t, 3)
-	for _, in := range c.instances {
-		in.start()
-	}
+	c.startAll()
 	p := c.instances[0]
-	p.waitRole(agentapi.RolePrimary, 1, upTimeout)
-	for _, r := range c.instances[1:] {
-		r.waitRole(agentapi.RoleReplica, 1, upTimeout)
-	}
 	if err := p.exec("CREATE TABLE t (id int)"); err != nil {
 		t.Fatal(err)
 	}
@@ -435,14 +410,8 @@ func TestIsolatedPrimaryStopsWrites(t *testing.T) {
 // serving: without the API server no failover can happen behind its back.
 func TestPrimaryWithoutAPIServerButPeersKeepsServing(t *testing.T) {
 	c := newCluster(t, 3)
-	for _, in := range c.instances {
-		in.start()
-	}
+	c.startAll()
 	p := c.instances[0]
-	p.waitRole(agentapi.RolePrimary, 1, upTimeout)
-	for _, r := range c.instances[1:] {
-		r.waitRole(agentapi.RoleReplica, 1, upTimeout)
-	}
 	if err := p.exec("CREATE TABLE t (id int)"); err != nil {
 		t.Fatal(err)
 	}
@@ -466,14 +435,8 @@ func TestPrimaryWithoutAPIServerButPeersKeepsServing(t *testing.T) {
 func TestSynchronousNoAcknowledgedWriteLost(t *testing.T) {
 	c := newCluster(t, 3)
 	c.setConfig("synchronousReplicas", 1)
-	for _, in := range c.instances {
-		in.start()
-	}
+	c.startAll()
 	primary := c.instances[0]
-	primary.waitRole(agentapi.RolePrimary, 1, upTimeout)
-	for _, r := range c.instances[1:] {
-		r.waitRole(agentapi.RoleReplica, 1, upTimeout)
-	}
 	if err := primary.exec("CREATE TABLE acked (id bigint PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
 	}
@@ -615,12 +578,8 @@ func TestSynchronousNoAcknowledgedWriteLost(t *testing.T) {
 // applied without a restart: parameters and synchronous replication.
 func TestConfigurationReload(t *testing.T) {
 	c := newCluster(t, 2)
-	for _, in := range c.instances {
-		in.start()
-	}
+	before := c.startAll()
 	p, r := c.instances[0], c.instances[1]
-	before := p.waitRole(agentapi.RolePrimary, 1, upTimeout)
-	r.waitRole(agentapi.RoleReplica, 1, upTimeout)
 	c.setConfig("parameters", map[string]string{"work_mem": "12MB"})
 	c.setConfig("synchronousReplicas", 1)
 	testutil.Eventually(t, 30*time.Second, func() error {
@@ -681,14 +640,8 @@ func TestBadParameterIsReportedAndRetried(t *testing.T) {
 // up for it; slots of the remaining instances stay.
 func TestSlotOfDepartedInstanceIsDropped(t *testing.T) {
 	c := newCluster(t, 3)
-	for _, in := range c.instances {
-		in.start()
-	}
+	c.startAll()
 	p := c.instances[0]
-	p.waitRole(agentapi.RolePrimary, 1, upTimeout)
-	for _, r := range c.instances[1:] {
-		r.waitRole(agentapi.RoleReplica, 1, upTimeout)
-	}
 	c.instances[2].stop()
 	c.setConfig("replicas", 2)
 	testutil.Eventually(t, 30*time.Second, func() error {
