@@ -169,6 +169,11 @@ func (a *Agent) step(ctx context.Context) error {
 	if proc != nil {
 		switch {
 		case role == agentapi.RolePrimary && !me && view.Holder != "":
+			// Stopping a primary is costly: confirm with a fresh read first. When the
+			// API server cannot answer, the last view stands: it named another primary.
+			if fresh, err := a.lease.Refresh(ctx); err == nil && (fresh.Holder == a.cfg.PodName || fresh.Holder == "") {
+				return nil
+			}
 			a.log.Info("The Lease names another primary; stopping to rejoin as its replica", "primary", view.Holder)
 			a.stop(true)
 			return nil

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
@@ -41,6 +42,7 @@ type LeaseFollower struct {
 
 	mu      sync.Mutex
 	view    LeaseView
+	version uint64 // resourceVersion of the Lease behind view
 	seen    time.Time
 	changed chan struct{}
 }
@@ -77,14 +79,24 @@ func (f *LeaseFollower) Refresh(ctx context.Context) (LeaseView, error) {
 	return f.View(), nil
 }
 
+// set takes in a Lease read by a get or a watch event. The periodic get, the watch and
+// Refresh race one another, so a read that answers late can carry an older Lease than
+// the view already holds; it only counts as a sign of life then. (The agent once
+// promoted itself on a fresh read and demoted itself a moment later on a stale one.)
 func (f *LeaseFollower) set(l *coordinationv1.Lease) {
 	v := LeaseView{Known: true, Bootstrapped: l.Annotations[AnnotationBootstrapped] == "true"}
 	if l.Spec.HolderIdentity != nil {
 		v.Holder = *l.Spec.HolderIdentity
 	}
+	version, versioned := resourceVersion(l)
 	f.mu.Lock()
 	old := f.view
-	f.view, f.seen = v, time.Now()
+	f.seen = time.Now()
+	if versioned && version < f.version {
+		f.mu.Unlock()
+		return
+	}
+	f.view, f.version = v, version
 	f.mu.Unlock()
 	if old != v {
 		select {
@@ -147,11 +159,19 @@ func (f *LeaseFollower) follow(ctx context.Context) error {
 			}
 		case watch.Deleted:
 			f.mu.Lock()
-			f.view.Holder = ""
+			f.view.Holder, f.version = "", 0
 			f.mu.Unlock()
 		case watch.Error:
 			return nil
 		}
 	}
 	return nil
+}
+
+// resourceVersion returns the Lease's resourceVersion as a number. Kubernetes calls it
+// opaque, but every API server backed by etcd hands out its revision, which only grows;
+// one that does not parse is taken as newest, as before this check existed.
+func resourceVersion(l *coordinationv1.Lease) (uint64, bool) {
+	v, err := strconv.ParseUint(l.ResourceVersion, 10, 64)
+	return v, err == nil
 }
