@@ -79,12 +79,16 @@ control-plane: ## Build (once) the kube-apiserver, etcd and kubectl the tests us
 postgres: ## Install (once) Debian's PostgreSQL 15, which the real-PostgreSQL tests run.
 	@bash hack/install-postgres.sh
 
+.PHONY: s3server
+s3server: ## Build (once) the versitygw S3 server the backup store's tests run.
+	@bash hack/versitygw.sh >/dev/null
+
 .PHONY: test
-test: vet control-plane postgres ## Run every test: unit, chart, integration on a real kube-apiserver + etcd, and real PostgreSQL.
+test: vet control-plane postgres s3server ## Run every test: unit, chart, integration on a real kube-apiserver + etcd, and real PostgreSQL.
 	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -timeout 20m ./...
 
 .PHONY: bench
-bench: control-plane postgres ## Print the benchmarks' figures (no timing assertions).
+bench: control-plane postgres s3server ## Print the benchmarks' figures (no timing assertions).
 	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -run '^$$' -bench . -benchtime 20x ./test/integration/
 	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -run '^$$' -bench . -benchtime 20x -timeout 30m ./test/pg/
 

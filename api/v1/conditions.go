@@ -40,6 +40,9 @@ const (
 	// ConditionBootstrapped turns True the first time every instance is ready and stays
 	// True: it tells a cluster still being created from one that lost instances.
 	ConditionBootstrapped = "Bootstrapped"
+	// ConditionContinuousArchiving is True while the primary archives WAL to the
+	// backup store, False with the archiver's last error when it cannot.
+	ConditionContinuousArchiving = "ContinuousArchiving"
 )
 
 // Condition types the Helm manager owns.
@@ -64,6 +67,13 @@ const (
 	ReasonPrimaryDesignated  = "PrimaryDesignated"
 	ReasonFailoverPossible   = "FailoverPossible"
 	ReasonFailoverBlocked    = "FailoverBlocked"
+	ReasonArchiving          = "WALArchived"
+	ReasonArchiveFailing     = "WALArchiveFailing"
+	ReasonBackupStarted      = "BackupStarted"
+	ReasonBackupCompleted    = "BackupCompleted"
+	ReasonBackupFailed       = "BackupFailed"
+	ReasonBackupScheduled    = "BackupScheduled"
+	ReasonBackupPruned       = "BackupPruned"
 )
 
 // Phases of a cluster.
@@ -104,4 +114,15 @@ func SetCondition(conditions *[]Condition, c Condition, now metav1.Time) bool {
 	}
 	*existing = c
 	return true
+}
+
+// RemoveCondition removes the condition of type t, if any.
+func RemoveCondition(conditions *[]Condition, t string) {
+	out := (*conditions)[:0]
+	for _, c := range *conditions {
+		if c.Type != t {
+			out = append(out, c)
+		}
+	}
+	*conditions = out
 }

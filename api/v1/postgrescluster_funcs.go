@@ -21,6 +21,15 @@ const (
 	// up; from then on the agent never runs initdb over an empty volume.
 	AnnotationBootstrapped = "db.example.com/bootstrapped"
 
+	// AnnotationArchiving on the primary Lease is the primary's WAL archiving health
+	// (JSON: ok, message), which the backup controller records and the status
+	// controller shows as the ContinuousArchiving condition.
+	AnnotationArchiving = "db.example.com/archiving"
+
+	// LabelScheduledAt on a PostgresBackup the sidecar created for a schedule tick is
+	// the tick's time, as a Unix timestamp.
+	LabelScheduledAt = "db.example.com/scheduled-at"
+
 	// LabelCluster names the PostgresCluster an object belongs to.
 	LabelCluster = "db.example.com/cluster"
 	// LabelRole is primary, replica or fenced on instance pods; the Services select on it.

@@ -79,6 +79,11 @@ type PostgresClusterSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	Monitoring MonitoringSpec `json:"monitoring,omitempty"`
+
+	// backup configures continuous WAL archiving, scheduled base backups and their
+	// retention.
+	// +optional
+	Backup *BackupSpec `json:"backup,omitempty"`
 }
 
 // StorageSpec is the persistent volume of each instance.
@@ -119,6 +124,7 @@ type PostgreSQLSpec struct {
 }
 
 // BootstrapSpec says how the first instance of a new cluster is initialised.
+// +kubebuilder:validation:XValidation:rule="has(self.fromBackup) == has(oldSelf.fromBackup)",message="fromBackup cannot be added or removed: it only matters when the cluster is created"
 type BootstrapSpec struct {
 	// database is the application database created at initialisation.
 	// +kubebuilder:default=app
@@ -134,6 +140,13 @@ type BootstrapSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!(self in ['postgres', 'pgpilot_replication']) && !self.startsWith('pg_')",message="owner cannot be postgres, pgpilot_replication or start with pg_: those roles are reserved"
 	// +optional
 	Owner string `json:"owner,omitempty"`
+
+	// fromBackup creates the cluster from a backup instead of an empty database,
+	// optionally to a point in time. The restored database keeps its roles; their
+	// passwords are set from this cluster's Secrets.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="fromBackup cannot change: it only matters when the cluster is created"
+	// +optional
+	FromBackup *FromBackup `json:"fromBackup,omitempty"`
 }
 
 // FailoverSpec configures automatic failover.
@@ -188,6 +201,10 @@ type PostgresClusterStatus struct {
 	// +listMapKey=name
 	// +optional
 	Instances []InstanceStatus `json:"instances,omitempty"`
+
+	// lastBackup is the newest Completed PostgresBackup.
+	// +optional
+	LastBackup string `json:"lastBackup,omitempty"`
 
 	// lastFailover is the last automatic failover.
 	// +optional

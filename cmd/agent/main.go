@@ -27,7 +27,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: agent install DST | agent run [flags]")
+		fmt.Fprintln(os.Stderr, "usage: agent install DST | agent run [flags] | agent archive-wal [flags] PATH NAME | agent restore-wal [flags] NAME PATH")
 		os.Exit(2)
 	}
 	var err error
@@ -40,6 +40,10 @@ func main() {
 		err = install(os.Args[2])
 	case "run":
 		err = run(os.Args[2:])
+	case "archive-wal":
+		err = archiveWAL(os.Args[2:])
+	case "restore-wal":
+		os.Exit(restoreWAL(os.Args[2:]))
 	default:
 		fmt.Fprintf(os.Stderr, "agent: unknown command %q; want install or run\n", os.Args[1])
 		os.Exit(2)
@@ -116,6 +120,11 @@ func run(args []string) error {
 	if cfg.BinDir == "" {
 		cfg.BinDir = binDir()
 	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding the agent binary for archive_command: %w", err)
+	}
+	cfg.AgentBinary = self
 	cluster, err := agent.LoadClusterConfig(cfg.ClusterConfigPath)
 	if err != nil {
 		return err

@@ -50,6 +50,9 @@ type Agent struct {
 	lastErr   string
 	crashes   int
 	slotsDone time.Time
+	recovery  *Recovery // set while restoring from a backup
+	backups   map[string]*backupJob
+	runCtx    context.Context // Run's context: background work ends with it
 }
 
 type request struct {
@@ -66,6 +69,8 @@ func New(cfg Config, cluster ClusterConfig, creds Credentials, lease LeaseSource
 		db:       &DB{SocketDir: cfg.SocketDir, Port: cfg.Port, User: creds.Superuser.Username},
 		requests: make(chan request),
 		role:     agentapi.RoleStopped,
+		backups:  map[string]*backupJob{},
+		runCtx:   context.Background(),
 	}
 }
 
@@ -73,6 +78,9 @@ func (a *Agent) passFile() string { return a.cfg.SocketDir + "/.pgpass-pgpilot" 
 
 // Run supervises postgres until ctx ends, then stops it within cfg.ShutdownTimeout.
 func (a *Agent) Run(ctx context.Context) error {
+	a.mu.Lock()
+	a.runCtx = ctx
+	a.mu.Unlock()
 	if err := writeFileAtomic(a.passFile(), []byte(PassFile(a.creds)), 0o600); err != nil {
 		return fmt.Errorf("writing the pgpass file: %w", err)
 	}
@@ -242,7 +250,9 @@ func (a *Agent) reloadClusterConfig(ctx context.Context, running bool, role, ups
 	if reflect.DeepEqual(next, a.cluster) {
 		return nil
 	}
+	a.mu.Lock()
 	a.cluster = next
+	a.mu.Unlock()
 	a.slotsDone = time.Time{}
 	a.log.Info("The cluster configuration changed", "replicas", next.Replicas, "synchronousReplicas", next.SynchronousReplicas)
 	if !running || (role != agentapi.RolePrimary && role != agentapi.RoleReplica) {
@@ -285,6 +295,7 @@ func (a *Agent) confInput(role Role, upstream string) ConfInput {
 		Cluster: a.cluster, Pod: a.cfg.PodName, Listen: a.cfg.ListenAddress, Port: a.cfg.Port,
 		Socket: a.cfg.SocketDir, Role: role, PrimaryHost: a.cfg.PeerHost(upstream),
 		PassFile: a.passFile(), ReplicationUser: a.creds.Replication.Username,
+		Commands: a.commands(), Recovery: a.recovery,
 	}
 }
 
@@ -295,6 +306,12 @@ func (a *Agent) startPrimary(ctx context.Context, state DataState, view LeaseVie
 		if view.Bootstrapped {
 			return errors.New("the Lease names this instance primary of a cluster that was bootstrapped before, but its data directory is empty: refusing to initialise a new, empty database over a lost volume; move the primary to an instance that has the data")
 		}
+		if a.cluster.Restore != nil {
+			if err := a.restoreFromBackup(ctx); err != nil {
+				return err
+			}
+			return a.startRestored(ctx)
+		}
 		a.log.Info("Initialising a new cluster")
 		if err := a.pg.InitDB(ctx, a.creds.Superuser); err != nil {
 			return err
@@ -302,6 +319,11 @@ func (a *Agent) startPrimary(ctx context.Context, state DataState, view LeaseVie
 		fresh = true
 	case DataStandby:
 		a.log.Info("Starting a former replica as primary")
+	case DataPrimary:
+		if a.pg.Recovering() && a.cluster.Restore != nil {
+			a.log.Info("Resuming the recovery from the backup")
+			return a.startRestored(ctx)
+		}
 	}
 	if err := a.pg.WriteConfig(a.confInput(AsPrimary, "")); err != nil {
 		return err
@@ -309,6 +331,42 @@ func (a *Agent) startPrimary(ctx context.Context, state DataState, view LeaseVie
 	if err := a.start(ctx); err != nil {
 		return err
 	}
+	return a.finishPrimaryStart(ctx, fresh)
+}
+
+// startRestored starts the cluster's first primary on a restored data directory:
+// recover to the target, then finish as any new primary does. A recovery interrupted
+// (the agent restarted, postgres exited) resumes here: recovery.signal stays until
+// postgres leaves recovery.
+func (a *Agent) startRestored(ctx context.Context) error {
+	r := a.cluster.Restore
+	a.recovery = &Recovery{TargetTime: r.TargetTime, TargetLSN: r.TargetLSN}
+	defer func() { a.recovery = nil }()
+	if err := a.pg.WriteConfig(a.confInput(AsPrimary, "")); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := a.start(ctx); err != nil {
+		return err
+	}
+	if err := a.waitRecovered(ctx); err != nil {
+		return err
+	}
+	a.log.Info("Recovered from the backup", "took", time.Since(start).Round(time.Millisecond).String())
+	// The restore settings go: this instance must never read the source's archive again.
+	a.recovery = nil
+	if err := a.pg.WriteConfig(a.confInput(AsPrimary, "")); err != nil {
+		return err
+	}
+	if err := a.db.Reload(ctx); err != nil {
+		return err
+	}
+	return a.finishPrimaryStart(ctx, true)
+}
+
+// finishPrimaryStart runs on a primary that accepts connections: roles, database and
+// passwords, slots, then the primary role.
+func (a *Agent) finishPrimaryStart(ctx context.Context, fresh bool) error {
 	// Until the bootstrap marker exists the roles and database may be missing or half
 	// made (an agent stopped midway): create what is missing, then mark it done.
 	if fresh || !a.pg.Bootstrapped() {
@@ -648,7 +706,13 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 			st.Ready = true
 		}
 	}
+	if st.Running && st.Role == agentapi.RolePrimary {
+		a.archiver(ctx, &st)
+	}
 	return st
 }
 
-var _ agentapi.Instance = (*Agent)(nil)
+var (
+	_ agentapi.Instance       = (*Agent)(nil)
+	_ agentapi.BackupInstance = (*Agent)(nil)
+)

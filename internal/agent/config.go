@@ -39,6 +39,9 @@ type Config struct {
 	// IsolationTimeout is how long a primary that reaches neither the API server nor
 	// any other instance keeps accepting writes; 0 disables the check.
 	IsolationTimeout time.Duration
+	// AgentBinary is this program, run by postgres as archive_command and
+	// restore_command.
+	AgentBinary string
 	// AgentPort is the other instances' agent API port (their liveness, for the
 	// isolation check).
 	AgentPort int
@@ -58,6 +61,48 @@ type ClusterConfig struct {
 		ReadWrite string `json:"readWrite"`
 		Headless  string `json:"headless"`
 	} `json:"services"`
+	// Backup is set when spec.backup is: WAL is archived to Backup.Store and base
+	// backups go there.
+	Backup *BackupConfig `json:"backup,omitempty"`
+	// Restore is set when spec.bootstrap.fromBackup is: the first primary restores
+	// instead of running initdb.
+	Restore *RestoreConfig `json:"restore,omitempty"`
+}
+
+// BackupConfig is where this cluster's backups and archived WAL go.
+type BackupConfig struct {
+	Store StoreConfig `json:"store"`
+}
+
+// RestoreConfig is the backup a new cluster starts from.
+type RestoreConfig struct {
+	// Store holds the source cluster's backups (its Prefix ends in the source's name).
+	Store StoreConfig `json:"store"`
+	// BackupID picks a base backup; empty picks the newest that suits the target.
+	BackupID string `json:"backupID,omitempty"`
+	// TargetTime (RFC 3339) or TargetLSN stop recovery; neither replays all WAL.
+	TargetTime string `json:"targetTime,omitempty"`
+	TargetLSN  string `json:"targetLSN,omitempty"`
+}
+
+// StoreConfig locates a backup store inside the pod: exactly one of S3 or Directory
+// (a mounted volume). Secrets are files under CredentialsDir, never in config.json.
+type StoreConfig struct {
+	S3        *S3StoreConfig `json:"s3,omitempty"`
+	Directory string         `json:"directory,omitempty"`
+	// Prefix is <spec path>/<cluster name>.
+	Prefix string `json:"prefix"`
+}
+
+// S3StoreConfig is an S3 bucket; the access key pair is in CredentialsDir/ACCESS_KEY_ID
+// and CredentialsDir/SECRET_ACCESS_KEY (the mounted Secret's keys, renamed).
+type S3StoreConfig struct {
+	Endpoint           string `json:"endpoint"`
+	Bucket             string `json:"bucket"`
+	Region             string `json:"region,omitempty"`
+	CredentialsDir     string `json:"credentialsDir"`
+	InsecureSkipVerify bool   `json:"insecureSkipVerify,omitempty"`
+	CAFile             string `json:"caFile,omitempty"`
 }
 
 // Bootstrap is what initdb creates besides the superuser.

@@ -107,6 +107,18 @@ func (d *DB) Observe(ctx context.Context, st *agentapi.Status) error {
 		Scan(&st.ReceivedLSN, &st.ReplayedLSN, &st.LagBytes, &st.Timeline)
 }
 
+// Archiver reads pg_stat_archiver.
+func (d *DB) Archiver(ctx context.Context, a *agentapi.ArchiverStatus) error {
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	return conn.QueryRow(ctx, `SELECT archived_count, coalesce(last_archived_wal, ''), last_archived_time,
+		failed_count, coalesce(last_failed_wal, ''), last_failed_time FROM pg_stat_archiver`).
+		Scan(&a.ArchivedCount, &a.LastArchivedWAL, &a.LastArchivedAt, &a.FailedCount, &a.LastFailedWAL, &a.LastFailedAt)
+}
+
 // Bootstrap creates, on a new cluster's first primary, the replication role (with the
 // functions pg_rewind needs), the application owner and database. It creates only what
 // is missing, so it can run again after an interruption.

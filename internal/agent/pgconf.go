@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Role of the postgres the agent starts.
@@ -29,6 +30,53 @@ type ConfInput struct {
 	// PassFile is the pgpass file standbys authenticate with.
 	PassFile        string
 	ReplicationUser string
+	// Commands are the agent's archive and restore commands.
+	Commands Commands
+	// Recovery is set while a new cluster's first primary recovers from a backup.
+	Recovery *Recovery
+}
+
+// Commands run the agent binary as postgres's archive_command and restore_command.
+type Commands struct {
+	// Agent is the agent binary; ConfigPath its config.json; StatusFile where the
+	// archive command records its last failure.
+	Agent, ConfigPath, StatusFile string
+}
+
+// Archive is archive_command: the agent stores the segment when the cluster has a
+// backup store and does nothing otherwise, so adding spec.backup needs no restart.
+func (c Commands) Archive() string {
+	return shellJoin(c.Agent, "archive-wal", "--config", c.ConfigPath, "--status-file", c.StatusFile) + " %p %f"
+}
+
+// Restore is restore_command, reading the restore source's archive.
+func (c Commands) Restore() string {
+	return shellJoin(c.Agent, "restore-wal", "--config", c.ConfigPath) + " %f %p"
+}
+
+// Recovery is an archive recovery to a target.
+type Recovery struct {
+	// TargetTime (RFC 3339) or TargetLSN; neither recovers to the end of the archive.
+	TargetTime, TargetLSN string
+}
+
+// pgTimestamp turns an RFC 3339 time into PostgreSQL's timestamptz input in UTC, with
+// at most microseconds (what PostgreSQL keeps); anything else is passed on as is.
+func pgTimestamp(rfc3339 string) string {
+	t, err := time.Parse(time.RFC3339Nano, rfc3339)
+	if err != nil {
+		return rfc3339
+	}
+	return t.UTC().Format("2006-01-02 15:04:05.999999") + "+00"
+}
+
+// shellJoin quotes each word for /bin/sh.
+func shellJoin(words ...string) string {
+	quoted := make([]string, len(words))
+	for i, w := range words {
+		quoted[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+	}
+	return strings.Join(quoted, " ")
 }
 
 // SlotName is the physical replication slot the primary keeps for an instance: the pod
@@ -60,7 +108,19 @@ func managed(in ConfInput) map[string]string {
 		"max_wal_senders":         fmt.Sprint(senders),
 		"max_replication_slots":   fmt.Sprint(senders),
 		"logging_collector":       "off",
-		"archive_mode":            "off",
+		"archive_mode":            "on",
+		"archive_command":         in.Commands.Archive(),
+	}
+	if r := in.Recovery; r != nil {
+		m["restore_command"] = in.Commands.Restore()
+		m["recovery_target_action"] = "promote"
+		m["recovery_target_timeline"] = "latest"
+		if r.TargetTime != "" {
+			m["recovery_target_time"] = pgTimestamp(r.TargetTime)
+		}
+		if r.TargetLSN != "" {
+			m["recovery_target_lsn"] = r.TargetLSN
+		}
 	}
 	// A standby carries the setting it will have as primary (recovery ignores it): a
 	// promotion must be synchronous from its first commit, not from a reload after it.
@@ -108,6 +168,11 @@ func PostgresqlConf(in ConfInput) string {
 	var b strings.Builder
 	b.WriteString("# Written by the pgpilot agent at every start; edits are lost.\n\n# Defaults\n")
 	writeSettings(&b, defaults)
+	if in.Cluster.Backup != nil {
+		// A quiet primary still closes a segment every 5 minutes, bounding how much
+		// a lost volume can take with it.
+		writeSettings(&b, map[string]string{"archive_timeout": "5min"})
+	}
 	b.WriteString("\n# spec.postgresql.parameters\n")
 	writeSettings(&b, in.Cluster.Parameters)
 	b.WriteString("\n# Managed by pgpilot\n")
@@ -156,6 +221,7 @@ func HBAConf(replicationUser string) string {
 # TYPE  DATABASE     USER                 ADDRESS  METHOD
 local   all          postgres                      peer
 local   all          all                           scram-sha-256
+local   replication  postgres                      peer
 host    replication  %[1]s  all      scram-sha-256
 host    all          all                  all      scram-sha-256
 `, replicationUser)

@@ -83,6 +83,13 @@ func (p *Postgres) State() (DataState, error) {
 	return DataPrimary, nil
 }
 
+// Recovering reports whether the data directory is in an archive recovery that has not
+// ended (recovery.signal, which postgres removes when it promotes).
+func (p *Postgres) Recovering() bool {
+	_, err := os.Stat(filepath.Join(p.PGData, "recovery.signal"))
+	return err == nil
+}
+
 // bootstrapMarker is created in the data directory once the first primary created the
 // cluster's roles and database; clones and rewinds carry it along.
 const bootstrapMarker = "pgpilot.bootstrapped"

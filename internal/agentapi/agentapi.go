@@ -74,6 +74,8 @@ type Status struct {
 	Connections int `json:"connections"`
 	// Slots are this instance's replication slots.
 	Slots []SlotStatus `json:"slots,omitempty"`
+	// Archiver is continuous WAL archiving; set on a primary.
+	Archiver *ArchiverStatus `json:"archiver,omitempty"`
 	// Fenced is whether the agent was told to stop accepting writes.
 	Fenced bool `json:"fenced,omitempty"`
 	// Error says what went wrong last, for a person; empty when nothing did.

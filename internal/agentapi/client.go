@@ -1,6 +1,7 @@
 package agentapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -30,6 +31,7 @@ var defaultHTTPClient = &http.Client{}
 // Client calls one agent's API. It is safe for concurrent use; make one per agent and
 // keep it.
 type Client struct {
+	base                                       string
 	statusURL, promoteURL, fenceURL, demoteURL string
 
 	token string
@@ -48,6 +50,7 @@ func NewClient(baseURL, token string, httpClient *http.Client) *Client {
 	}
 	base := strings.TrimRight(baseURL, "/")
 	return &Client{
+		base:          base,
 		statusURL:     base + PathStatus,
 		promoteURL:    base + PathPromote,
 		fenceURL:      base + PathFence,
@@ -98,29 +101,48 @@ func (e *HTTPError) Error() string {
 	return fmt.Sprintf("agent %s %s: %d %s: %s", e.Method, e.URL, e.StatusCode, http.StatusText(e.StatusCode), e.Message)
 }
 
-// Is reports whether e is a 409 and target ErrConflict.
+// Is reports whether e is a 409 and target ErrConflict, or a 404 and target ErrNotFound.
 func (e *HTTPError) Is(target error) bool {
-	return target == ErrConflict && e.StatusCode == http.StatusConflict
+	return (target == ErrConflict && e.StatusCode == http.StatusConflict) ||
+		(target == ErrNotFound && e.StatusCode == http.StatusNotFound)
 }
 
 func (c *Client) call(ctx context.Context, method, url string, defaultTimeout time.Duration) (Status, error) {
+	var st Status
+	err := c.do(ctx, method, url, nil, &st, defaultTimeout)
+	return st, err
+}
+
+// do sends body (JSON, when not nil) and decodes a 2xx answer into out.
+func (c *Client) do(ctx context.Context, method, url string, body, out any, defaultTimeout time.Duration) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, defaultTimeout)
 		defer cancel()
 	}
-	req, err := http.NewRequestWithContext(ctx, method, url, http.NoBody)
+	var reqBody io.Reader = http.NoBody
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("agent %s %s: %w", method, url, err)
+		}
+		reqBody = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, reqBody)
 	if err != nil {
-		return Status{}, fmt.Errorf("agent %s %s: %w", method, url, err)
+		return fmt.Errorf("agent %s %s: %w", method, url, err)
 	}
 	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	// /status needs no token; keep it off the wire where it is not needed.
-	if method == http.MethodPost && c.token != "" {
+	if url != c.statusURL && c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return Status{}, err // *url.Error: names method and URL, wraps the cause
+		return err // *url.Error: names method and URL, wraps the cause
 	}
 	defer func() {
 		// Drain what is left so the connection goes back to the pool.
@@ -128,19 +150,18 @@ func (c *Client) call(ctx context.Context, method, url string, defaultTimeout ti
 		_ = resp.Body.Close()
 	}()
 
-	if resp.StatusCode != http.StatusOK {
-		return Status{}, &HTTPError{
+	if resp.StatusCode/100 != 2 {
+		return &HTTPError{
 			Method:     method,
 			URL:        url,
 			StatusCode: resp.StatusCode,
 			Message:    errorMessage(io.LimitReader(resp.Body, maxErrorBody)),
 		}
 	}
-	var st Status
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxStatusBody)).Decode(&st); err != nil {
-		return Status{}, fmt.Errorf("agent %s %s: decode the status: %w", method, url, err)
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxStatusBody)).Decode(out); err != nil {
+		return fmt.Errorf("agent %s %s: decode the answer: %w", method, url, err)
 	}
-	return st, nil
+	return nil
 }
 
 // errorMessage is the "error" of a JSON error body, or else the body as text.

@@ -110,6 +110,9 @@ func NewServer(inst Instance, opts ServerOptions) *Server {
 		ErrorLog:      promErrorLog{s.log},
 		ErrorHandling: promhttp.ContinueOnError,
 	})))
+	if b, ok := inst.(BackupInstance); ok {
+		s.registerBackups(mux, b)
+	}
 	s.handler = mux
 	return s
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/pgpilot/pgpilot/internal/agent"
 	"regexp"
 	"sort"
 	"strings"
@@ -26,6 +25,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/agent"
 	"github.com/pgpilot/pgpilot/internal/chart"
 )
 
@@ -188,10 +189,19 @@ type fakeCluster struct {
 	client dynamic.Interface
 }
 
+// fakeResources are the kinds the chart looks up, all namespaced, and their resources.
+var fakeResources = map[schema.GroupVersionKind]string{
+	appsv1.SchemeGroupVersion.WithKind("StatefulSet"): "statefulsets",
+	dbv1.GroupVersion.WithKind("PostgresBackup"):      "postgresbackups",
+}
+
 func newFakeCluster(t *testing.T, objects ...runtime.Object) fakeCluster {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := appsv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := dbv1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
 	return fakeCluster{client: dynamicfake.NewSimpleDynamicClient(scheme, objects...)}
@@ -202,10 +212,11 @@ func (c fakeCluster) GetClientFor(apiVersion, kind string) (dynamic.Namespaceabl
 	if err != nil {
 		return nil, false, err
 	}
-	if gv != appsv1.SchemeGroupVersion || kind != "StatefulSet" {
-		return nil, false, fmt.Errorf("the fake cluster serves apps/v1 StatefulSet only, not %s %s", apiVersion, kind)
+	resource, ok := fakeResources[gv.WithKind(kind)]
+	if !ok {
+		return nil, false, fmt.Errorf("the fake cluster does not serve %s %s", apiVersion, kind)
 	}
-	return c.client.Resource(gv.WithResource("statefulsets")), true, nil
+	return c.client.Resource(gv.WithResource(resource)), true, nil
 }
 
 // --- expected objects -------------------------------------------------------------------
@@ -934,21 +945,29 @@ func TestConfigJSON(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cm := decode[corev1.ConfigMap](t, render(t, tt.values), "ConfigMap", name+"-config")
-			if diff := cmp.Diff([]string{"config.json"}, keys(cm.Data)); diff != "" {
-				t.Errorf("ConfigMap keys (-want +got):\n%s", diff)
-			}
-			decoder := json.NewDecoder(bytes.NewReader([]byte(cm.Data["config.json"])))
-			decoder.DisallowUnknownFields()
-			var got instanceConfig
-			if err := decoder.Decode(&got); err != nil {
-				t.Fatalf("config.json is not the agent's config: %v\n%s", err, cm.Data["config.json"])
-			}
+			got := decodeConfig(t, render(t, tt.values))
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("config.json (-want +got):\n%s", diff)
 			}
 		})
 	}
+}
+
+// decodeConfig decodes config.json of m's ConfigMap strictly into the agent's type, and
+// checks that it is the ConfigMap's only key.
+func decodeConfig(t *testing.T, m *manifest) instanceConfig {
+	t.Helper()
+	cm := decode[corev1.ConfigMap](t, m, "ConfigMap", name+"-config")
+	if diff := cmp.Diff([]string{"config.json"}, keys(cm.Data)); diff != "" {
+		t.Errorf("ConfigMap keys (-want +got):\n%s", diff)
+	}
+	decoder := json.NewDecoder(bytes.NewReader([]byte(cm.Data["config.json"])))
+	decoder.DisallowUnknownFields()
+	var got instanceConfig
+	if err := decoder.Decode(&got); err != nil {
+		t.Fatalf("config.json is not the agent's config: %v\n%s", err, cm.Data["config.json"])
+	}
+	return got
 }
 
 func keys[V any](m map[string]V) []string {

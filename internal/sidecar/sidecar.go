@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/controller/backup"
 	"github.com/pgpilot/pgpilot/internal/controller/credentials"
 	"github.com/pgpilot/pgpilot/internal/controller/failover"
 	"github.com/pgpilot/pgpilot/internal/controller/primary"
@@ -61,6 +62,12 @@ func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
 		return err
 	}
 	if err := failover.NewFailoverReconciler(mgr.GetClient(), recorder, clk, nil).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := backup.NewBackupReconciler(mgr.GetClient(), recorder, clk, nil).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := backup.NewScheduleReconciler(mgr.GetClient(), recorder, clk, nil).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return status.NewStatusReconciler(mgr.GetClient(), mgr.GetAPIReader(), clk).SetupWithManager(mgr)

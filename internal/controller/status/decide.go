@@ -25,6 +25,17 @@ type Observed struct {
 	// CredentialProblems say what is wrong with each credentials Secret; empty when
 	// all exist and are usable.
 	CredentialProblems []string
+	// Archiving is the primary's WAL archiving health as the backup controller last
+	// recorded it; nil when not known.
+	Archiving *ArchivingHealth
+	// LastBackup is the newest Completed PostgresBackup, "" when none.
+	LastBackup string
+}
+
+// ArchivingHealth is whether the primary archives WAL, and what it last said.
+type ArchivingHealth struct {
+	OK      bool
+	Message string
 }
 
 // Decide computes the status fields and conditions the sidecar owns. It keeps every
@@ -92,6 +103,21 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 		creds.Message = strings.Join(o.CredentialProblems, "; ")
 	}
 	dbv1.SetCondition(&st.Conditions, creds, now)
+
+	st.LastBackup = o.LastBackup
+	switch {
+	case c.Spec.Backup == nil:
+		dbv1.RemoveCondition(&st.Conditions, dbv1.ConditionContinuousArchiving)
+	case o.Archiving != nil:
+		archiving := dbv1.Condition{
+			Type: dbv1.ConditionContinuousArchiving, Status: metav1.ConditionTrue, Reason: dbv1.ReasonArchiving,
+			Message: o.Archiving.Message, ObservedGeneration: c.Generation,
+		}
+		if !o.Archiving.OK {
+			archiving.Status, archiving.Reason = metav1.ConditionFalse, dbv1.ReasonArchiveFailing
+		}
+		dbv1.SetCondition(&st.Conditions, archiving, now)
+	}
 	return st
 }
 

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/controller/backup"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
 	"github.com/pgpilot/pgpilot/internal/controller/credentials"
 )
@@ -43,6 +45,7 @@ func NewStatusReconciler(c client.Client, reader client.Reader, clk clock.Passiv
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=db.example.com,resources=postgresbackups,verbs=get;list;watch
 
 // Reconcile observes, decides and writes the status once, only when it changed.
 func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -94,6 +97,12 @@ func (r *StatusReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster)
 			obs.Primary = *lease.Spec.HolderIdentity
 		}
 		obs.FailoverBlocked = lease.Annotations[dbv1.AnnotationFailoverBlocked]
+		if raw, ok := lease.Annotations[dbv1.AnnotationArchiving]; ok {
+			var rec backup.ArchivingRecord
+			if json.Unmarshal([]byte(raw), &rec) == nil {
+				obs.Archiving = &ArchivingHealth{OK: rec.OK, Message: rec.Message}
+			}
+		}
 		if raw, ok := lease.Annotations[dbv1.AnnotationLastFailover]; ok {
 			var rec dbv1.FailoverRecord
 			if json.Unmarshal([]byte(raw), &rec) == nil {
@@ -102,6 +111,17 @@ func (r *StatusReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster)
 		}
 	case err != nil && !apierrors.IsNotFound(err):
 		return obs, err
+	}
+
+	var backups dbv1.PostgresBackupList
+	if err := r.client.List(ctx, &backups, client.InNamespace(c.Namespace), client.MatchingLabels{dbv1.LabelCluster: c.Name}); err != nil {
+		return obs, err
+	}
+	var newest time.Time
+	for _, b := range backups.Items {
+		if b.Status.Phase == dbv1.BackupCompleted && b.Status.StoppedAt != nil && b.Status.StoppedAt.After(newest) {
+			obs.LastBackup, newest = b.Name, b.Status.StoppedAt.Time
+		}
 	}
 
 	for _, want := range credentials.Wanted(c) {
@@ -135,5 +155,6 @@ func (r *StatusReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Pod{}, byLabel).
 		Watches(&coordinationv1.Lease{}, byLabel).
 		Watches(&corev1.Secret{}, byLabel).
+		Watches(&dbv1.PostgresBackup{}, byLabel).
 		Complete(r)
 }

@@ -1,0 +1,352 @@
+package chart_test
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/agent"
+	"github.com/pgpilot/pgpilot/internal/chart"
+)
+
+// Names the backup tests use. The Secrets' contents are never known to a render: the
+// chart only names them.
+const (
+	credentialsSecret = "s3-keys"
+	caSecret          = "s3-ca"
+	sourceCluster     = "old-db"
+	backupName        = "nightly"
+	backupID          = "20250601T000000Z"
+	targetTime        = "2025-06-01T12:30:00Z"
+)
+
+// s3StoreValues is a backup store on S3 with every option set, as values; without a path
+// when path is empty.
+func s3StoreValues(path string) map[string]any {
+	store := map[string]any{
+		"s3": map[string]any{
+			"endpoint": "https://s3.example.com",
+			"bucket":   "pg-backups",
+			"region":   "eu-west-1",
+			"credentials": map[string]any{
+				"secretName":         credentialsSecret,
+				"accessKeyIDKey":     "id",
+				"secretAccessKeyKey": "secret",
+			},
+			"tls": map[string]any{"caSecret": map[string]any{"name": caSecret, "key": "bundle.pem"}},
+		},
+	}
+	if path != "" {
+		store["path"] = path
+	}
+	return store
+}
+
+// s3StoreConfig is the agent's view of s3StoreValues mounted for role (backup or restore).
+func s3StoreConfig(role, prefix string) agent.StoreConfig {
+	return agent.StoreConfig{
+		S3: &agent.S3StoreConfig{
+			Endpoint:       "https://s3.example.com",
+			Bucket:         "pg-backups",
+			Region:         "eu-west-1",
+			CredentialsDir: "/etc/pgpilot/" + role + "-credentials",
+			CAFile:         "/etc/pgpilot/" + role + "-ca/ca.crt",
+		},
+		Prefix: prefix,
+	}
+}
+
+// s3StoreMounts are the volumes and mounts of s3StoreValues mounted for role.
+func s3StoreMounts(role string) ([]corev1.Volume, []corev1.VolumeMount) {
+	return []corev1.Volume{
+			keyVolume(role+"-credentials", credentialsSecret,
+				corev1.KeyToPath{Key: "id", Path: "ACCESS_KEY_ID"},
+				corev1.KeyToPath{Key: "secret", Path: "SECRET_ACCESS_KEY"}),
+			keyVolume(role+"-ca", caSecret, corev1.KeyToPath{Key: "bundle.pem", Path: "ca.crt"}),
+		}, []corev1.VolumeMount{
+			{Name: role + "-credentials", MountPath: "/etc/pgpilot/" + role + "-credentials", ReadOnly: true},
+			{Name: role + "-ca", MountPath: "/etc/pgpilot/" + role + "-ca", ReadOnly: true},
+		}
+}
+
+// keyVolume mounts the keys of a Secret as the files items name.
+func keyVolume(volume, secret string, items ...corev1.KeyToPath) corev1.Volume {
+	v := secretVolume(volume, secret)
+	v.Secret.Items = items
+	return v
+}
+
+func claimVolume(volume, claim string) corev1.Volume {
+	return corev1.Volume{Name: volume, VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim},
+	}}
+}
+
+// postgresBackup is PostgresBackup backupName of cluster old-db in namespace ns, in
+// phase, taken to s3StoreValues("prod/eu") as the API server returns it (defaults set).
+func postgresBackup(ns string, phase dbv1.BackupPhase) *dbv1.PostgresBackup {
+	return &dbv1.PostgresBackup{
+		TypeMeta:   metav1.TypeMeta{APIVersion: dbv1.GroupVersion.String(), Kind: "PostgresBackup"},
+		ObjectMeta: metav1.ObjectMeta{Name: backupName, Namespace: ns},
+		Spec:       dbv1.PostgresBackupSpec{Cluster: dbv1.LocalObjectReference{Name: sourceCluster}, Method: "basebackup"},
+		Status: dbv1.PostgresBackupStatus{
+			Phase:    phase,
+			BackupID: backupID,
+			Store: &dbv1.BackupStore{
+				Path: "prod/eu",
+				S3: &dbv1.S3Store{
+					Endpoint: "https://s3.example.com",
+					Bucket:   "pg-backups",
+					Region:   "eu-west-1",
+					Credentials: dbv1.S3Credentials{
+						SecretName: credentialsSecret, AccessKeyIDKey: "id", SecretAccessKeyKey: "secret",
+					},
+					TLS: &dbv1.S3TLS{CASecret: &dbv1.SecretKey{Name: caSecret, Key: "bundle.pem"}},
+				},
+			},
+		},
+	}
+}
+
+func TestBackupAndRestore(t *testing.T) {
+	s3Volumes, s3Mounts := s3StoreMounts("backup")
+	s3RestoreVolumes, s3RestoreMounts := s3StoreMounts("restore")
+	tests := []struct {
+		name string
+		// values are added to the README example's.
+		values []valuesOption
+		// cluster holds what the chart's lookup calls find.
+		cluster     []runtime.Object
+		wantBackup  *agent.BackupConfig
+		wantRestore *agent.RestoreConfig
+		// wantVolumes and wantMounts are the pod's volumes and the postgres container's
+		// mounts after those of a cluster without backups.
+		wantVolumes []corev1.Volume
+		wantMounts  []corev1.VolumeMount
+	}{
+		{
+			name:        "s3 store with a path, custom keys and a CA",
+			values:      []valuesOption{set("backup.store", s3StoreValues("prod/eu"))},
+			wantBackup:  &agent.BackupConfig{Store: s3StoreConfig("backup", "prod/eu/my-db")},
+			wantVolumes: s3Volumes,
+			wantMounts:  s3Mounts,
+		},
+		{
+			name: "s3 store with the default keys, skipping verification",
+			values: []valuesOption{set("backup", map[string]any{"schedule": "@daily", "store": map[string]any{"s3": map[string]any{
+				"endpoint":    "http://minio.minio:9000",
+				"bucket":      "pgdata",
+				"credentials": map[string]any{"secretName": credentialsSecret},
+				"tls":         map[string]any{"insecureSkipVerify": true},
+			}}})},
+			wantBackup: &agent.BackupConfig{Store: agent.StoreConfig{
+				S3: &agent.S3StoreConfig{
+					Endpoint:           "http://minio.minio:9000",
+					Bucket:             "pgdata",
+					CredentialsDir:     "/etc/pgpilot/backup-credentials",
+					InsecureSkipVerify: true,
+				},
+				Prefix: "my-db",
+			}},
+			wantVolumes: []corev1.Volume{keyVolume("backup-credentials", credentialsSecret,
+				corev1.KeyToPath{Key: "AWS_ACCESS_KEY_ID", Path: "ACCESS_KEY_ID"},
+				corev1.KeyToPath{Key: "AWS_SECRET_ACCESS_KEY", Path: "SECRET_ACCESS_KEY"})},
+			wantMounts: []corev1.VolumeMount{{Name: "backup-credentials", MountPath: "/etc/pgpilot/backup-credentials", ReadOnly: true}},
+		},
+		{
+			name:        "volume store",
+			values:      []valuesOption{set("backup.store", map[string]any{"path": "pg", "volume": map[string]any{"claimName": "backups"}})},
+			wantBackup:  &agent.BackupConfig{Store: agent.StoreConfig{Directory: "/var/lib/pgpilot/backup", Prefix: "pg/my-db"}},
+			wantVolumes: []corev1.Volume{claimVolume("backup-store", "backups")},
+			wantMounts:  []corev1.VolumeMount{{Name: "backup-store", MountPath: "/var/lib/pgpilot/backup"}},
+		},
+		{
+			name: "restore from an s3 store to a point in time",
+			values: []valuesOption{set("bootstrap.fromBackup", map[string]any{
+				"store": s3StoreValues("prod/eu"), "clusterName": sourceCluster, "targetTime": targetTime,
+			})},
+			wantRestore: &agent.RestoreConfig{Store: s3StoreConfig("restore", "prod/eu/old-db"), TargetTime: targetTime},
+			wantVolumes: s3RestoreVolumes,
+			wantMounts:  s3RestoreMounts,
+		},
+		{
+			name: "restore from another claim, to an LSN of a chosen backup",
+			values: []valuesOption{set("bootstrap.fromBackup", map[string]any{
+				"store":       map[string]any{"volume": map[string]any{"claimName": "old-backups"}},
+				"clusterName": sourceCluster, "backupID": backupID, "targetLSN": "0/3000060",
+			})},
+			wantRestore: &agent.RestoreConfig{
+				Store:    agent.StoreConfig{Directory: "/var/lib/pgpilot/restore", Prefix: "old-db"},
+				BackupID: backupID, TargetLSN: "0/3000060",
+			},
+			wantVolumes: []corev1.Volume{claimVolume("restore-store", "old-backups")},
+			wantMounts:  []corev1.VolumeMount{{Name: "restore-store", MountPath: "/var/lib/pgpilot/restore", ReadOnly: true}},
+		},
+		{
+			name: "restore from the claim the backups go to mounts it once",
+			values: []valuesOption{
+				set("backup.store", map[string]any{"path": "pg", "volume": map[string]any{"claimName": "backups"}}),
+				set("bootstrap.fromBackup", map[string]any{
+					"store":       map[string]any{"path": "pg", "volume": map[string]any{"claimName": "backups"}},
+					"clusterName": sourceCluster,
+				}),
+			},
+			wantBackup:  &agent.BackupConfig{Store: agent.StoreConfig{Directory: "/var/lib/pgpilot/backup", Prefix: "pg/my-db"}},
+			wantRestore: &agent.RestoreConfig{Store: agent.StoreConfig{Directory: "/var/lib/pgpilot/backup", Prefix: "pg/old-db"}},
+			wantVolumes: []corev1.Volume{claimVolume("backup-store", "backups")},
+			wantMounts:  []corev1.VolumeMount{{Name: "backup-store", MountPath: "/var/lib/pgpilot/backup"}},
+		},
+		{
+			name: "backup to s3 and restore from s3 mount both",
+			values: []valuesOption{
+				set("backup.store", s3StoreValues("")),
+				set("bootstrap.fromBackup", map[string]any{"store": s3StoreValues("prod/eu"), "clusterName": sourceCluster}),
+			},
+			wantBackup:  &agent.BackupConfig{Store: s3StoreConfig("backup", "my-db")},
+			wantRestore: &agent.RestoreConfig{Store: s3StoreConfig("restore", "prod/eu/old-db")},
+			wantVolumes: append(append([]corev1.Volume{}, s3Volumes...), s3RestoreVolumes...),
+			wantMounts:  append(append([]corev1.VolumeMount{}, s3Mounts...), s3RestoreMounts...),
+		},
+		{
+			name:        "restore from a Completed PostgresBackup",
+			values:      []valuesOption{set("bootstrap.fromBackup", map[string]any{"backupName": backupName, "targetTime": targetTime})},
+			cluster:     []runtime.Object{postgresBackup(namespace, dbv1.BackupCompleted)},
+			wantRestore: &agent.RestoreConfig{Store: s3StoreConfig("restore", "prod/eu/old-db"), BackupID: backupID, TargetTime: targetTime},
+			wantVolumes: s3RestoreVolumes,
+			wantMounts:  s3RestoreMounts,
+		},
+		{
+			name:        "restore from a Completed PostgresBackup whose backupID is repeated",
+			values:      []valuesOption{set("bootstrap.fromBackup", map[string]any{"backupName": backupName, "backupID": backupID})},
+			cluster:     []runtime.Object{postgresBackup(namespace, dbv1.BackupCompleted)},
+			wantRestore: &agent.RestoreConfig{Store: s3StoreConfig("restore", "prod/eu/old-db"), BackupID: backupID},
+			wantVolumes: s3RestoreVolumes,
+			wantMounts:  s3RestoreMounts,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := renderOptions(readmeValues(tt.values...))
+			opts.Cluster = newFakeCluster(t, tt.cluster...)
+			m := renderWith(t, opts)
+
+			config := wantConfig(3, map[string]string{}, "app", "app")
+			config.Backup, config.Restore = tt.wantBackup, tt.wantRestore
+			if diff := cmp.Diff(config, decodeConfig(t, m)); diff != "" {
+				t.Errorf("config.json (-want +got):\n%s", diff)
+			}
+
+			// Only the postgres container mounts the stores; nothing else changes.
+			want := wantStatefulSet()
+			pod := &want.Spec.Template.Spec
+			pod.Volumes = append(pod.Volumes, tt.wantVolumes...)
+			pod.Containers[0].VolumeMounts = append(pod.Containers[0].VolumeMounts, tt.wantMounts...)
+			got := decode[appsv1.StatefulSet](t, m, "StatefulSet", name)
+			if diff := cmp.Diff(want, got, quantity); diff != "" {
+				t.Errorf("StatefulSet (-want +got):\n%s", diff)
+			}
+			if violations := restrictedViolations(got.Spec.Template.Spec); len(violations) > 0 {
+				t.Errorf("the instance pod breaks the restricted profile:\n%s", strings.Join(violations, "\n"))
+			}
+		})
+	}
+}
+
+func TestRestoreFromBackupNameErrors(t *testing.T) {
+	missing := `bootstrap.fromBackup.backupName: PostgresBackup "nightly" does not exist in namespace "db"`
+	notCompleted := func(phase string) string {
+		return fmt.Sprintf(`bootstrap.fromBackup.backupName: PostgresBackup "nightly" is %s, not Completed: wait for it to complete or name another backup`, phase)
+	}
+	fromBackup := map[string]any{"backupName": backupName}
+	tests := []struct {
+		name       string
+		fromBackup map[string]any
+		// cluster holds what lookup finds; nil renders without a cluster, as helm template.
+		cluster []runtime.Object
+		wantErr string
+	}{
+		{name: "no PostgresBackup", fromBackup: fromBackup, cluster: []runtime.Object{}, wantErr: missing},
+		{name: "PostgresBackup in another namespace", fromBackup: fromBackup, cluster: []runtime.Object{postgresBackup("elsewhere", dbv1.BackupCompleted)}, wantErr: missing},
+		{name: "render without a cluster", fromBackup: fromBackup, wantErr: missing},
+		{name: "Running", fromBackup: fromBackup, cluster: []runtime.Object{postgresBackup(namespace, dbv1.BackupRunning)}, wantErr: notCompleted("Running")},
+		{name: "Failed", fromBackup: fromBackup, cluster: []runtime.Object{postgresBackup(namespace, dbv1.BackupFailed)}, wantErr: notCompleted("Failed")},
+		{name: "no phase yet", fromBackup: fromBackup, cluster: []runtime.Object{postgresBackup(namespace, "")}, wantErr: notCompleted("Pending")},
+		{
+			name:       "another backupID",
+			fromBackup: map[string]any{"backupName": backupName, "backupID": "20240101T000000Z"},
+			cluster:    []runtime.Object{postgresBackup(namespace, dbv1.BackupCompleted)},
+			wantErr:    `bootstrap.fromBackup.backupID "20240101T000000Z" is not the backupID "20250601T000000Z" of PostgresBackup "nightly"`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := renderOptions(readmeValues(set("bootstrap.fromBackup", tt.fromBackup)))
+			if tt.cluster != nil {
+				opts.Cluster = newFakeCluster(t, tt.cluster...)
+			}
+			_, err := chart.Render(loadChart(t), opts)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("Render error = %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// secretReference is the one place a Secret's name may appear: a secret volume's source.
+var secretReference = regexp.MustCompile(`\.volumes\[\d+\]\.secret\.secretName$`)
+
+// stringPaths lists the paths of the string values under v that contain s.
+func stringPaths(path string, v any, s string) []string {
+	var paths []string
+	switch v := v.(type) {
+	case map[string]any:
+		for key, value := range v {
+			paths = append(paths, stringPaths(path+"."+key, value, s)...)
+		}
+	case []any:
+		for i, value := range v {
+			paths = append(paths, stringPaths(fmt.Sprintf("%s[%d]", path, i), value, s)...)
+		}
+	case string:
+		if strings.Contains(v, s) {
+			paths = append(paths, path)
+		}
+	}
+	return paths
+}
+
+// The chart never reads the backup Secrets: it renders no Secret, and their names appear
+// only as the sources of the postgres container's volumes, not in config.json.
+func TestBackupSecretsAreOnlyReferenced(t *testing.T) {
+	m := render(t, readmeValues(
+		set("backup.store", s3StoreValues("prod/eu")),
+		set("bootstrap.fromBackup", map[string]any{"store": s3StoreValues("old"), "clusterName": sourceCluster}),
+	))
+	for _, secret := range []string{credentialsSecret, caSecret} {
+		var got []string
+		for _, obj := range m.Objects {
+			if obj.Kind == "Secret" {
+				t.Errorf("the chart renders Secret %s", obj.Name)
+			}
+			got = append(got, stringPaths(obj.Kind+"/"+obj.Name, obj.Raw, secret)...)
+		}
+		sort.Strings(got)
+		if len(got) != 2 {
+			t.Errorf("Secret %s is referenced %d times, want 2 (backup and restore volumes): %v", secret, len(got), got)
+		}
+		for _, path := range got {
+			if !strings.HasPrefix(path, "StatefulSet/"+name+".") || !secretReference.MatchString(path) {
+				t.Errorf("Secret %s is named at %s, which is not a secret volume's source", secret, path)
+			}
+		}
+	}
+}

@@ -1,0 +1,235 @@
+package backup
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
+)
+
+// CheckPeriod is how often a cluster with backups is looked at between ticks: for
+// retention by age and for the archiver's health.
+const CheckPeriod = 30 * time.Second
+
+// ScheduleReconciler creates a cluster's scheduled PostgresBackups, applies its
+// retention, and records the primary's archiving health on the primary Lease (for the
+// status controller's ContinuousArchiving condition).
+type ScheduleReconciler struct {
+	agents
+	recorder record.EventRecorder
+	clock    clock.PassiveClock
+
+	mu     sync.Mutex
+	pruned map[types.NamespacedName]string // newest completed backup retention last ran for
+}
+
+// NewScheduleReconciler returns a ScheduleReconciler; agentURL nil means
+// http://<pod IP>:8008.
+func NewScheduleReconciler(c client.Client, recorder record.EventRecorder, clk clock.PassiveClock, agentURL func(*corev1.Pod) string) *ScheduleReconciler {
+	return &ScheduleReconciler{agents: newAgents(c, agentURL), recorder: recorder, clock: clk, pruned: map[types.NamespacedName]string{}}
+}
+
+// Reconcile handles one cluster.
+func (r *ScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var cluster dbv1.PostgresCluster
+	if err := r.client.Get(ctx, req.NamespacedName, &cluster); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if cluster.Spec.Backup == nil || !cluster.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	var list dbv1.PostgresBackupList
+	if err := r.client.List(ctx, &list, client.InNamespace(cluster.Namespace), client.MatchingLabels{dbv1.LabelCluster: cluster.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+	requeue := CheckPeriod
+	if next, err := r.schedule(ctx, &cluster, list.Items); err != nil {
+		return ctrl.Result{}, err
+	} else if !next.IsZero() {
+		requeue = min(requeue, max(next.Sub(r.clock.Now()), time.Second))
+	}
+	token, err := r.token(ctx, &cluster)
+	if err != nil {
+		return ctrl.Result{RequeueAfter: requeue}, client.IgnoreNotFound(err)
+	}
+	pods, err := clusterpods.List(ctx, r.client, &cluster)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var primary *instance
+	for _, in := range r.observe(ctx, pods, token) {
+		if in.status.Role == agentapi.RolePrimary && in.status.Ready {
+			primary = &in
+		}
+	}
+	if primary == nil {
+		return ctrl.Result{RequeueAfter: requeue}, nil
+	}
+	if err := r.recordArchiving(ctx, &cluster, primary.status.Archiver); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.retain(ctx, &cluster, list.Items, primary.client); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// schedule creates the backup of the latest tick not yet taken, and returns the next
+// tick (zero without a schedule).
+func (r *ScheduleReconciler) schedule(ctx context.Context, cluster *dbv1.PostgresCluster, backups []dbv1.PostgresBackup) (time.Time, error) {
+	if cluster.Spec.Backup.Schedule == "" {
+		return time.Time{}, nil
+	}
+	sched, err := ParseSchedule(cluster.Spec.Backup.Schedule)
+	if err != nil {
+		r.recorder.Event(cluster, corev1.EventTypeWarning, dbv1.ReasonBackupScheduled, err.Error())
+		return time.Time{}, nil
+	}
+	// Ticks before the cluster existed, or already taken, do not count.
+	after := cluster.CreationTimestamp.Time
+	for _, b := range backups {
+		if v, ok := b.Labels[dbv1.LabelScheduledAt]; ok {
+			if unix, err := strconv.ParseInt(v, 10, 64); err == nil && time.Unix(unix, 0).After(after) {
+				after = time.Unix(unix, 0)
+			}
+		}
+	}
+	tick, due, next := Due(sched, after, r.clock.Now())
+	if !due {
+		return next, nil
+	}
+	b := &dbv1.PostgresBackup{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: ScheduledName(cluster.Name, tick), Namespace: cluster.Namespace,
+			Labels: map[string]string{dbv1.LabelCluster: cluster.Name, dbv1.LabelScheduledAt: strconv.FormatInt(tick.Unix(), 10)},
+		},
+		Spec: dbv1.PostgresBackupSpec{Cluster: dbv1.LocalObjectReference{Name: cluster.Name}, Method: "basebackup"},
+	}
+	switch err := r.client.Create(ctx, b); {
+	case apierrors.IsAlreadyExists(err):
+	case err != nil:
+		return next, err
+	default:
+		log.FromContext(ctx).Info("Created a scheduled backup", "backup", b.Name, "tick", tick)
+		r.recorder.Eventf(cluster, corev1.EventTypeNormal, dbv1.ReasonBackupScheduled, "Created backup %s for the %s tick", b.Name, tick.Format(time.RFC3339))
+	}
+	return next, nil
+}
+
+// retain deletes what the retention rules prune, from the store first (through the
+// primary's agent, which also removes the WAL no kept backup needs), then the objects.
+func (r *ScheduleReconciler) retain(ctx context.Context, cluster *dbv1.PostgresCluster, backups []dbv1.PostgresBackup, agent *agentapi.Client) error {
+	prune := Prune(backups, cluster.Spec.Backup.Retention, r.clock.Now())
+	newest := ""
+	var newestAt time.Time
+	for _, b := range backups {
+		if b.Status.Phase == dbv1.BackupCompleted && stoppedAt(b).After(newestAt) {
+			newest, newestAt = b.Name, stoppedAt(b)
+		}
+	}
+	key := types.NamespacedName{Namespace: cluster.Namespace, Name: cluster.Name}
+	r.mu.Lock()
+	done := r.pruned[key] == newest
+	r.mu.Unlock()
+	if len(prune) == 0 && (done || newest == "") {
+		return nil
+	}
+	var ids []string
+	for _, b := range prune {
+		if b.Status.Phase == dbv1.BackupCompleted && b.Status.BackupID != "" {
+			ids = append(ids, b.Status.BackupID)
+		}
+	}
+	res, err := agent.Retention(ctx, agentapi.RetentionRequest{Delete: ids})
+	if err != nil {
+		r.recorder.Eventf(cluster, corev1.EventTypeWarning, dbv1.ReasonBackupPruned, "Applying the backup retention failed: %v", err)
+		return nil
+	}
+	for i := range prune {
+		if err := r.client.Delete(ctx, &prune[i]); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	if len(prune) > 0 || res.WALDeleted > 0 {
+		r.recorder.Eventf(cluster, corev1.EventTypeNormal, dbv1.ReasonBackupPruned,
+			"Retention deleted %d backups and %d archived WAL files", len(prune), res.WALDeleted)
+	}
+	r.mu.Lock()
+	r.pruned[key] = newest
+	r.mu.Unlock()
+	return nil
+}
+
+// ArchivingRecord is the primary's archiving health, kept in the primary Lease's
+// AnnotationArchiving for the status controller.
+type ArchivingRecord struct {
+	OK      bool   `json:"ok"`
+	Message string `json:"message"`
+}
+
+func (r *ScheduleReconciler) recordArchiving(ctx context.Context, cluster *dbv1.PostgresCluster, a *agentapi.ArchiverStatus) error {
+	if a == nil {
+		return nil
+	}
+	rec := ArchivingRecord{OK: true, Message: "No WAL segment archived yet"}
+	switch {
+	case a.Failing():
+		why := a.LastError
+		if why == "" {
+			why = "see the primary's log"
+		}
+		rec = ArchivingRecord{Message: fmt.Sprintf("Archiving WAL %s failed %d times (%s); %d segments wait on the primary's volume",
+			a.LastFailedWAL, a.FailedCount, why, a.Pending)}
+	case a.LastArchivedAt != nil:
+		rec.Message = fmt.Sprintf("Last archived %s at %s", a.LastArchivedWAL, a.LastArchivedAt.UTC().Format(time.RFC3339))
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	var lease coordinationv1.Lease
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.PrimaryLeaseName()}, &lease); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	old := lease.Annotations[dbv1.AnnotationArchiving]
+	if old == string(b) {
+		return nil
+	}
+	var was ArchivingRecord
+	if json.Unmarshal([]byte(old), &was) == nil && old != "" && was.OK && !rec.OK {
+		r.recorder.Event(cluster, corev1.EventTypeWarning, dbv1.ReasonArchiveFailing, rec.Message)
+	}
+	patch := client.MergeFrom(lease.DeepCopy())
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	lease.Annotations[dbv1.AnnotationArchiving] = string(b)
+	return r.client.Patch(ctx, &lease, patch)
+}
+
+// SetupWithManager runs the reconciler on clusters and their backups.
+func (r *ScheduleReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("backup-schedule").
+		For(&dbv1.PostgresCluster{}).
+		Watches(&dbv1.PostgresBackup{}, handler.EnqueueRequestsFromMapFunc(clusterpods.ClusterOf)).
+		Complete(r)
+}

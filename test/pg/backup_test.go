@@ -1,0 +1,224 @@
+package pg
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgpilot/pgpilot/internal/agent"
+	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/backup"
+	"github.com/pgpilot/pgpilot/internal/backup/store"
+	"github.com/pgpilot/pgpilot/internal/testing/s3server"
+	"github.com/pgpilot/pgpilot/test/testutil"
+)
+
+// s3Store is a bucket on a real S3 server and the store config an agent gets for it.
+type s3Store struct {
+	srv    *s3server.Server
+	bucket string
+}
+
+func newS3Store(t testing.TB) *s3Store {
+	t.Helper()
+	s := &s3Store{srv: s3server.Start(t), bucket: "backups"}
+	s.srv.CreateBucket(t, s.bucket)
+	return s
+}
+
+// config is the store as config.json describes it for cluster's directory, with the
+// access key pair written where the chart would mount the Secret.
+func (s *s3Store) config(c *cluster, prefix, secret string) agent.StoreConfig {
+	c.t.Helper()
+	dir := filepath.Join(c.dir, "s3-credentials-"+strings.ReplaceAll(prefix, "/", "-"))
+	mustMkdir(c.t, dir, 0o755)
+	mustWrite(c.t, filepath.Join(dir, "ACCESS_KEY_ID"), []byte(s.srv.AccessKeyID))
+	mustWrite(c.t, filepath.Join(dir, "SECRET_ACCESS_KEY"), []byte(secret))
+	chownR(c.t, dir)
+	return agent.StoreConfig{Prefix: prefix, S3: &agent.S3StoreConfig{
+		Endpoint: s.srv.Endpoint, Bucket: s.bucket, Region: s.srv.Region, CredentialsDir: dir,
+	}}
+}
+
+// open opens the store as the test sees it.
+func (s *s3Store) open(t testing.TB, prefix string) store.Store {
+	t.Helper()
+	st, err := store.New(store.Config{Prefix: prefix, S3: &store.S3Config{Endpoint: s.srv.Endpoint, Bucket: s.bucket,
+		Region: s.srv.Region, AccessKeyID: s.srv.AccessKeyID, SecretAccessKey: s.srv.SecretAccessKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// backedUpCluster is a cluster of n instances archiving to s3 under its own name.
+func backedUpCluster(t testing.TB, s *s3Store, n int) *cluster {
+	c := newCluster(t, n)
+	c.setConfig("backup", agent.BackupConfig{Store: s.config(c, c.name, s.srv.SecretAccessKey)})
+	return c
+}
+
+// restoredCluster is a cluster of n instances (not started) restoring from source's
+// backups.
+func restoredCluster(t testing.TB, s *s3Store, source *cluster, n int, r agent.RestoreConfig) *cluster {
+	c := newCluster(t, n)
+	r.Store = s.config(c, source.name, s.srv.SecretAccessKey)
+	c.setConfig("restore", r)
+	return c
+}
+
+// superExec runs sql as the superuser.
+func (in *instance) superExec(sql string, args ...any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=5432 dbname=app user=postgres connect_timeout=3", in.ip))
+	if err != nil {
+		return err
+	}
+	cfg.Password = in.c.creds.Superuser.Password
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, sql, args...)
+	return err
+}
+
+// takeBackup runs base backup id on in and waits for its outcome.
+func (in *instance) takeBackup(id string) agentapi.BackupStatus {
+	in.c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := in.api().StartBackup(ctx, id); err != nil {
+		in.c.t.Fatalf("starting backup %s on %s: %v", id, in.pod, err)
+	}
+	var st agentapi.BackupStatus
+	testutil.Eventually(in.c.t, 2*time.Minute, func() error {
+		var err error
+		if st, err = in.api().Backup(ctx, id); err != nil {
+			return err
+		}
+		if st.Phase == agentapi.BackupRunning {
+			return fmt.Errorf("backup %s is running", id)
+		}
+		return nil
+	})
+	return st
+}
+
+// archiveNow closes the primary's current WAL segment and waits until it is archived.
+func (in *instance) archiveNow() {
+	in.c.t.Helper()
+	st, err := in.status()
+	if err != nil {
+		in.c.t.Fatal(err)
+	}
+	before := int64(0)
+	if st.Archiver != nil {
+		before = st.Archiver.ArchivedCount
+	}
+	if err := in.superExec("SELECT pg_switch_wal()"); err != nil {
+		in.c.t.Fatal(err)
+	}
+	testutil.Eventually(in.c.t, time.Minute, func() error {
+		st, err := in.status()
+		if err != nil {
+			return err
+		}
+		if a := st.Archiver; a == nil || a.ArchivedCount <= before || a.Pending > 0 {
+			return fmt.Errorf("archiver: %+v", st.Archiver)
+		}
+		return nil
+	})
+}
+
+func (in *instance) rows(table string) []int64 {
+	in.c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := in.conn(ctx)
+	if err != nil {
+		in.c.t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, "SELECT id FROM "+pgx.Identifier{table}.Sanitize()+" ORDER BY id")
+	if err != nil {
+		in.c.t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		in.c.t.Fatal(err)
+	}
+	return ids
+}
+
+func wantRange(t *testing.T, got []int64, from, to int64) {
+	t.Helper()
+	if int64(len(got)) != to-from+1 || (len(got) > 0 && (got[0] != from || got[len(got)-1] != to)) {
+		head := got
+		if len(head) > 5 {
+			head = append(head[:2:2], head[len(head)-2:]...)
+		}
+		t.Fatalf("got %d rows (%v...), want exactly %d..%d", len(got), head, from, to)
+	}
+}
+
+// Back up from a replica, write more, and restore to a point in time between two
+// writes: exactly the rows before it exist; the restored cluster's replica clones as
+// usual.
+func TestBackupAndPointInTimeRestore(t *testing.T) {
+	s := newS3Store(t)
+	c := backedUpCluster(t, s, 2)
+	c.startAll()
+	p, r := c.instances[0], c.instances[1]
+	if err := p.exec("CREATE TABLE t (id bigint PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.exec("INSERT INTO t SELECT generate_series(1, 100)"); err != nil {
+		t.Fatal(err)
+	}
+	r.waitCount("t", 100, 30*time.Second)
+
+	b := r.takeBackup("b1")
+	if b.Phase != agentapi.BackupCompleted || b.SizeBytes == 0 || b.BeginLSN == "" || b.EndLSN == "" || b.Timeline != 1 {
+		t.Fatalf("backup: %+v", b)
+	}
+	infos, err := backup.List(context.Background(), s.open(t, c.name))
+	if err != nil || len(infos) != 1 || infos[0].Instance != r.pod {
+		t.Fatalf("the store lists %+v, %v; want b1 taken on %s", infos, err, r.pod)
+	}
+
+	if err := p.exec("INSERT INTO t SELECT generate_series(101, 200)"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // commit timestamps have microseconds; keep them well apart anyway
+	target := time.Now().UTC()
+	time.Sleep(1100 * time.Millisecond)
+	if err := p.exec("INSERT INTO t SELECT generate_series(201, 300)"); err != nil {
+		t.Fatal(err)
+	}
+	p.archiveNow()
+
+	restored := restoredCluster(t, s, c, 2, agent.RestoreConfig{TargetTime: target.Format(time.RFC3339Nano)})
+	rp := restored.instances[0]
+	rp.start()
+	rp.waitRole(agentapi.RolePrimary, 2, 2*upTimeout)
+	wantRange(t, rp.rows("t"), 1, 200)
+	if !strings.Contains(rp.log.String(), `"backup":"b1"`) {
+		t.Errorf("the restore did not report restoring b1")
+	}
+	if err := rp.exec("INSERT INTO t VALUES (1000)"); err != nil {
+		t.Fatalf("the restored primary does not accept writes: %v", err)
+	}
+	// A replica of the restored cluster clones from its primary.
+	rr := restored.instances[1]
+	rr.start()
+	rr.waitRole(agentapi.RoleReplica, 2, upTimeout)
+	rr.waitCount("t", 201, 30*time.Second)
+}
