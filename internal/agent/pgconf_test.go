@@ -163,3 +163,49 @@ func TestComplaint(t *testing.T) {
 		t.Errorf("tail kept %q", small.String())
 	}
 }
+
+func lastSettings(conf string) map[string]string {
+	last := map[string]string{}
+	for _, line := range strings.Split(conf, "\n") {
+		if k, v, ok := strings.Cut(line, " = "); ok {
+			last[k] = v
+		}
+	}
+	return last
+}
+
+// Archiving is always on, through the agent, so adding a backup store needs no restart;
+// a recovery from a backup adds the restore command and the target.
+func TestArchiveAndRecoverySettings(t *testing.T) {
+	in := ConfInput{
+		Cluster: ClusterConfig{Replicas: 1}, Pod: "db-0", Port: 5432, Role: AsPrimary,
+		Commands: Commands{Agent: "/pgpilot/agent", ConfigPath: "/etc/pgpilot/config/config.json", StatusFile: "/run/postgresql/it's.json"},
+	}
+	last := lastSettings(PostgresqlConf(in))
+	if last["archive_mode"] != "'on'" {
+		t.Errorf("archive_mode = %s", last["archive_mode"])
+	}
+	wantArchive := `'''/pgpilot/agent'' ''archive-wal'' ''--config'' ''/etc/pgpilot/config/config.json'' ''--status-file'' ''/run/postgresql/it''\\''''s.json'' %p %f'` // the conf file escapes the shell's backslash
+	if last["archive_command"] != wantArchive {
+		t.Errorf("archive_command = %s\nwant %s", last["archive_command"], wantArchive)
+	}
+	for _, k := range []string{"restore_command", "recovery_target_time", "archive_timeout"} {
+		if _, ok := last[k]; ok {
+			t.Errorf("%s is set without a backup or a recovery", k)
+		}
+	}
+	in.Cluster.Backup = &BackupConfig{}
+	in.Recovery = &Recovery{TargetTime: "2026-11-21T14:13:21.123456789Z"}
+	last = lastSettings(PostgresqlConf(in))
+	for k, v := range map[string]string{
+		"archive_timeout":          "'5min'",
+		"recovery_target_time":     "'2026-11-21 14:13:21.123456+00'",
+		"recovery_target_action":   "'promote'",
+		"recovery_target_timeline": "'latest'",
+		"restore_command":          `'''/pgpilot/agent'' ''restore-wal'' ''--config'' ''/etc/pgpilot/config/config.json'' %f %p'`,
+	} {
+		if last[k] != v {
+			t.Errorf("%s = %s, want %s", k, last[k], v)
+		}
+	}
+}

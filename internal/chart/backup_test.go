@@ -1,6 +1,7 @@
 package chart_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"sort"
@@ -275,6 +276,20 @@ func TestRestoreFromBackupNameErrors(t *testing.T) {
 		wantErr string
 	}{
 		{name: "no PostgresBackup", fromBackup: fromBackup, cluster: []runtime.Object{}, wantErr: missing},
+		// Only a ConfigMap with a restore block is a deployed restore (see
+		// TestRestoreFromBackupNameOnceDeployed): any other first render resolves the backup.
+		{
+			name: "no PostgresBackup, a ConfigMap without a restore block", fromBackup: fromBackup,
+			cluster: []runtime.Object{configMap(t, namespace, nil)}, wantErr: missing,
+		},
+		{
+			name: "no PostgresBackup, a ConfigMap with a restore block in another namespace", fromBackup: fromBackup,
+			cluster: []runtime.Object{configMap(t, "elsewhere", &handmadeRestore)}, wantErr: missing,
+		},
+		{
+			name: "no PostgresBackup, a StatefulSet but no ConfigMap", fromBackup: fromBackup,
+			cluster: []runtime.Object{existingStatefulSet(namespace, "1Gi", nil)}, wantErr: missing,
+		},
 		{name: "PostgresBackup in another namespace", fromBackup: fromBackup, cluster: []runtime.Object{postgresBackup("elsewhere", dbv1.BackupCompleted)}, wantErr: missing},
 		{name: "render without a cluster", fromBackup: fromBackup, wantErr: missing},
 		{name: "Running", fromBackup: fromBackup, cluster: []runtime.Object{postgresBackup(namespace, dbv1.BackupRunning)}, wantErr: notCompleted("Running")},
@@ -348,5 +363,153 @@ func TestBackupSecretsAreOnlyReferenced(t *testing.T) {
 				t.Errorf("Secret %s is named at %s, which is not a secret volume's source", secret, path)
 			}
 		}
+	}
+}
+
+// handmadeRestore is a restore block no render of these tests makes.
+var handmadeRestore = agent.RestoreConfig{
+	Store:     agent.StoreConfig{Directory: "/var/lib/pgpilot/restore", Prefix: "archive/older-db"},
+	BackupID:  "20240101T000000Z",
+	TargetLSN: "0/5000028",
+}
+
+// configMap is ConfigMap my-db-config in namespace ns as a cluster of the README example
+// deployed it, with restore as its config.json's restore block.
+func configMap(t *testing.T, ns string, restore *agent.RestoreConfig) *corev1.ConfigMap {
+	t.Helper()
+	config := wantConfig(3, map[string]string{}, "app", "app")
+	config.Restore = restore
+	data, err := json.Marshal(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-config", Namespace: ns, Labels: commonLabels(name)},
+		Data:       map[string]string{"config.json": string(data)},
+	}
+}
+
+// deployed is what the API server holds once m is deployed, for the chart's lookups: its
+// ConfigMap and StatefulSet.
+func deployed(t *testing.T, m *manifest) []runtime.Object {
+	t.Helper()
+	return []runtime.Object{
+		decode[corev1.ConfigMap](t, m, "ConfigMap", name+"-config"),
+		decode[appsv1.StatefulSet](t, m, "StatefulSet", name),
+	}
+}
+
+// fromBackup restores only when the cluster is created, but the chart is rendered again on
+// every reconcile: once deployed, a cluster restored from a PostgresBackup renders the same
+// whatever becomes of that PostgresBackup.
+func TestRestoreFromBackupNameOnceDeployed(t *testing.T) {
+	fromBackupName := set("bootstrap.fromBackup", map[string]any{"backupName": backupName, "targetTime": targetTime})
+	onClaim := func(phase dbv1.BackupPhase, claim string) *dbv1.PostgresBackup {
+		b := postgresBackup(namespace, phase)
+		b.Status.Store = &dbv1.BackupStore{Volume: &dbv1.VolumeStore{ClaimName: claim}}
+		return b
+	}
+	moved := postgresBackup(namespace, dbv1.BackupCompleted)
+	moved.Status.Store.S3.Bucket, moved.Status.BackupID = "elsewhere", "20990101T000000Z"
+	tests := []struct {
+		name   string
+		values []valuesOption
+		// created is the PostgresBackup the cluster was created from.
+		created *dbv1.PostgresBackup
+		// now are the PostgresBackups there are after the cluster was deployed.
+		now []runtime.Object
+	}{
+		{
+			name:    "s3 store, PostgresBackup deleted",
+			values:  []valuesOption{fromBackupName, set("backup.store", s3StoreValues(""))},
+			created: postgresBackup(namespace, dbv1.BackupCompleted),
+		},
+		{
+			name:    "s3 store, PostgresBackup Failed",
+			values:  []valuesOption{fromBackupName},
+			created: postgresBackup(namespace, dbv1.BackupCompleted),
+			now:     []runtime.Object{postgresBackup(namespace, dbv1.BackupFailed)},
+		},
+		{
+			name:    "s3 store, PostgresBackup with another store and backupID",
+			values:  []valuesOption{fromBackupName},
+			created: postgresBackup(namespace, dbv1.BackupCompleted),
+			now:     []runtime.Object{moved},
+		},
+		{
+			name:    "another claim, PostgresBackup deleted",
+			values:  []valuesOption{fromBackupName},
+			created: onClaim(dbv1.BackupCompleted, "old-backups"),
+		},
+		{
+			name:    "another claim, PostgresBackup now on the backups' claim",
+			values:  []valuesOption{fromBackupName, set("backup.store", map[string]any{"volume": map[string]any{"claimName": "backups"}})},
+			created: onClaim(dbv1.BackupCompleted, "old-backups"),
+			now:     []runtime.Object{onClaim(dbv1.BackupCompleted, "backups")},
+		},
+		{
+			name:    "the backups' claim, PostgresBackup deleted",
+			values:  []valuesOption{fromBackupName, set("backup.store", map[string]any{"volume": map[string]any{"claimName": "backups"}})},
+			created: onClaim(dbv1.BackupCompleted, "backups"),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := renderOptions(readmeValues(tt.values...))
+			opts.Cluster = newFakeCluster(t, tt.created)
+			first := renderWith(t, opts)
+			if decodeConfig(t, first).Restore == nil {
+				t.Fatal("the first render has no restore block")
+			}
+
+			opts.Cluster = newFakeCluster(t, append(deployed(t, first), tt.now...)...)
+			again := renderWith(t, opts)
+			if diff := cmp.Diff(first.Text, again.Text); diff != "" {
+				t.Errorf("the deployed cluster renders differently (-first +again):\n%s", diff)
+			}
+
+			// The cluster can still be changed: scaled here.
+			opts.Values = readmeValues(append(tt.values, withReplicas(5))...)
+			scaled := renderWith(t, opts)
+			if diff := cmp.Diff(decodeConfig(t, first).Restore, decodeConfig(t, scaled).Restore); diff != "" {
+				t.Errorf("restore block after scaling (-first +scaled):\n%s", diff)
+			}
+			want := decode[appsv1.StatefulSet](t, first, "StatefulSet", name).Spec.Template
+			got := decode[appsv1.StatefulSet](t, scaled, "StatefulSet", name).Spec.Template
+			if diff := cmp.Diff(want, got, quantity); diff != "" {
+				t.Errorf("pod template after scaling (-first +scaled):\n%s", diff)
+			}
+		})
+	}
+}
+
+// The restore block of the deployed ConfigMap is reused as it is: no PostgresBackup is
+// looked up. Without the StatefulSet, the restore volumes it mounted are not known.
+func TestRestoreFromBackupNameReusesConfigMap(t *testing.T) {
+	opts := renderOptions(readmeValues(set("bootstrap.fromBackup", map[string]any{"backupName": backupName})))
+	opts.Cluster = newFakeCluster(t, configMap(t, namespace, &handmadeRestore))
+	m := renderWith(t, opts)
+
+	want := wantConfig(3, map[string]string{}, "app", "app")
+	want.Restore = &handmadeRestore
+	if diff := cmp.Diff(want, decodeConfig(t, m)); diff != "" {
+		t.Errorf("config.json (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantStatefulSet(), decode[appsv1.StatefulSet](t, m, "StatefulSet", name), quantity); diff != "" {
+		t.Errorf("StatefulSet (-want +got):\n%s", diff)
+	}
+}
+
+// fromBackup.store needs no lookup and cannot change: it renders from the values, whatever
+// the deployed ConfigMap says.
+func TestRestoreFromStoreIgnoresConfigMap(t *testing.T) {
+	opts := renderOptions(readmeValues(set("bootstrap.fromBackup", map[string]any{
+		"store": s3StoreValues("prod/eu"), "clusterName": sourceCluster,
+	})))
+	opts.Cluster = newFakeCluster(t, configMap(t, namespace, &handmadeRestore))
+	want := &agent.RestoreConfig{Store: s3StoreConfig("restore", "prod/eu/old-db")}
+	if diff := cmp.Diff(want, decodeConfig(t, renderWith(t, opts)).Restore); diff != "" {
+		t.Errorf("restore block (-want +got):\n%s", diff)
 	}
 }

@@ -192,6 +192,7 @@ type fakeCluster struct {
 // fakeResources are the kinds the chart looks up, all namespaced, and their resources.
 var fakeResources = map[schema.GroupVersionKind]string{
 	appsv1.SchemeGroupVersion.WithKind("StatefulSet"): "statefulsets",
+	corev1.SchemeGroupVersion.WithKind("ConfigMap"):   "configmaps",
 	dbv1.GroupVersion.WithKind("PostgresBackup"):      "postgresbackups",
 }
 
@@ -199,6 +200,9 @@ func newFakeCluster(t *testing.T, objects ...runtime.Object) fakeCluster {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := appsv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := corev1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
 	if err := dbv1.AddToScheme(scheme); err != nil {

@@ -75,11 +75,36 @@ func TestCatalogServesTheBundle(t *testing.T) {
 	if pkg != (olm.PackageProperty{PackageName: b.Package, Version: csv.Spec.Version.String()}) {
 		t.Errorf("olm.package %+v, want %s %s", pkg, b.Package, csv.Spec.Version)
 	}
-	var gvk olm.GVKProperty
-	unmarshalOne(t, props[olm.PropertyGVK], &gvk)
-	crd := b.V1CRDs[0]
-	if gvk != (olm.GVKProperty{Group: crd.Spec.Group, Kind: crd.Spec.Names.Kind, Version: crd.Spec.Versions[0].Name}) {
-		t.Errorf("olm.gvk %+v, want the CRD's %s %s %s", gvk, crd.Spec.Group, crd.Spec.Names.Kind, crd.Spec.Versions[0].Name)
+	// One olm.gvk per API: exactly pgpilot's kinds, as the bundle's CRDs serve them.
+	var gvks []olm.GVKProperty
+	for _, raw := range props[olm.PropertyGVK] {
+		var gvk olm.GVKProperty
+		if err := json.Unmarshal(raw, &gvk); err != nil {
+			t.Fatal(err)
+		}
+		gvks = append(gvks, gvk)
+	}
+	var served []olm.GVKProperty
+	for _, crd := range b.V1CRDs {
+		for _, v := range crd.Spec.Versions {
+			if v.Served {
+				served = append(served, olm.GVKProperty{Group: crd.Spec.Group, Kind: crd.Spec.Names.Kind, Version: v.Name})
+			}
+		}
+	}
+	want := []olm.GVKProperty{
+		{Group: "db.example.com", Kind: "PostgresBackup", Version: "v1"},
+		{Group: "db.example.com", Kind: "PostgresCluster", Version: "v1"},
+	}
+	byName := func(a, b olm.GVKProperty) int {
+		return strings.Compare(a.Group+"/"+a.Kind+"/"+a.Version, b.Group+"/"+b.Kind+"/"+b.Version)
+	}
+	slices.SortFunc(served, byName)
+	if diff := cmp.Diff(want, served); diff != "" {
+		t.Errorf("APIs the bundle's CRDs serve (-want +bundle):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, gvks); diff != "" {
+		t.Errorf("olm.gvk properties (-want +catalog):\n%s", diff)
 	}
 	var meta olm.CSVMetadata
 	unmarshalOne(t, props[olm.PropertyCSVMetadata], &meta)

@@ -112,9 +112,13 @@ func (in *instance) takeBackup(id string) agentapi.BackupStatus {
 	return st
 }
 
-// archiveNow closes the primary's current WAL segment and waits until it is archived.
+// archiveNow writes a little WAL, closes the primary's current segment and waits until
+// it is archived.
 func (in *instance) archiveNow() {
 	in.c.t.Helper()
+	if err := in.superExec("SELECT pg_logical_emit_message(false, 'pgpilot-test', 'switch')"); err != nil {
+		in.c.t.Fatal(err)
+	}
 	st, err := in.status()
 	if err != nil {
 		in.c.t.Fatal(err)
@@ -221,4 +225,173 @@ func TestBackupAndPointInTimeRestore(t *testing.T) {
 	rr.start()
 	rr.waitRole(agentapi.RoleReplica, 2, upTimeout)
 	rr.waitCount("t", 201, 30*time.Second)
+}
+
+// A backup taken before a failover restores across the timeline change: the archive
+// holds the old timeline, the history file and the new timeline.
+func TestRestoreAfterFailover(t *testing.T) {
+	s := newS3Store(t)
+	c := backedUpCluster(t, s, 2)
+	c.startAll()
+	p, r := c.instances[0], c.instances[1]
+	if err := p.exec("CREATE TABLE t (id bigint PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.exec("INSERT INTO t SELECT generate_series(1, 100)"); err != nil {
+		t.Fatal(err)
+	}
+	if b := p.takeBackup("before-failover"); b.Phase != agentapi.BackupCompleted {
+		t.Fatalf("backup: %+v", b)
+	}
+	if err := p.exec("INSERT INTO t SELECT generate_series(101, 150)"); err != nil {
+		t.Fatal(err)
+	}
+	r.waitCount("t", 150, 30*time.Second)
+	p.kill9()
+	c.setLease(r.pod, true)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := r.api().Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.waitRole(agentapi.RolePrimary, 2, 30*time.Second)
+	if err := r.exec("INSERT INTO t SELECT generate_series(151, 200)"); err != nil {
+		t.Fatal(err)
+	}
+	r.archiveNow()
+	objs, err := s.open(t, c.name).List(ctx, "wal/00000002.history")
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("the new timeline's history file is not archived: %v %v", objs, err)
+	}
+
+	restored := restoredCluster(t, s, c, 1, agent.RestoreConfig{})
+	rp := restored.instances[0]
+	rp.start()
+	rp.waitRole(agentapi.RolePrimary, 3, 2*upTimeout)
+	wantRange(t, rp.rows("t"), 1, 200)
+}
+
+// A store that is down or refuses the credentials fails the backup with a clear
+// message, makes the archiver report its error while WAL waits on the volume, and
+// leaves the backups already stored intact; archiving catches up once the store is back.
+func TestBackupStoreFailures(t *testing.T) {
+	s := newS3Store(t)
+	c := backedUpCluster(t, s, 1)
+	c.startAll()
+	p := c.instances[0]
+	if b := p.takeBackup("good"); b.Phase != agentapi.BackupCompleted {
+		t.Fatalf("backup: %+v", b)
+	}
+
+	// Wrong credentials: the agent reads the mounted Secret at each backup.
+	c.setConfig("backup", agent.BackupConfig{Store: s.config(c, c.name+"-wrong", "not-the-secret")})
+	time.Sleep(1500 * time.Millisecond) // the agent rereads config.json each second
+	b := p.takeBackup("wrong-credentials")
+	if b.Phase != agentapi.BackupFailed || !strings.Contains(b.Error, "credentials") {
+		t.Errorf("a backup with a wrong secret: %+v; want failed, naming the credentials", b)
+	}
+	if strings.Contains(b.Error, s.srv.SecretAccessKey) || strings.Contains(b.Error, "not-the-secret") {
+		t.Errorf("the error shows a secret: %s", b.Error)
+	}
+
+	// The store down.
+	c.setConfig("backup", agent.BackupConfig{Store: s.config(c, c.name, s.srv.SecretAccessKey)})
+	time.Sleep(1500 * time.Millisecond)
+	s.srv.Stop()
+	b = p.takeBackup("store-down")
+	if b.Phase != agentapi.BackupFailed || !strings.Contains(b.Error, "cannot reach") {
+		t.Errorf("a backup to a store that is down: %+v; want failed, saying it cannot reach it", b)
+	}
+	if err := p.superExec("SELECT pg_switch_wal()"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, func() error {
+		st, err := p.status()
+		if err != nil {
+			return err
+		}
+		if a := st.Archiver; a == nil || !a.Failing() || a.Pending == 0 || !strings.Contains(a.LastError, "cannot reach") {
+			return fmt.Errorf("archiver: %+v", st.Archiver)
+		}
+		return nil
+	})
+
+	s.srv.Restart(t)
+	testutil.Eventually(t, 2*time.Minute, func() error {
+		st, err := p.status()
+		if err != nil {
+			return err
+		}
+		if a := st.Archiver; a == nil || a.Failing() || a.Pending > 0 {
+			return fmt.Errorf("archiver: %+v", st.Archiver)
+		}
+		return nil
+	})
+	infos, err := backup.List(context.Background(), s.open(t, c.name))
+	if err != nil || len(infos) != 1 || infos[0].ID != "good" {
+		t.Fatalf("the store lists %+v, %v; want only the good backup", infos, err)
+	}
+	restored := restoredCluster(t, s, c, 1, agent.RestoreConfig{BackupID: "good"})
+	restored.instances[0].start()
+	restored.instances[0].waitRole(agentapi.RolePrimary, 2, 2*upTimeout)
+}
+
+// Retention deletes the named backups and the archived WAL only they needed.
+func TestRetentionPrunesBackupsAndWAL(t *testing.T) {
+	s := newS3Store(t)
+	c := backedUpCluster(t, s, 1)
+	c.startAll()
+	p := c.instances[0]
+	ctx := context.Background()
+	st := s.open(t, c.name)
+	if b := p.takeBackup("old"); b.Phase != agentapi.BackupCompleted {
+		t.Fatalf("backup: %+v", b)
+	}
+	if err := p.exec("CREATE TABLE t (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := p.exec("INSERT INTO t VALUES (1)"); err != nil {
+			t.Fatal(err)
+		}
+		p.archiveNow()
+	}
+	if b := p.takeBackup("new"); b.Phase != agentapi.BackupCompleted {
+		t.Fatalf("backup: %+v", b)
+	}
+	p.archiveNow()
+	before, err := st.List(ctx, "wal/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.api().Retention(ctx, agentapi.RetentionRequest{Delete: []string{"old"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Deleted) != 1 || res.WALDeleted == 0 {
+		t.Fatalf("retention: %+v", res)
+	}
+	infos, err := backup.List(ctx, st)
+	if err != nil || len(infos) != 1 || infos[0].ID != "new" {
+		t.Fatalf("the store lists %+v, %v; want only the new backup", infos, err)
+	}
+	after, err := st.List(ctx, "wal/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before)-res.WALDeleted {
+		t.Errorf("WAL files: %d before, %d after, %d reported deleted", len(before), len(after), res.WALDeleted)
+	}
+	begin := infos[0].BeginWAL
+	for _, o := range after {
+		name := strings.TrimSuffix(strings.TrimPrefix(o.Key, "wal/"), ".zst")
+		if !strings.HasSuffix(name, ".history") && name[8:24] < begin[8:24] {
+			t.Errorf("%s was kept although it is before the oldest backup's %s", name, begin)
+		}
+	}
+	// The kept backup still restores.
+	restored := restoredCluster(t, s, c, 1, agent.RestoreConfig{})
+	restored.instances[0].start()
+	restored.instances[0].waitRole(agentapi.RolePrimary, 2, 2*upTimeout)
+	restored.instances[0].waitCount("t", 3, 10*time.Second)
 }

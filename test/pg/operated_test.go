@@ -6,6 +6,7 @@ import (
 	"github.com/pgpilot/pgpilot/test/testutil"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,12 +29,26 @@ import (
 // each pod's IP and its agent's readiness.
 func newOperatedCluster(t testing.TB, n int, opts ...func(*dbv1.PostgresCluster)) *cluster {
 	t.Helper()
+	return newOperatedClusterIn(t, "", n, opts...)
+}
+
+// newOperatedClusterIn is newOperatedCluster in namespace ns, which exists and whose
+// first cluster's operator runs this one too; "" makes a namespace and an operator of
+// the cluster's own.
+func newOperatedClusterIn(t testing.TB, ns string, n int, opts ...func(*dbv1.PostgresCluster)) *cluster {
+	t.Helper()
 	c, k := nextCluster(t)
 	ctx := context.Background()
-	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace}}); err != nil {
+	if ns != "" {
+		c.namespace = ns
+	} else if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace}}); err != nil {
 		t.Fatal(err)
 	}
-	c.startOperator()
+	if ns == "" {
+		c.startOperator()
+	} else {
+		c.stopOperator = func() {} // the namespace's first cluster's operator runs it
+	}
 	pgc := &dbv1.PostgresCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: c.namespace},
 		Spec:       dbv1.PostgresClusterSpec{Replicas: int32(n), Version: "15"},
@@ -49,7 +64,8 @@ func newOperatedCluster(t testing.TB, n int, opts ...func(*dbv1.PostgresCluster)
 	}
 	var cm corev1.ConfigMap
 	testutil.Eventually(t, time.Minute, func() error { return get(c.name+"-config", &cm) })
-	mustWrite(t, filepath.Join(c.dir, "config.json"), []byte(cm.Data["config.json"]))
+	testutil.Eventually(t, time.Minute, func() error { return get(c.name, &c.sts) })
+	mustWrite(t, filepath.Join(c.dir, "config.json"), []byte(c.mountVolumes(cm.Data["config.json"])))
 	secretFiles := map[string]string{"superuser": "-superuser", "replication": "-replication", "app": "-app"}
 	for dir, suffix := range secretFiles {
 		var s corev1.Secret
@@ -71,7 +87,6 @@ func newOperatedCluster(t testing.TB, n int, opts ...func(*dbv1.PostgresCluster)
 	testutil.Eventually(t, time.Minute, func() error { return get(c.name+"-agent", &tok) })
 	mustWrite(t, filepath.Join(c.dir, "token"), tok.Data["token"])
 	c.token = string(tok.Data["token"])
-	testutil.Eventually(t, time.Minute, func() error { return get(c.name, &c.sts) })
 	c.addInstances(k, n)
 	kubeletCtx, stopKubelet := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -79,6 +94,47 @@ func newOperatedCluster(t testing.TB, n int, opts ...func(*dbv1.PostgresCluster)
 	go func() { defer wg.Done(); c.kubelet(kubeletCtx) }()
 	t.Cleanup(func() { stopKubelet(); wg.Wait(); c.stopAll(); c.stopOperator() })
 	return c
+}
+
+// mountVolumes does what the kubelet does for the backup stores the postgres container
+// mounts: Secret volumes become files (their keys renamed by items), claims become
+// directories shared by every cluster of the test run (keyed by claim name). It returns
+// config.json with the mount paths pointing there.
+func (c *cluster) mountVolumes(config string) string {
+	c.t.Helper()
+	volumes := map[string]corev1.Volume{}
+	for _, v := range c.sts.Spec.Template.Spec.Volumes {
+		volumes[v.Name] = v
+	}
+	for _, ctr := range c.sts.Spec.Template.Spec.Containers {
+		if ctr.Name != "postgres" {
+			continue
+		}
+		for _, m := range ctr.VolumeMounts {
+			v := volumes[m.Name]
+			var local string
+			switch {
+			case v.Secret != nil && (strings.HasPrefix(m.Name, "backup-") || strings.HasPrefix(m.Name, "restore-")):
+				local = filepath.Join(c.dir, "mounts", m.Name)
+				var s corev1.Secret
+				testutil.Eventually(c.t, time.Minute, func() error {
+					return k8s.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: v.Secret.SecretName}, &s)
+				})
+				mustMkdir(c.t, local, 0o755)
+				for _, item := range v.Secret.Items {
+					mustWrite(c.t, filepath.Join(local, item.Path), s.Data[item.Key])
+				}
+			case v.PersistentVolumeClaim != nil && strings.HasSuffix(m.Name, "-store"):
+				local = filepath.Join(workDir, "claims", v.PersistentVolumeClaim.ClaimName)
+				mustMkdir(c.t, local, 0o755)
+			default:
+				continue
+			}
+			chownR(c.t, local)
+			config = strings.ReplaceAll(config, `"`+m.MountPath, `"`+local)
+		}
+	}
+	return config
 }
 
 // startOperator starts an operator (Helm manager and sidecar) for this cluster's test.

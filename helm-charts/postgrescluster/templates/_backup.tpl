@@ -8,6 +8,12 @@ add to the cluster:
            items (a Secret, its keys renamed to the files the agent reads).
 configmap.yaml and statefulset.yaml both render from it, so config.json names exactly the
 paths the pod mounts. Secrets are only ever named here, never read.
+
+fromBackup only matters when the cluster is created, but the chart is rendered again on
+every reconcile. A restore from fromBackup.backupName is resolved once: a cluster already
+deployed with it keeps what it was deployed with (postgrescluster.deployedRestore), so the
+PostgresBackup may be deleted or change afterwards. fromBackup.store needs no lookup and
+cannot change, so it always renders from the values.
 */}}
 {{- define "postgrescluster.backupPlan" -}}
 {{- $name := include "postgrescluster.name" . -}}
@@ -20,6 +26,14 @@ paths the pod mounts. Secrets are only ever named here, never read.
 {{- $backupClaim = dig "volume" "claimName" "" (.store | default dict) -}}
 {{- end -}}
 {{- with (.Values.bootstrap | default dict).fromBackup -}}
+{{- $deployed := dict -}}
+{{- if .backupName -}}
+{{- $deployed = include "postgrescluster.deployedRestore" (dict "name" $name "namespace" $.Release.Namespace) | fromJson -}}
+{{- end -}}
+{{- if $deployed.restore -}}
+{{- $_ := set $plan "restore" $deployed.restore -}}
+{{- $_ = set $plan "mounts" (concat $plan.mounts $deployed.mounts) -}}
+{{- else -}}
 {{- $source := include "postgrescluster.restoreSource" (dict "fromBackup" . "namespace" $.Release.Namespace) | fromJson -}}
 {{- /* A restore from the claim the backups go to reads it where the backups mount it. */ -}}
 {{- $shared := and $backupClaim (eq $backupClaim (dig "volume" "claimName" "" $source.store)) -}}
@@ -31,7 +45,58 @@ paths the pod mounts. Secrets are only ever named here, never read.
 {{- $_ := set $plan "restore" $restore -}}
 {{- $_ = set $plan "mounts" (concat $plan.mounts $store.mounts) -}}
 {{- end -}}
+{{- end -}}
 {{- toJson $plan -}}
+{{- end -}}
+
+{{/*
+postgrescluster.deployedRestore is, as JSON, the restore of a cluster already deployed from
+fromBackup.backupName: restore, config.json's "restore" block of the existing ConfigMap
+<name>-config, as it is, and mounts, the restore volumes (restore-*) the postgres container
+of the existing StatefulSet mounts, in postgrescluster.backupPlan's form. It is empty when
+that ConfigMap does not exist or has no restore block: the first render resolves the
+PostgresBackup. Its argument is a dict: name (the cluster's) and namespace.
+
+The pod keeps its restore mounts: until its recovery ends, a restarted first primary reads
+the source's archive again. A StatefulSet deleted while its ConfigMap stays is rendered
+again without them: the restore block still names them, but neither the PostgresBackup's
+store nor the Secrets it names are known any more.
+*/}}
+{{- define "postgrescluster.deployedRestore" -}}
+{{- $configMap := lookup "v1" "ConfigMap" .namespace (printf "%s-config" .name) -}}
+{{- $config := dig "data" "config.json" "" $configMap -}}
+{{- $restore := dict -}}
+{{- if $config -}}
+{{- $restore = dig "restore" (dict) (fromJson $config) -}}
+{{- end -}}
+{{- $mounts := list -}}
+{{- if $restore -}}
+{{- $statefulSet := lookup "apps/v1" "StatefulSet" .namespace .name -}}
+{{- $pod := dig "spec" "template" "spec" (dict) $statefulSet -}}
+{{- $volumeMounts := dict -}}
+{{- range $pod.containers -}}
+{{- if eq .name "postgres" -}}
+{{- range .volumeMounts }}{{ $_ := set $volumeMounts .name . }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- range $pod.volumes -}}
+{{- $volumeMount := get $volumeMounts .name -}}
+{{- if and (hasPrefix "restore-" .name) $volumeMount -}}
+{{- $mount := dict "name" .name "mountPath" $volumeMount.mountPath "readOnly" (dig "readOnly" false $volumeMount) -}}
+{{- if .persistentVolumeClaim -}}
+{{- $_ := set $mount "claimName" .persistentVolumeClaim.claimName -}}
+{{- $mounts = append $mounts $mount -}}
+{{- else if .secret -}}
+{{- $items := list -}}
+{{- range .secret.items }}{{ $items = append $items (dict "key" .key "path" .path) }}{{ end -}}
+{{- $_ := set $mount "secretName" .secret.secretName -}}
+{{- $_ = set $mount "items" $items -}}
+{{- $mounts = append $mounts $mount -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson (dict "restore" $restore "mounts" $mounts) -}}
 {{- end -}}
 
 {{/*

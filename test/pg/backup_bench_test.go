@@ -1,0 +1,115 @@
+package pg
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/backup"
+)
+
+// BenchmarkBackupRestore measures, on about 200 MB of table data, b.N times each:
+//   - plain: pg_basebackup -Ft -X fetch to the local disk (the yardstick);
+//   - backup: a pgpilot base backup from a replica to a real S3 server on this machine
+//     (compressed, with its digest and manifest);
+//   - restore: that backup from S3 into an empty directory, digest and pg_verifybackup
+//     included.
+//
+// It prints the median MB/s of each (MB of the data directory's tar) and the ratios of
+// backup and restore to plain. It asserts nothing about the figures.
+func BenchmarkBackupRestore(b *testing.B) {
+	s := newS3Store(b)
+	c := backedUpCluster(b, s, 2)
+	c.startAll()
+	p, r := c.instances[0], c.instances[1]
+	if err := p.exec("CREATE TABLE big AS SELECT g AS id, md5(g::text) || repeat('x', 150) AS pad FROM generate_series(1, 1000000) g"); err != nil {
+		b.Fatal(err)
+	}
+	r.waitRoleB(b, agentapi.RoleReplica, 1)
+	ctx := context.Background()
+	st := s.open(b, c.name)
+	scratch := filepath.Join(c.dir, "bench")
+	mustMkdir(b, scratch, 0o755)
+	chownR(b, scratch)
+
+	var plain, backups, restores []float64
+	b.ResetTimer()
+	for i := range b.N {
+		// The yardstick, from the same replica, as the postgres OS user.
+		dst := filepath.Join(scratch, fmt.Sprintf("plain-%d", i))
+		start := time.Now()
+		cmd := exec.Command(filepath.Join(PGBin, "pg_basebackup"), "-h", filepath.Join(r.dir, "run"), "-U", "postgres",
+			"-D", dst, "-F", "tar", "-X", "fetch", "--checkpoint=fast", "--no-manifest")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: pgUID, Gid: pgGID}}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("pg_basebackup: %v: %s", err, out)
+		}
+		took := time.Since(start)
+		size := dirSize(b, dst)
+		plain = append(plain, mbps(size, took))
+		_ = os.RemoveAll(dst)
+
+		id := fmt.Sprintf("bench-%d", i)
+		start = time.Now()
+		if bs := r.takeBackup(id); bs.Phase != agentapi.BackupCompleted {
+			b.Fatalf("backup: %+v", bs)
+		}
+		took = time.Since(start)
+		infos, err := backup.List(ctx, st)
+		if err != nil {
+			b.Fatal(err)
+		}
+		info, err := backup.Choose(infos, id, backup.Target{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		backups = append(backups, mbps(info.DataBytes, took))
+
+		dst = filepath.Join(scratch, fmt.Sprintf("restore-%d", i))
+		start = time.Now()
+		if err := backup.Restore(ctx, st, info, dst, PGBin); err != nil {
+			b.Fatal(err)
+		}
+		restores = append(restores, mbps(info.DataBytes, time.Since(start)))
+		_ = os.RemoveAll(dst)
+		if i == 0 {
+			b.Logf("data %.0f MB, stored %.0f MB compressed", float64(info.DataBytes)/1e6, float64(info.SizeBytes)/1e6)
+		}
+	}
+	b.StopTimer()
+	mp, mb, mr := median(plain), median(backups), median(restores)
+	b.ReportMetric(mp, "plain-MB/s")
+	b.ReportMetric(mb, "backup-MB/s")
+	b.ReportMetric(mr, "restore-MB/s")
+	b.ReportMetric(mb/mp, "backup/plain")
+	b.ReportMetric(mr/mp, "restore/plain")
+	b.ReportMetric(0, "ns/op")
+}
+
+func mbps(bytes int64, d time.Duration) float64 { return float64(bytes) / 1e6 / d.Seconds() }
+
+func median(v []float64) float64 {
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
+func dirSize(b *testing.B, dir string) int64 {
+	var n int64
+	err := filepath.Walk(dir, func(_ string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() {
+			n += info.Size()
+		}
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
