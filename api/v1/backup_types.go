@@ -21,7 +21,7 @@ type BackupSpec struct {
 	// the WAL that only they needed. The newest completed backup is never deleted.
 	// +kubebuilder:default={count: 7}
 	// +optional
-	Retention RetentionSpec `json:"retention,omitempty"`
+	Retention *RetentionSpec `json:"retention,omitempty"`
 
 	// target is the instance a backup is taken from: prefer-replica (the most caught-up
 	// healthy replica, else the primary) or primary.

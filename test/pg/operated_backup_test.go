@@ -29,7 +29,7 @@ func withS3(s *s3Store, retention int32) func(*dbv1.PostgresCluster) {
 		pgc.Spec.Backup = &dbv1.BackupSpec{
 			Store: dbv1.BackupStore{Path: "prod", S3: &dbv1.S3Store{Endpoint: s.srv.Endpoint, Bucket: s.bucket,
 				Credentials: dbv1.S3Credentials{SecretName: "s3-credentials"}}},
-			Retention: dbv1.RetentionSpec{Count: ptr.To(retention)},
+			Retention: &dbv1.RetentionSpec{Count: ptr.To(retention)},
 		}
 	}
 }

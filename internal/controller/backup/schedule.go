@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -137,7 +138,11 @@ func (r *ScheduleReconciler) schedule(ctx context.Context, cluster *dbv1.Postgre
 // retain deletes what the retention rules prune, from the store first (through the
 // primary's agent, which also removes the WAL no kept backup needs), then the objects.
 func (r *ScheduleReconciler) retain(ctx context.Context, cluster *dbv1.PostgresCluster, backups []dbv1.PostgresBackup, agent *agentapi.Client) error {
-	prune := Prune(backups, cluster.Spec.Backup.Retention, r.clock.Now())
+	retention := dbv1.RetentionSpec{Count: ptr.To[int32](7)} // the CRD's default
+	if cluster.Spec.Backup.Retention != nil {
+		retention = *cluster.Spec.Backup.Retention
+	}
+	prune := Prune(backups, retention, r.clock.Now())
 	newest := ""
 	var newestAt time.Time
 	for _, b := range backups {
