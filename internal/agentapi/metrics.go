@@ -41,6 +41,16 @@ var (
 		"Whether a replication slot is in use (1) or not (0).", []string{"slot"}, nil)
 	slotRetainedDesc = prometheus.NewDesc("pgpilot_replication_slot_retained_bytes",
 		"WAL bytes a replication slot keeps on disk.", []string{"slot"}, nil)
+	archivedDesc = prometheus.NewDesc("pgpilot_wal_archived_total",
+		"WAL files this primary archived since its statistics were reset (pg_stat_archiver).", nil, nil)
+	archiveFailedDesc = prometheus.NewDesc("pgpilot_wal_archive_failed_total",
+		"Failed attempts to archive a WAL file (pg_stat_archiver).", nil, nil)
+	archivePendingDesc = prometheus.NewDesc("pgpilot_wal_archive_pending",
+		"WAL segments waiting to be archived; they stay on the primary's volume until they are.", nil, nil)
+	archiveFailingDesc = prometheus.NewDesc("pgpilot_wal_archive_failing",
+		"Whether the last attempt to archive WAL failed (1) or not (0).", nil, nil)
+	lastArchivedDesc = prometheus.NewDesc("pgpilot_wal_last_archived_time_seconds",
+		"When a WAL file was last archived, in seconds since the Unix epoch.", nil, nil)
 )
 
 // instanceCollector exports an Instance's Status, read at each scrape.
@@ -55,6 +65,7 @@ func (c *instanceCollector) Describe(ch chan<- *prometheus.Desc) {
 		upDesc, readyDesc, roleDesc, timelineDesc, walLSNDesc, lagDesc,
 		replicasDesc, replicaLagDesc, fencedDesc, startTimeDesc,
 		connectionsDesc, slotActiveDesc, slotRetainedDesc,
+		archivedDesc, archiveFailedDesc, archivePendingDesc, archiveFailingDesc, lastArchivedDesc,
 	} {
 		ch <- d
 	}
@@ -131,6 +142,18 @@ func (c *instanceCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if st.StartedAt != nil {
 		gauge(startTimeDesc, float64(st.StartedAt.UnixNano())/1e9)
+	}
+	if a := st.Archiver; a != nil && a.Enabled {
+		counter := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+		}
+		counter(archivedDesc, float64(a.ArchivedCount))
+		counter(archiveFailedDesc, float64(a.FailedCount))
+		gauge(archivePendingDesc, float64(a.Pending))
+		gauge(archiveFailingDesc, boolValue(a.Failing()))
+		if a.LastArchivedAt != nil {
+			gauge(lastArchivedDesc, float64(a.LastArchivedAt.UnixNano())/1e9)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -267,6 +268,37 @@ pgpilot_replication_slot_retained_bytes{slot="pgpilot_db_2"} 1.073741824e+09
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"pgpilot_instance_connections", "pgpilot_replication_slot_active", "pgpilot_replication_slot_retained_bytes"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestMetricsArchiver(t *testing.T) {
+	archived := time.Date(2026, 11, 21, 14, 0, 0, 0, time.UTC)
+	failed := archived.Add(time.Minute)
+	st := primaryStatus()
+	st.Archiver = &ArchiverStatus{Enabled: true, ArchivedCount: 12, LastArchivedAt: &archived,
+		FailedCount: 3, LastFailedAt: &failed, Pending: 2}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&instanceCollector{inst: newFakeInstance(st), timeout: DefaultRequestTimeout})
+	want := `# HELP pgpilot_wal_archive_failed_total Failed attempts to archive a WAL file (pg_stat_archiver).
+# TYPE pgpilot_wal_archive_failed_total counter
+pgpilot_wal_archive_failed_total 3
+# HELP pgpilot_wal_archive_failing Whether the last attempt to archive WAL failed (1) or not (0).
+# TYPE pgpilot_wal_archive_failing gauge
+pgpilot_wal_archive_failing 1
+# HELP pgpilot_wal_archive_pending WAL segments waiting to be archived; they stay on the primary's volume until they are.
+# TYPE pgpilot_wal_archive_pending gauge
+pgpilot_wal_archive_pending 2
+# HELP pgpilot_wal_archived_total WAL files this primary archived since its statistics were reset (pg_stat_archiver).
+# TYPE pgpilot_wal_archived_total counter
+pgpilot_wal_archived_total 12
+# HELP pgpilot_wal_last_archived_time_seconds When a WAL file was last archived, in seconds since the Unix epoch.
+# TYPE pgpilot_wal_last_archived_time_seconds gauge
+pgpilot_wal_last_archived_time_seconds 1.7952696e+09
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "pgpilot_wal_archive_failed_total",
+		"pgpilot_wal_archive_failing", "pgpilot_wal_archive_pending", "pgpilot_wal_archived_total",
+		"pgpilot_wal_last_archived_time_seconds"); err != nil {
 		t.Error(err)
 	}
 }

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
@@ -38,9 +36,7 @@ type agents struct {
 
 func newAgents(c client.Client, agentURL func(*corev1.Pod) string) agents {
 	if agentURL == nil {
-		agentURL = func(p *corev1.Pod) string {
-			return "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(agentapi.Port))
-		}
+		agentURL = func(p *corev1.Pod) string { return agentapi.BaseURL(p.Status.PodIP) }
 	}
 	return agents{client: c, agentURL: agentURL,
 		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: time.Minute}}}
