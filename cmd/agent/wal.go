@@ -20,6 +20,7 @@ func archiveWAL(args []string) error {
 	fs := flag.NewFlagSet("archive-wal", flag.ExitOnError)
 	config := fs.String("config", env("PGPILOT_CONFIG", "/etc/pgpilot/config/config.json"), "The cluster's config.json.")
 	statusFile := fs.String("status-file", "", "Where to record the outcome for the agent.")
+	pgdata := fs.String("pgdata", ".", "The data directory (postgres runs the archive command in it).")
 	timeout := fs.Duration("timeout", 5*time.Minute, "How long one attempt may take.")
 	_ = fs.Parse(args)
 	if fs.NArg() != 2 {
@@ -38,6 +39,14 @@ func archiveWAL(args []string) error {
 	err = func() error {
 		st, err := agent.OpenStore(cluster.Backup.Store)
 		if err != nil {
+			return err
+		}
+		// postgres runs the archive command in the data directory.
+		system, err := backup.SystemIdentifier(*pgdata)
+		if err != nil {
+			return err
+		}
+		if err := backup.CheckSystem(ctx, st, system); err != nil {
 			return err
 		}
 		return backup.ArchiveWAL(ctx, st, path, name)

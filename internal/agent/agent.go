@@ -706,7 +706,7 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 			st.Ready = true
 		}
 	}
-	if st.Running && st.Role == agentapi.RolePrimary {
+	if st.Ready {
 		a.archiver(ctx, &st)
 	}
 	return st

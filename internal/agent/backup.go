@@ -125,10 +125,19 @@ func (a *Agent) StartBackup(_ context.Context, id string) error {
 	a.log.Info("Starting a base backup", "backup", id, "store", st.String())
 	go func() {
 		defer cancel()
-		info, err := backup.TakeBase(ctx, st, backup.BaseBackupOptions{
-			BinDir: a.cfg.BinDir, Host: a.cfg.SocketDir, Port: a.cfg.Port, User: a.creds.Superuser.Username,
-			ID: id, Cluster: a.cluster.ClusterName, Instance: a.cfg.PodName,
-		})
+		info, err := func() (backup.Info, error) {
+			system, err := backup.SystemIdentifier(a.cfg.PGData)
+			if err != nil {
+				return backup.Info{}, err
+			}
+			if err := backup.CheckSystem(ctx, st, system); err != nil {
+				return backup.Info{}, err
+			}
+			return backup.TakeBase(ctx, st, backup.BaseBackupOptions{
+				BinDir: a.cfg.BinDir, Host: a.cfg.SocketDir, Port: a.cfg.Port, User: a.creds.Superuser.Username,
+				ID: id, Cluster: a.cluster.ClusterName, Instance: a.cfg.PodName,
+			})
+		}()
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		now := time.Now().UTC()

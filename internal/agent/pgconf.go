@@ -45,6 +45,8 @@ type Commands struct {
 
 // Archive is archive_command: the agent stores the segment when the cluster has a
 // backup store and does nothing otherwise, so adding spec.backup needs no restart.
+// archive_mode is always: standbys archive what they receive too, so WAL a failed
+// primary had not archived yet is archived by the replicas, which keep it until then.
 func (c Commands) Archive() string {
 	return shellJoin(c.Agent, "archive-wal", "--config", c.ConfigPath, "--status-file", c.StatusFile) + " %p %f"
 }
@@ -108,7 +110,7 @@ func managed(in ConfInput) map[string]string {
 		"max_wal_senders":         fmt.Sprint(senders),
 		"max_replication_slots":   fmt.Sprint(senders),
 		"logging_collector":       "off",
-		"archive_mode":            "on",
+		"archive_mode":            "always",
 		"archive_command":         in.Commands.Archive(),
 	}
 	if r := in.Recovery; r != nil {

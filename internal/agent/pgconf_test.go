@@ -182,7 +182,7 @@ func TestArchiveAndRecoverySettings(t *testing.T) {
 		Commands: Commands{Agent: "/pgpilot/agent", ConfigPath: "/etc/pgpilot/config/config.json", StatusFile: "/run/postgresql/it's.json"},
 	}
 	last := lastSettings(PostgresqlConf(in))
-	if last["archive_mode"] != "'on'" {
+	if last["archive_mode"] != "'always'" {
 		t.Errorf("archive_mode = %s", last["archive_mode"])
 	}
 	wantArchive := `'''/pgpilot/agent'' ''archive-wal'' ''--config'' ''/etc/pgpilot/config/config.json'' ''--status-file'' ''/run/postgresql/it''\\''''s.json'' %p %f'` // the conf file escapes the shell's backslash

@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -480,28 +481,23 @@ func removeContents(dir string) error {
 	return nil
 }
 
-// ArchiveWAL stores the WAL file at src under name. A file already archived with the
-// same content succeeds (postgres retries after a crash between storing and marking
-// it done); with other content it fails: overwriting could lose WAL another timeline's
-// restore needs.
+// ArchiveWAL stores the WAL file at src under name, unless the store has it already.
+// Every instance archives (archive_mode = always): a standby archives what it received,
+// so that WAL the primary could not archive before it died is not lost, and whichever
+// instance stores a segment first wins. Their copies can differ only after a WAL switch,
+// in the unused rest of the segment. That a store directory holds one cluster's WAL
+// only is CheckSystem's job.
 func ArchiveWAL(ctx context.Context, st store.Store, src, name string) error {
 	if !walName.MatchString(name) {
 		return fmt.Errorf("%q is not a WAL file name", name)
 	}
-	content, err := os.ReadFile(src)
-	if err != nil {
+	if _, err := st.Stat(ctx, WALKey(name)); err == nil {
+		return nil
+	} else if !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
-	if _, err := st.Stat(ctx, WALKey(name)); err == nil {
-		existing, err := fetchWAL(ctx, st, name)
-		if err != nil {
-			return err
-		}
-		if bytes.Equal(existing, content) {
-			return nil
-		}
-		return fmt.Errorf("WAL file %s is already archived in %s with different content; refusing to overwrite it", name, st)
-	} else if !errors.Is(err, store.ErrNotFound) {
+	content, err := os.ReadFile(src)
+	if err != nil {
 		return err
 	}
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
@@ -513,6 +509,56 @@ func ArchiveWAL(ctx context.Context, st store.Store, src, name string) error {
 		return fmt.Errorf("archiving %s to %s: %w", name, st, err)
 	}
 	return nil
+}
+
+// systemKey holds the identifier of the PostgreSQL cluster whose WAL a store directory
+// holds.
+const systemKey = "system.json"
+
+type systemFile struct {
+	SystemIdentifier string `json:"systemIdentifier"`
+}
+
+// CheckSystem makes sure the store directory belongs to the PostgreSQL cluster with
+// systemID (pg_control's system identifier): it records it on first use and refuses
+// another afterwards. WAL file names repeat from one cluster to the next (a cluster
+// deleted and created again under its name starts over at timeline 1), so without this
+// a new cluster's WAL would be taken for the old one's. A cluster restored from a
+// backup keeps the identifier, and may archive where its source did.
+func CheckSystem(ctx context.Context, st store.Store, systemID string) error {
+	r, err := st.Get(ctx, systemKey)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		b, _ := json.Marshal(systemFile{SystemIdentifier: systemID})
+		return st.Put(ctx, systemKey, bytes.NewReader(b))
+	case err != nil:
+		return err
+	}
+	defer r.Close()
+	var f systemFile
+	if err := json.NewDecoder(io.LimitReader(r, 64<<10)).Decode(&f); err != nil {
+		return fmt.Errorf("reading %s in %s: %w", systemKey, st, err)
+	}
+	if f.SystemIdentifier != systemID {
+		return fmt.Errorf("%s holds the backups of another PostgreSQL cluster (system identifier %s; this one is %s): give this cluster a store path of its own (spec.backup.store.path), or delete the old backups",
+			st, f.SystemIdentifier, systemID)
+	}
+	return nil
+}
+
+// SystemIdentifier reads the system identifier from pgdata's pg_control: its first 8
+// bytes, in the machine's byte order (little-endian on every platform pgpilot runs on).
+func SystemIdentifier(pgdata string) (string, error) {
+	f, err := os.Open(filepath.Join(pgdata, "global", "pg_control"))
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	var b [8]byte
+	if _, err := io.ReadFull(f, b[:]); err != nil {
+		return "", fmt.Errorf("reading pg_control: %w", err)
+	}
+	return strconv.FormatUint(binary.LittleEndian.Uint64(b[:]), 10), nil
 }
 
 // RestoreWAL writes archived WAL file name to dst. A file that is not archived wraps

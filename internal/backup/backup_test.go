@@ -1,11 +1,15 @@
 package backup
 
 import (
+	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/pgpilot/pgpilot/internal/backup/store"
 )
 
 func TestParseLabel(t *testing.T) {
@@ -98,5 +102,23 @@ func TestCheckID(t *testing.T) {
 		if err := CheckID(id); err == nil {
 			t.Errorf("CheckID(%q) accepted it", id)
 		}
+	}
+}
+
+func TestCheckSystem(t *testing.T) {
+	st, err := store.New(store.Config{Directory: t.TempDir(), Prefix: "prod/db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := CheckSystem(ctx, st, "7300000000000000001"); err != nil {
+		t.Fatalf("first use: %v", err)
+	}
+	if err := CheckSystem(ctx, st, "7300000000000000001"); err != nil {
+		t.Errorf("the same cluster again: %v", err)
+	}
+	err = CheckSystem(ctx, st, "7300000000000000002")
+	if err == nil || !strings.Contains(err.Error(), "another PostgreSQL cluster") || !strings.Contains(err.Error(), "spec.backup.store.path") {
+		t.Errorf("another cluster: %v", err)
 	}
 }

@@ -395,3 +395,79 @@ func TestRetentionPrunesBackupsAndWAL(t *testing.T) {
 	restored.instances[0].waitRole(agentapi.RolePrimary, 2, 2*upTimeout)
 	restored.instances[0].waitCount("t", 3, 10*time.Second)
 }
+
+// A primary that dies with WAL it could not archive (the store was down) loses nothing
+// from the archive: the replica, which archives what it receives too, kept those
+// segments and archives them once the store is back, and a restore replays through
+// them and the failover.
+func TestWALThePrimaryCouldNotArchiveIsArchivedByTheReplica(t *testing.T) {
+	s := newS3Store(t)
+	c := backedUpCluster(t, s, 2)
+	c.startAll()
+	p, r := c.instances[0], c.instances[1]
+	if err := p.exec("CREATE TABLE t (id bigint PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	if b := r.takeBackup("base"); b.Phase != agentapi.BackupCompleted {
+		t.Fatalf("backup: %+v", b)
+	}
+	s.srv.Stop()
+	for i := range 3 {
+		if err := p.exec("INSERT INTO t SELECT generate_series($1::bigint, $1::bigint + 99)", int64(i*100+1)); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.superExec("SELECT pg_switch_wal()"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.waitCount("t", 300, 30*time.Second)
+	p.kill9()
+	s.srv.Restart(t)
+	c.setLease(r.pod, true)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := r.api().Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.waitRole(agentapi.RolePrimary, 2, 30*time.Second)
+	if err := r.exec("INSERT INTO t SELECT generate_series(301, 350)"); err != nil {
+		t.Fatal(err)
+	}
+	r.archiveNow()
+
+	restored := restoredCluster(t, s, c, 1, agent.RestoreConfig{})
+	rp := restored.instances[0]
+	rp.start()
+	rp.waitRole(agentapi.RolePrimary, 3, 2*upTimeout)
+	wantRange(t, rp.rows("t"), 1, 350)
+}
+
+// A new cluster given the store directory of another (same name and path) cannot archive
+// into it or back up there: the store says whose it is.
+func TestAnotherClusterCannotArchiveIntoTheSameDirectory(t *testing.T) {
+	s := newS3Store(t)
+	first := backedUpCluster(t, s, 1)
+	first.startAll()
+	first.instances[0].archiveNow()
+	second := newCluster(t, 1)
+	second.setConfig("backup", agent.BackupConfig{Store: s.config(second, first.name, s.srv.SecretAccessKey)})
+	p := second.startAll()
+	_ = p
+	in := second.instances[0]
+	if err := in.superExec("SELECT pg_logical_emit_message(false, 'pgpilot-test', 'x'), pg_switch_wal()"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, func() error {
+		st, err := in.status()
+		if err != nil {
+			return err
+		}
+		if a := st.Archiver; a == nil || !a.Failing() || !strings.Contains(a.LastError, "holds the backups of another PostgreSQL cluster") {
+			return fmt.Errorf("archiver: %+v", st.Archiver)
+		}
+		return nil
+	})
+	if b := in.takeBackup("intruder"); b.Phase != agentapi.BackupFailed || !strings.Contains(b.Error, "another PostgreSQL cluster") {
+		t.Errorf("a backup into another cluster's directory: %+v", b)
+	}
+}

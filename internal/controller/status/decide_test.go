@@ -636,3 +636,36 @@ func TestDecideFailover(t *testing.T) {
 		t.Errorf("FailoverReady (-want +got):\n%s", diff)
 	}
 }
+
+func TestDecideArchivingAndLastBackup(t *testing.T) {
+	withBackup := func(c *dbv1.PostgresCluster) {
+		c.Spec.Backup = &dbv1.BackupSpec{Store: dbv1.BackupStore{Volume: &dbv1.VolumeStore{ClaimName: "b"}}}
+	}
+	archiving := func(st dbv1.PostgresClusterStatus) *dbv1.Condition {
+		return dbv1.FindCondition(st.Conditions, dbv1.ConditionContinuousArchiving)
+	}
+	// Not known yet: no condition rather than a guess.
+	st := status.Decide(status.Observed{Cluster: newCluster(withBackup), Pods: pods()}, now)
+	if c := archiving(st); c != nil {
+		t.Errorf("before the first observation: %+v", c)
+	}
+	st = status.Decide(status.Observed{Cluster: newCluster(withBackup), Pods: pods(), LastBackup: "db-1",
+		Archiving: &status.ArchivingHealth{OK: false, Message: "cannot reach the S3 endpoint"}}, now)
+	if c := archiving(st); c == nil || c.Status != metav1.ConditionFalse || c.Reason != dbv1.ReasonArchiveFailing ||
+		c.Message != "cannot reach the S3 endpoint" {
+		t.Errorf("failing: %+v", c)
+	}
+	if st.LastBackup != "db-1" {
+		t.Errorf("lastBackup = %q", st.LastBackup)
+	}
+	c := newCluster(withBackup, withStatus(st))
+	st = status.Decide(status.Observed{Cluster: c, Pods: pods(), Archiving: &status.ArchivingHealth{OK: true, Message: "Last archived"}}, later)
+	if c := archiving(st); c == nil || c.Status != metav1.ConditionTrue || !c.LastTransitionTime.Equal(&later) {
+		t.Errorf("recovered: %+v", c)
+	}
+	// spec.backup removed: the condition goes.
+	c = newCluster(withStatus(st))
+	if got := archiving(status.Decide(status.Observed{Cluster: c, Pods: pods()}, later)); got != nil {
+		t.Errorf("without spec.backup: %+v", got)
+	}
+}
