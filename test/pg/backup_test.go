@@ -72,6 +72,31 @@ func restoredCluster(t testing.TB, s *s3Store, source *cluster, n int, r agent.R
 	return c
 }
 
+// restoreOne restores source's backups into a new single-instance cluster, starts it
+// and waits until it is the primary on timeline tl.
+func restoreOne(t testing.TB, s *s3Store, source *cluster, r agent.RestoreConfig, tl int64) *instance {
+	t.Helper()
+	restored := restoredCluster(t, s, source, 1, r)
+	rp := restored.instances[0]
+	rp.start()
+	rp.waitRole(agentapi.RolePrimary, tl, 2*upTimeout)
+	return rp
+}
+
+// failOver kills old (kill -9), moves the Lease to next and promotes it, as the
+// failover controller would, and waits until next is primary on timeline tl.
+func (c *cluster) failOver(old, next *instance, tl int64) {
+	c.t.Helper()
+	old.kill9()
+	c.setLease(next.pod, true)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := next.api().Promote(ctx); err != nil {
+		c.t.Fatal(err)
+	}
+	next.waitRole(agentapi.RolePrimary, tl, 30*time.Second)
+}
+
 // superExec runs sql as the superuser.
 func (in *instance) superExec(sql string, args ...any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -247,28 +272,17 @@ func TestRestoreAfterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.waitCount("t", 150, 30*time.Second)
-	p.kill9()
-	c.setLease(r.pod, true)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := r.api().Promote(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r.waitRole(agentapi.RolePrimary, 2, 30*time.Second)
+	c.failOver(p, r, 2)
 	if err := r.exec("INSERT INTO t SELECT generate_series(151, 200)"); err != nil {
 		t.Fatal(err)
 	}
 	r.archiveNow()
-	objs, err := s.open(t, c.name).List(ctx, "wal/00000002.history")
+	objs, err := s.open(t, c.name).List(context.Background(), "wal/00000002.history")
 	if err != nil || len(objs) != 1 {
 		t.Fatalf("the new timeline's history file is not archived: %v %v", objs, err)
 	}
 
-	restored := restoredCluster(t, s, c, 1, agent.RestoreConfig{})
-	rp := restored.instances[0]
-	rp.start()
-	rp.waitRole(agentapi.RolePrimary, 3, 2*upTimeout)
-	wantRange(t, rp.rows("t"), 1, 200)
+	wantRange(t, restoreOne(t, s, c, agent.RestoreConfig{}, 3).rows("t"), 1, 200)
 }
 
 // A store that is down or refuses the credentials fails the backup with a clear
@@ -331,9 +345,7 @@ func TestBackupStoreFailures(t *testing.T) {
 	if err != nil || len(infos) != 1 || infos[0].ID != "good" {
 		t.Fatalf("the store lists %+v, %v; want only the good backup", infos, err)
 	}
-	restored := restoredCluster(t, s, c, 1, agent.RestoreConfig{BackupID: "good"})
-	restored.instances[0].start()
-	restored.instances[0].waitRole(agentapi.RolePrimary, 2, 2*upTimeout)
+	restoreOne(t, s, c, agent.RestoreConfig{BackupID: "good"}, 2)
 }
 
 // Retention deletes the named backups and the archived WAL only they needed.
@@ -390,10 +402,7 @@ func TestRetentionPrunesBackupsAndWAL(t *testing.T) {
 		}
 	}
 	// The kept backup still restores.
-	restored := restoredCluster(t, s, c, 1, agent.RestoreConfig{})
-	restored.instances[0].start()
-	restored.instances[0].waitRole(agentapi.RolePrimary, 2, 2*upTimeout)
-	restored.instances[0].waitCount("t", 3, 10*time.Second)
+	restoreOne(t, s, c, agent.RestoreConfig{}, 2).waitCount("t", 3, 10*time.Second)
 }
 
 // A primary that dies with WAL it could not archive (the store was down) loses nothing
@@ -421,25 +430,15 @@ func TestWALThePrimaryCouldNotArchiveIsArchivedByTheReplica(t *testing.T) {
 		}
 	}
 	r.waitCount("t", 300, 30*time.Second)
-	p.kill9()
+	p.kill9() // before the store is back: it never archives those segments
 	s.srv.Restart(t)
-	c.setLease(r.pod, true)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := r.api().Promote(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r.waitRole(agentapi.RolePrimary, 2, 30*time.Second)
+	c.failOver(p, r, 2)
 	if err := r.exec("INSERT INTO t SELECT generate_series(301, 350)"); err != nil {
 		t.Fatal(err)
 	}
 	r.archiveNow()
 
-	restored := restoredCluster(t, s, c, 1, agent.RestoreConfig{})
-	rp := restored.instances[0]
-	rp.start()
-	rp.waitRole(agentapi.RolePrimary, 3, 2*upTimeout)
-	wantRange(t, rp.rows("t"), 1, 350)
+	wantRange(t, restoreOne(t, s, c, agent.RestoreConfig{}, 3).rows("t"), 1, 350)
 }
 
 // A new cluster given the store directory of another (same name and path) cannot archive
@@ -451,8 +450,7 @@ func TestAnotherClusterCannotArchiveIntoTheSameDirectory(t *testing.T) {
 	first.instances[0].archiveNow()
 	second := newCluster(t, 1)
 	second.setConfig("backup", agent.BackupConfig{Store: s.config(second, first.name, s.srv.SecretAccessKey)})
-	p := second.startAll()
-	_ = p
+	second.startAll()
 	in := second.instances[0]
 	if err := in.superExec("SELECT pg_logical_emit_message(false, 'pgpilot-test', 'x'), pg_switch_wal()"); err != nil {
 		t.Fatal(err)
