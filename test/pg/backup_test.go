@@ -469,3 +469,32 @@ func TestAnotherClusterCannotArchiveIntoTheSameDirectory(t *testing.T) {
 		t.Errorf("a backup into another cluster's directory: %+v", b)
 	}
 }
+
+// The same backup and restore through a directory store, as on a PersistentVolumeClaim
+// every instance mounts.
+func TestBackupToAVolume(t *testing.T) {
+	dir := filepath.Join(workDir, "claims", "volume-test")
+	mustMkdir(t, dir, 0o755)
+	chownR(t, dir)
+	c := newCluster(t, 2)
+	c.setConfig("backup", agent.BackupConfig{Store: agent.StoreConfig{Directory: dir, Prefix: c.name}})
+	c.startAll()
+	p, r := c.instances[0], c.instances[1]
+	if err := p.exec("CREATE TABLE t AS SELECT generate_series(1, 500) AS id"); err != nil {
+		t.Fatal(err)
+	}
+	r.waitCount("t", 500, 30*time.Second)
+	if b := r.takeBackup("on-a-volume"); b.Phase != agentapi.BackupCompleted || !strings.HasPrefix(b.Location, dir) {
+		t.Fatalf("backup: %+v", b)
+	}
+	if err := p.exec("INSERT INTO t SELECT generate_series(501, 600)"); err != nil {
+		t.Fatal(err)
+	}
+	p.archiveNow()
+	restored := newCluster(t, 1)
+	restored.setConfig("restore", agent.RestoreConfig{Store: agent.StoreConfig{Directory: dir, Prefix: c.name}})
+	rp := restored.instances[0]
+	rp.start()
+	rp.waitRole(agentapi.RolePrimary, 2, 2*upTimeout)
+	rp.waitCount("t", 600, 10*time.Second)
+}
