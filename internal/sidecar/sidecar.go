@@ -2,6 +2,7 @@
 package sidecar
 
 import (
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -18,6 +19,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/controller/credentials"
 	"github.com/pgpilot/pgpilot/internal/controller/failover"
 	"github.com/pgpilot/pgpilot/internal/controller/primary"
+	"github.com/pgpilot/pgpilot/internal/controller/rollout"
 	"github.com/pgpilot/pgpilot/internal/controller/status"
 )
 
@@ -36,7 +38,7 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// CacheOptions keeps only pgpilot's Pods, Secrets and Leases in the cache (those
+// CacheOptions keeps only pgpilot's Pods, Secrets, Leases and StatefulSets in the cache (those
 // labelled with a cluster), not every one in the cluster.
 func CacheOptions() cache.Options {
 	req, err := labels.NewRequirement(dbv1.LabelCluster, selection.Exists, nil)
@@ -48,6 +50,7 @@ func CacheOptions() cache.Options {
 		&corev1.Pod{}:           labelled,
 		&corev1.Secret{}:        labelled,
 		&coordinationv1.Lease{}: labelled,
+		&appsv1.StatefulSet{}:   labelled,
 	}}
 }
 
@@ -68,6 +71,9 @@ func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
 		return err
 	}
 	if err := backup.NewScheduleReconciler(mgr.GetClient(), recorder, clk, nil).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := rollout.NewRolloutReconciler(mgr.GetClient(), recorder).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return status.NewStatusReconciler(mgr.GetClient(), mgr.GetAPIReader(), clk).SetupWithManager(mgr)

@@ -199,7 +199,17 @@ type cluster struct {
 	sts appsv1.StatefulSet
 	// stopOperator stops the cluster's operator (operated clusters).
 	stopOperator func()
+
+	mu sync.Mutex
+	// revision labels the pods the kubelet stand-in creates, as the StatefulSet
+	// controller labels them with its revision (operated clusters).
+	revision string
+	// restarts are the pods the kubelet stand-in restarted because they were deleted,
+	// in order, with the primary Lease's holder at that moment.
+	restarts []restart
 }
+
+type restart struct{ pod, primary string }
 
 type instance struct {
 	c       *cluster

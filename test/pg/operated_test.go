@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -155,8 +156,10 @@ func (c *cluster) startOperator() {
 }
 
 // kubelet does for the cluster's pods what the StatefulSet controller and the kubelet
-// would: it creates each started instance's pod from the template, sets its IP, and
-// keeps its Ready condition equal to its agent's /readyz, every 100 ms.
+// would: it creates each started instance's pod from the template (labelled with
+// c.revision), sets its IP, and keeps its Ready condition equal to its agent's /readyz,
+// every 100 ms. A pod deleted by someone else restarts: its agent is stopped (SIGTERM)
+// and started again, and the pod is created anew.
 func (c *cluster) kubelet(ctx context.Context) {
 	ready := map[string]bool{}
 	created := map[string]bool{}
@@ -168,8 +171,28 @@ func (c *cluster) kubelet(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
+		var pods corev1.PodList
+		if err := k8s.List(ctx, &pods, client.InNamespace(c.namespace), client.MatchingLabels{dbv1.LabelCluster: c.name}); err != nil {
+			continue
+		}
+		existing := map[string]*corev1.Pod{}
+		for i := range pods.Items {
+			existing[pods.Items[i].Name] = &pods.Items[i]
+		}
 		for _, in := range c.instances {
 			if in.cmd == nil {
+				continue
+			}
+			if p := existing[in.pod]; created[in.pod] && (p == nil || !p.DeletionTimestamp.IsZero()) {
+				if p != nil {
+					_ = k8s.Delete(ctx, p, client.GracePeriodSeconds(0))
+				}
+				c.mu.Lock()
+				c.restarts = append(c.restarts, restart{pod: in.pod, primary: c.holder()})
+				c.mu.Unlock()
+				in.stop()
+				in.start()
+				created[in.pod], created[in.pod+"/status"], ready[in.pod] = false, false, false
 				continue
 			}
 			if !created[in.pod] {
@@ -206,8 +229,17 @@ func (in *instance) readyz(ctx context.Context) bool {
 }
 
 func (c *cluster) createPod(ctx context.Context, in *instance) error {
+	labels := map[string]string{}
+	for k, v := range c.sts.Spec.Template.Labels {
+		labels[k] = v
+	}
+	c.mu.Lock()
+	if c.revision != "" {
+		labels[appsv1.ControllerRevisionHashLabelKey] = c.revision
+	}
+	c.mu.Unlock()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: in.pod, Namespace: c.namespace, Labels: c.sts.Spec.Template.Labels},
+		ObjectMeta: metav1.ObjectMeta{Name: in.pod, Namespace: c.namespace, Labels: labels},
 		Spec:       *c.sts.Spec.Template.Spec.DeepCopy(),
 	}
 	for _, claim := range c.sts.Spec.VolumeClaimTemplates {

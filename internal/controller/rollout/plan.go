@@ -1,0 +1,92 @@
+// Package rollout applies a changed instance template to a cluster's pods. The
+// StatefulSet uses the OnDelete strategy, so nothing restarts a pod by itself: this
+// controller deletes outdated pods one at a time, replicas first, and moves the primary
+// role to an updated replica by a switchover before the old primary restarts.
+package rollout
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Pod is one instance as the plan sees it.
+type Pod struct {
+	Name string
+	// Revision is the pod's controller-revision-hash label.
+	Revision string
+	// Ready is the pod's Ready condition; Terminating a deletion in progress.
+	Ready, Terminating bool
+	// Ordinal is the StatefulSet ordinal.
+	Ordinal int
+}
+
+// Action is what the plan says to do now.
+type Action int
+
+const (
+	// Done: every pod runs the update revision (or there is none to apply).
+	Done Action = iota
+	// Wait: a pod is missing, starting or terminating; one at a time.
+	Wait
+	// DeleteReplica restarts an outdated replica (Target).
+	DeleteReplica
+	// Switchover moves the primary role to an updated ready replica (Target).
+	Switchover
+	// DeletePrimary restarts the primary of a single-instance cluster: there is no
+	// replica to hand the role to, so writes stop while it restarts.
+	DeletePrimary
+)
+
+// Decision is an Action with its pod and a reason for people.
+type Decision struct {
+	Action Action
+	Target string
+	Reason string
+}
+
+// Plan decides the next step of a rollout of updateRevision over pods (replicas is the
+// number the cluster wants; primary the Lease's holder).
+func Plan(pods []Pod, replicas int, primary, updateRevision string) Decision {
+	if updateRevision == "" {
+		return Decision{Action: Done}
+	}
+	var outdated []Pod
+	for _, p := range pods {
+		if p.Revision != updateRevision {
+			outdated = append(outdated, p)
+		}
+	}
+	if len(outdated) == 0 {
+		return Decision{Action: Done}
+	}
+	if len(pods) < replicas {
+		return Decision{Action: Wait, Reason: fmt.Sprintf("%d of %d instances exist", len(pods), replicas)}
+	}
+	for _, p := range pods {
+		if !p.Ready || p.Terminating {
+			return Decision{Action: Wait, Reason: fmt.Sprintf("%s is not ready", p.Name)}
+		}
+	}
+	// Replicas first, from the highest ordinal, like a StatefulSet's own rolling update.
+	sort.Slice(outdated, func(i, j int) bool { return outdated[i].Ordinal > outdated[j].Ordinal })
+	for _, p := range outdated {
+		if p.Name != primary {
+			return Decision{Action: DeleteReplica, Target: p.Name,
+				Reason: fmt.Sprintf("restarting replica %s with the new instance template", p.Name)}
+		}
+	}
+	// Only the primary is left: hand its role to an updated replica first.
+	var updated []Pod
+	for _, p := range pods {
+		if p.Name != primary && p.Revision == updateRevision {
+			updated = append(updated, p)
+		}
+	}
+	if len(updated) == 0 {
+		return Decision{Action: DeletePrimary, Target: primary,
+			Reason: fmt.Sprintf("restarting %s, the only instance, with the new instance template: writes stop until it is back", primary)}
+	}
+	sort.Slice(updated, func(i, j int) bool { return updated[i].Ordinal < updated[j].Ordinal })
+	return Decision{Action: Switchover, Target: updated[0].Name,
+		Reason: fmt.Sprintf("switching over from %s to %s to restart the primary with the new instance template", primary, updated[0].Name)}
+}

@@ -1,0 +1,40 @@
+package rollout
+
+import "testing"
+
+func TestPlan(t *testing.T) {
+	pod := func(name string, ordinal int, rev string) Pod {
+		return Pod{Name: name, Ordinal: ordinal, Revision: rev, Ready: true}
+	}
+	three := func(r0, r1, r2 string) []Pod {
+		return []Pod{pod("db-0", 0, r0), pod("db-1", 1, r1), pod("db-2", 2, r2)}
+	}
+	starting := three("b", "b", "a")
+	starting[2].Ready = false
+	// The update revision is "b" in every case.
+	for _, tc := range []struct {
+		name     string
+		pods     []Pod
+		replicas int
+		primary  string
+		want     Decision
+	}{
+		{"every pod updated", three("b", "b", "b"), 3, "db-1", Decision{Action: Done}},
+		{"the highest replica first", three("a", "a", "a"), 3, "db-0", Decision{Action: DeleteReplica, Target: "db-2"}},
+		{"a replica starting", starting, 3, "db-0", Decision{Action: Wait}},
+		{"a pod missing", three("b", "a", "a")[:2], 3, "db-0", Decision{Action: Wait}},
+		{"the next replica", three("a", "a", "b"), 3, "db-0", Decision{Action: DeleteReplica, Target: "db-1"}},
+		{"the primary last, by a switchover", three("a", "b", "b"), 3, "db-0", Decision{Action: Switchover, Target: "db-1"}},
+		{"the old primary is a replica now", three("a", "b", "b"), 3, "db-1", Decision{Action: DeleteReplica, Target: "db-0"}},
+		{"the primary at another ordinal", three("b", "a", "a"), 3, "db-2", Decision{Action: DeleteReplica, Target: "db-1"}},
+		{"one instance", []Pod{pod("db-0", 0, "a")}, 1, "db-0", Decision{Action: DeletePrimary, Target: "db-0"}},
+	} {
+		got := Plan(tc.pods, tc.replicas, tc.primary, "b")
+		if got.Action != tc.want.Action || got.Target != tc.want.Target {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+	if got := Plan(three("a", "a", "a"), 3, "db-0", ""); got.Action != Done {
+		t.Errorf("no update revision: %+v", got)
+	}
+}
