@@ -111,6 +111,16 @@ docker-build: ## Build the operator image IMG.
 docker-push: ## Push the operator image IMG.
 	docker push $(IMG)
 
+##@ Images
+
+.PHONY: image-operator
+image-operator: ## Build the operator image as a tarball in $PGPILOT_CACHE/images, without Docker; print it and its reference.
+	@VERSION=$(VERSION) bash hack/images/operator.sh
+
+.PHONY: image-postgres
+image-postgres: ## Build (once per Debian version) the PostgreSQL 15 image pgpilot-postgres:15 as a tarball; root to build.
+	@bash hack/images/postgres.sh
+
 ##@ Bundle and catalog
 
 .PHONY: bundle

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# make e2e: builds the images and the local cluster (cached), deploys pgpilot, runs
+# test/e2e inside the cluster's network namespace, tears the cluster down and checks that
+# nothing of it is left on the machine. Exit status: the tests', or the cleanliness
+# check's when the tests passed.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+# Every test cluster takes local volumes that are released, not reused, after it goes.
+export PGPILOT_LC_PVS=${PGPILOT_LC_PVS:-24}
+
+step "Building the e2e test binary"
+bin=$REPO_ROOT/bin/e2e.test
+(cd "$REPO_ROOT" && go test -tags e2e -c -o "$bin" ./test/e2e/)
+
+build_images
+cluster_up
+status=0
+load_images && deploy_operator || status=$?
+if ((status == 0)); then
+  step "Running the e2e tests"
+  E2E_PG_MAJOR=$E2E_PG_MAJOR bash "$LC/exec.sh" "$bin" -test.v -test.timeout 45m ${E2E_RUN:+-test.run "$E2E_RUN"} || status=$?
+fi
+if [[ ${E2E_KEEP:-} == 1 ]]; then
+  step "E2E_KEEP=1: leaving the cluster up (make demo-down removes it)"
+  exit "$status"
+fi
+step "Tearing the cluster down"
+bash "$LC/down.sh" || status=$((status ? status : 1))
+bash "$LC/check-clean.sh" || status=$((status ? status : 1))
+exit "$status"

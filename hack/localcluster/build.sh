@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Builds, once, everything the local cluster runs, into $PGPILOT_CACHE/localcluster/
+# (keyed by version), and installs the Debian packages it needs:
+#
+#   k8s-v1.32.0/     kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl
+#   etcd-v3.5.17/    etcd
+#   coredns-v1.11.4/ coredns
+#   images/          pause and busybox image tarballs (built here, no registry)
+#   tools/           imgpack, the image tarball writer (./imgpack)
+#
+# There is no download site for Kubernetes binaries here: they are built from the Go
+# module proxy like hack/control-plane.sh does, whose kube-apiserver, kubectl and etcd
+# are reused. A second run finds everything and returns in well under a second.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+# Debian packages: the container runtime, CNI plugins, iptables for kubelet and
+# kube-proxy, openssl for the certificates, and a static busybox for a test image.
+PACKAGES=(containerd runc containernetworking-plugins iptables openssl busybox-static)
+
+install_packages() {
+  local missing=() p
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+  done
+  ((${#missing[@]} == 0)) && return 0
+  [[ $(id -u) == 0 ]] || die "missing packages ${missing[*]}: run as root, or apt-get install them"
+  log "installing ${missing[*]} with apt-get (seconds, once)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 ||
+    { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends "${missing[@]}" >&2; }
+}
+
+# scratch_module DIR NAME: a throwaway module for building another project's commands.
+scratch_module() {
+  mkdir -p "$1"
+  (cd "$1" && go mod init "$2" >/dev/null 2>&1)
+}
+
+k8s_ldflags() {
+  local minor=${K8S_VERSION#*.} pkg flags="-s -w"
+  minor=${minor%%.*}
+  # Without these the binaries report v0.0.0 and version checks (Helm's kubeVersion,
+  # kubelet/apiserver skew) fail.
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    flags+=" -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    flags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  echo "$flags"
+}
+
+build_kubernetes() {
+  local bins=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl) b missing=0
+  for b in "${bins[@]}"; do [[ -x $LC_K8S_BIN/$b ]] || missing=1; done
+  ((missing)) || return 0
+  mkdir -p "$LC_K8S_BIN"
+
+  # kube-apiserver and kubectl: the ones hack/control-plane.sh builds for envtest.
+  local cp
+  cp=$(K8S_VERSION=$K8S_VERSION ETCD_VERSION=$ETCD_VERSION bash "$REPO_ROOT/hack/control-plane.sh")
+  for b in kube-apiserver kubectl; do
+    ln -f "$cp/$b" "$LC_K8S_BIN/$b" 2>/dev/null || cp -f "$cp/$b" "$LC_K8S_BIN/$b"
+  done
+
+  local rest=() cmds=()
+  for b in kube-controller-manager kube-scheduler kubelet kube-proxy; do
+    [[ -x $LC_K8S_BIN/$b ]] || { rest+=("$b"); cmds+=("k8s.io/kubernetes/cmd/$b"); }
+  done
+  ((${#rest[@]})) || return 0
+  log "building ${rest[*]} v$K8S_VERSION (about 3 minutes on 2 cores, once)"
+  local work=$WORK/k8s
+  scratch_module "$work" pgpilot.local/localcluster-k8s
+  (
+    cd "$work"
+    local modfile
+    modfile=$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')
+    # k8s.io/kubernetes replaces its staging modules with local paths; pin each one to the
+    # published v0.<minor>.<patch> instead.
+    awk -v v="v0.${K8S_VERSION#*.}" '$2 == "=>" && $3 ~ /^\.\/staging\// { print "replace " $1 " => " $1 " " v }' \
+      "$modfile" >>go.mod
+    {
+      printf '//go:build tools\n\npackage tools\n\nimport (\n'
+      printf '\t_ "%s"\n' "${cmds[@]}"
+      printf ')\n'
+    } >tools.go
+    go get "k8s.io/kubernetes@v$K8S_VERSION" >/dev/null 2>&1 || go get "k8s.io/kubernetes@v$K8S_VERSION"
+    go mod tidy -e >/dev/null 2>&1 || true
+    # One go build for all of them: the shared packages compile once.
+    CGO_ENABLED=0 go build -trimpath -ldflags "$(k8s_ldflags)" -o "$work/bin/" "${cmds[@]}"
+  )
+  for b in "${rest[@]}"; do mv -f "$work/bin/$b" "$LC_K8S_BIN/$b"; done
+  "$LC_K8S_BIN/kubelet" --version >&2
+}
+
+build_etcd() {
+  [[ -x $LC_ETCD_BIN/etcd ]] && return 0
+  local cp
+  cp=$(K8S_VERSION=$K8S_VERSION ETCD_VERSION=$ETCD_VERSION bash "$REPO_ROOT/hack/control-plane.sh")
+  mkdir -p "$LC_ETCD_BIN"
+  ln -f "$cp/etcd" "$LC_ETCD_BIN/etcd" 2>/dev/null || cp -f "$cp/etcd" "$LC_ETCD_BIN/etcd"
+}
+
+build_coredns() {
+  [[ -x $LC_COREDNS_BIN/coredns ]] && return 0
+  log "building CoreDNS v$COREDNS_VERSION (about 90 seconds, once)"
+  local work=$WORK/coredns
+  scratch_module "$work" pgpilot.local/localcluster-coredns
+  (
+    cd "$work"
+    printf '//go:build tools\n\npackage tools\n\nimport _ "github.com/coredns/coredns"\n' >tools.go
+    go get "github.com/coredns/coredns@v$COREDNS_VERSION" >/dev/null 2>&1 || go get "github.com/coredns/coredns@v$COREDNS_VERSION"
+    go mod tidy >/dev/null 2>&1 || go mod tidy
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/coredns" github.com/coredns/coredns
+  )
+  mkdir -p "$LC_COREDNS_BIN"
+  mv -f "$work/coredns" "$LC_COREDNS_BIN/coredns"
+}
+
+# The helpers under hack/localcluster are a module of their own (go-containerregistry is
+# no dependency of the product). They are rebuilt when their sources change.
+build_tools() {
+  local sum
+  sum=$(cat "$LC_DIR/go.mod" "$LC_DIR/go.sum" "$LC_DIR"/imgpack/*.go "$LC_DIR"/pause/*.go | sha256sum | cut -c1-16)
+  TOOLS_DIR=$LC_TOOLS/$sum
+  [[ -x $TOOLS_DIR/imgpack && -x $TOOLS_DIR/pause ]] && return 0
+  log "building the image helpers (seconds)"
+  mkdir -p "$TOOLS_DIR"
+  (cd "$LC_DIR" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$TOOLS_DIR/" ./imgpack ./pause)
+}
+
+build_images() {
+  mkdir -p "$LC_IMAGES"
+  local stamp=$LC_IMAGES/.tools
+  # Rebuild the images when the helpers changed (a new pause binary, say).
+  if [[ $(cat "$stamp" 2>/dev/null) != "$TOOLS_DIR" ]]; then
+    rm -f "$LC_IMAGES/pause-3.10.tar" "$BUSYBOX_IMAGE_TAR"
+  fi
+  if [[ $PAUSE_IMAGE_TAR == "$LC_IMAGES/pause-3.10.tar" && ! -s $PAUSE_IMAGE_TAR ]]; then
+    log "writing the pause image $PAUSE_IMAGE"
+    "$TOOLS_DIR/imgpack" -o "$PAUSE_IMAGE_TAR" -tag "$PAUSE_IMAGE" -entrypoint /pause \
+      -user 65535:65535 "/pause=$TOOLS_DIR/pause"
+  fi
+  if [[ ! -s $BUSYBOX_IMAGE_TAR ]]; then
+    log "writing the busybox image $BUSYBOX_IMAGE (Debian's static busybox)"
+    local links=() applet
+    for applet in $(/bin/busybox --list); do
+      [[ $applet == busybox ]] || links+=("/bin/$applet->busybox")
+    done
+    "$TOOLS_DIR/imgpack" -o "$BUSYBOX_IMAGE_TAR" -tag "$BUSYBOX_IMAGE" -cmd sh -env PATH=/bin \
+      /bin/busybox=/bin/busybox /tmp/ /etc/ "${links[@]}"
+  fi
+  echo "$TOOLS_DIR" >"$stamp"
+}
+
+main() {
+  install_packages
+  mkdir -p "$LC_CACHE"
+  WORK=$(mktemp -d "$LC_CACHE/build.XXXXXX")
+  trap 'rm -rf "$WORK"' EXIT
+  build_kubernetes
+  build_etcd
+  build_coredns
+  build_tools
+  build_images
+}
+
+main "$@"
