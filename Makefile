@@ -84,7 +84,10 @@ s3server: ## Build (once) the versitygw S3 server the backup store's tests run.
 	@bash hack/versitygw.sh >/dev/null
 
 .PHONY: test
-test: vet control-plane postgres s3server ## Run every test: unit, chart, integration on a real kube-apiserver + etcd, and real PostgreSQL.
+test: test-quick e2e ## Run every test: test-quick, then e2e on a real local Kubernetes node (root).
+
+.PHONY: test-quick
+test-quick: vet control-plane postgres s3server ## Unit, chart, integration on a real kube-apiserver + etcd, and real PostgreSQL (no root needed once PostgreSQL is installed).
 	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -timeout 20m ./...
 
 .PHONY: bench
@@ -120,6 +123,24 @@ image-operator: ## Build the operator image as a tarball in $PGPILOT_CACHE/image
 .PHONY: image-postgres
 image-postgres: ## Build (once per Debian version) the PostgreSQL 15 image pgpilot-postgres:15 as a tarball; root to build.
 	@bash hack/images/postgres.sh
+
+##@ Local cluster and end to end (root: network namespaces, mounts, cgroups)
+
+.PHONY: demo
+demo: ## Bring up a local single-node Kubernetes cluster, deploy pgpilot and the example cluster; leave it running.
+	@bash hack/e2e/demo.sh
+
+.PHONY: demo-down
+demo-down: ## Stop the local cluster and remove everything it made (make demo's and make e2e's).
+	@bash hack/localcluster/down.sh
+
+.PHONY: e2e
+e2e: ## Run test/e2e on a fresh local cluster, then tear it down and check nothing is left (E2E_RUN=regexp, E2E_KEEP=1).
+	@bash hack/e2e/run.sh
+
+.PHONY: localcluster
+localcluster: ## Build (once) and start the local cluster alone; prints its kubeconfig (use it through hack/localcluster/exec.sh).
+	@bash hack/localcluster/up.sh
 
 ##@ Bundle and catalog
 

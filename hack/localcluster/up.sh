@@ -67,6 +67,11 @@ make_netns() {
   # The API server cannot advertise a loopback address and pods cannot reach the host's
   # 127.0.0.1, so the node gets an address of its own; a /32 on lo needs no other device.
   ip -n "$LC_NETNS" addr add "$LC_NODE_IP/32" dev lo
+  # The namespace has no default route, and a connection is routed before kube-proxy's
+  # OUTPUT rules rewrite a Service IP to a pod's: without a route for the Service range,
+  # Service IPs would be unreachable from the node (the tests, kubectl port-forward-free
+  # psql) while pods, whose default route is the bridge, reach them.
+  ip -n "$LC_NETNS" route add "$LC_SVC_CIDR" dev lo src "$LC_NODE_IP"
   # Per-namespace sysctls: forwarding between pods and the node, bridged traffic through
   # iptables for Services. Neither touches the host's network.
   in_netns sysctl -q -w net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
@@ -209,6 +214,12 @@ start_controllers() {
 
 # --- node -----------------------------------------------------------------------------
 
+# can_lower_oom_score: whether this process may lower an oom_score_adj (CAP_SYS_RESOURCE),
+# tried in a child so nothing of ours changes.
+can_lower_oom_score() {
+  bash -c 'echo $(($(cat /proc/self/oom_score_adj) - 1)) >/proc/self/oom_score_adj' 2>/dev/null
+}
+
 # The kubelet's cgroups live under /pgpilot-lc in every hierarchy (cgroupRoot), so
 # teardown removes exactly that subtree. kubelet wants the root to exist already.
 make_cgroups() {
@@ -226,6 +237,8 @@ make_cgroups() {
 
 start_containerd() {
   log "starting containerd (its own root, state and socket under $LC_RUN/containerd)"
+  local RESTRICT_OOM=false
+  can_lower_oom_score || RESTRICT_OOM=true
   mkdir -p "$LC_RUN/containerd" "$LC_RUN/cni/net.d" "$LC_RUN/cni/ipam"
   cat >"$CFG/containerd.toml" <<EOF
 version = 2
@@ -248,6 +261,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$PAUSE_IMAGE"
   disable_apparmor = true
+  # kubelet asks for oom_score_adj -998 (pause) and -997 (Guaranteed pods); lowering it
+  # below the caller's needs CAP_SYS_RESOURCE, which some sandboxes (this workplace's
+  # among them) do not grant even to root, and runc then fails every sandbox with "can't
+  # get final child's PID from pipe". This clamps the values at containerd's own.
+  restrict_oom_score_adj = $RESTRICT_OOM
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
 

@@ -10,18 +10,19 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/sidecar"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
@@ -205,118 +206,155 @@ func (d *db) dump() {
 	}
 }
 
-// The example comes up: three ready pods, running as non-root under the restricted
-// profile, a primary and two streaming replicas; a write through -rw is read through -ro.
-func TestExampleComesUp(t *testing.T) {
-	d := newDB(t, 3)
-	start := time.Now()
-	pgc := d.waitHealthy(3, 10*time.Minute)
-	t.Logf("Healthy %s after creation; primary %s", time.Since(start).Round(time.Second), pgc.Status.CurrentPrimary)
-	roles := map[string]int{}
-	for _, p := range d.pods() {
-		roles[p.Labels[dbv1.LabelRole]]++
-		sc := p.Spec.SecurityContext
-		if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
-			t.Errorf("pod %s does not run as non-root", p.Name)
-		}
+func (d *db) pod(name string) corev1.Pod {
+	d.t.Helper()
+	var p corev1.Pod
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: d.ns, Name: name}, &p); err != nil {
+		d.t.Fatal(err)
 	}
-	if roles[dbv1.RolePrimary] != 1 || roles[dbv1.RoleReplica] != 2 {
-		t.Errorf("roles %v, want one primary and two replicas", roles)
-	}
-	if err := d.exec("rw", "CREATE TABLE t (id bigserial PRIMARY KEY, v text)"); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.exec("rw", "INSERT INTO t (v) SELECT 'x' FROM generate_series(1, 100)"); err != nil {
-		t.Fatal(err)
-	}
-	d.waitCount("ro", "t", 100, time.Minute)
-	if err := d.exec("ro", "INSERT INTO t (v) VALUES ('no')"); err == nil {
-		t.Error("a write through -ro succeeded")
-	}
+	return p
 }
 
-// Deleting the primary's pod fails over: a replica takes writes through -rw, and the
-// old primary's pod comes back as a replica.
-func TestPrimaryPodDeletedFailsOver(t *testing.T) {
-	d := newDB(t, 3, func(c *dbv1.PostgresCluster) { c.Spec.PostgreSQL.SynchronousReplicas = 1 })
-	pgc := d.waitHealthy(3, 10*time.Minute)
-	old := pgc.Status.CurrentPrimary
-	if err := d.exec("rw", "CREATE TABLE t (id bigserial PRIMARY KEY)"); err != nil {
-		t.Fatal(err)
+// agentStatus asks an instance's agent for its /status at the pod's IP (the tests run in
+// the node's network namespace, which reaches pod IPs).
+func (d *db) agentStatus(name string) (agentapi.Status, error) {
+	var p corev1.Pod
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: d.ns, Name: name}, &p); err != nil {
+		return agentapi.Status{}, err
 	}
-	acknowledged := 0
-	for range 200 {
-		if err := d.exec("rw", "INSERT INTO t DEFAULT VALUES"); err == nil {
-			acknowledged++
-		}
+	if p.Status.PodIP == "" {
+		return agentapi.Status{}, fmt.Errorf("pod %s has no IP yet", name)
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: d.ns, Name: old}}
-	deleted := time.Now()
-	if err := k8s.Delete(context.Background(), pod); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 2*time.Minute, func() error { return d.exec("rw", "INSERT INTO t DEFAULT VALUES") })
-	acknowledged++
-	t.Logf("first write through -rw %s after deleting the primary's pod", time.Since(deleted).Round(10*time.Millisecond))
-	now := d.waitHealthy(3, 5*time.Minute)
-	if now.Status.CurrentPrimary == old {
-		// The pod was back before the failover delay ran out: it restarted as primary.
-		t.Logf("%s came back as primary before a failover was needed", old)
-	}
-	n, err := d.count("rw", "t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n < int64(acknowledged) {
-		t.Errorf("%d rows, %d writes acknowledged: synchronous mode lost some", n, acknowledged)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	return agentapi.NewClient(agentapi.BaseURL(p.Status.PodIP), "", nil).Status(ctx)
 }
 
-// Scaling up adds streaming replicas, scaling down removes the highest ordinals and
-// keeps their volumes.
-func TestScale(t *testing.T) {
-	d := newDB(t, 3)
-	d.waitHealthy(3, 10*time.Minute)
-	for _, n := range []int32{5, 2} {
-		pgc := d.cluster()
-		pgc.Spec.Replicas = n
-		if err := k8s.Update(context.Background(), &pgc); err != nil {
-			t.Fatal(err)
+// waitStreaming waits until the primary reports n standbys streaming from it.
+func (d *db) waitStreaming(n int, timeout time.Duration) {
+	d.t.Helper()
+	testutil.Eventually(d.t, timeout, func() error {
+		primary := d.cluster().Status.CurrentPrimary
+		st, err := d.agentStatus(primary)
+		if err != nil {
+			return err
 		}
-		d.waitHealthy(n, 10*time.Minute)
-	}
-	var pvcs corev1.PersistentVolumeClaimList
-	if err := k8s.List(context.Background(), &pvcs, client.InNamespace(d.ns)); err != nil {
-		t.Fatal(err)
-	}
-	if len(pvcs.Items) != 5 {
-		t.Errorf("%d volume claims after scaling 3 → 5 → 2, want 5 (scale-down keeps volumes)", len(pvcs.Items))
-	}
-}
-
-// Deleting a cluster keeps its volumes.
-func TestDeletedClusterKeepsItsVolumes(t *testing.T) {
-	d := newDB(t, 1)
-	d.waitHealthy(1, 10*time.Minute)
-	pgc := d.cluster()
-	if err := k8s.Delete(context.Background(), &pgc); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 2*time.Minute, func() error {
-		err := k8s.Get(context.Background(), client.ObjectKey{Namespace: d.ns, Name: d.name}, &pgc)
-		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("the cluster is still there: %v", err)
+		streaming := 0
+		for _, r := range st.Replicas {
+			if r.State == "streaming" {
+				streaming++
+			}
 		}
-		if pods := d.pods(); len(pods) > 0 {
-			return fmt.Errorf("%d pods left", len(pods))
+		if st.Role != agentapi.RolePrimary || streaming != n {
+			return fmt.Errorf("%s is %s with %d standbys streaming (%+v), want primary with %d", primary, st.Role, streaming, st.Replicas, n)
 		}
 		return nil
 	})
-	var pvcs corev1.PersistentVolumeClaimList
-	if err := k8s.List(context.Background(), &pvcs, client.InNamespace(d.ns)); err != nil {
-		t.Fatal(err)
+}
+
+// writes counts the inserts into table t that the primary acknowledged.
+type writes struct {
+	d     *db
+	acked int64
+}
+
+func (d *db) newTable() *writes {
+	d.t.Helper()
+	if err := d.exec("rw", "CREATE TABLE t (id bigserial PRIMARY KEY, at timestamptz DEFAULT now())"); err != nil {
+		d.t.Fatal(err)
 	}
-	if len(pvcs.Items) != 1 {
-		t.Errorf("%d volume claims after deleting the cluster, want 1", len(pvcs.Items))
+	return &writes{d: d}
+}
+
+// insert writes n rows one transaction each through -rw and fails the test on an error.
+func (w *writes) insert(n int) {
+	w.d.t.Helper()
+	for range n {
+		if err := w.d.exec("rw", "INSERT INTO t DEFAULT VALUES"); err != nil {
+			w.d.t.Fatal(err)
+		}
+		w.acked++
+	}
+}
+
+// untilWritable retries one insert through -rw until it is acknowledged and returns how
+// long that took from since.
+func (w *writes) untilWritable(since time.Time, timeout time.Duration) time.Duration {
+	w.d.t.Helper()
+	testutil.Eventually(w.d.t, timeout, func() error { return w.d.exec("rw", "INSERT INTO t DEFAULT VALUES") })
+	w.acked++
+	return time.Since(since)
+}
+
+// check asserts that every acknowledged row is on the primary and, once replicated, on
+// the replicas behind -ro.
+func (w *writes) check() {
+	w.d.t.Helper()
+	n, err := w.d.count("rw", "t")
+	if err != nil {
+		w.d.t.Fatal(err)
+	}
+	if n < w.acked {
+		w.d.t.Fatalf("%d rows through -rw, %d writes acknowledged: acknowledged writes were lost", n, w.acked)
+	}
+	w.d.waitCount("ro", "t", n, time.Minute)
+}
+
+// postmasters returns the PIDs of the postmasters running in pod's containers: postgres
+// processes of the pod's cgroup whose parent is not postgres. The tests run as root in
+// the host's PID namespace.
+func postmasters(pod corev1.Pod) ([]int, error) {
+	uid := string(pod.UID)
+	under := strings.ReplaceAll(uid, "-", "_")
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || comm(pid) != "postgres" {
+			continue
+		}
+		cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if err != nil || !(strings.Contains(string(cg), "pod"+uid) || strings.Contains(string(cg), "pod"+under)) {
+			continue
+		}
+		if comm(ppid(pid)) == "postgres" {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}
+
+func comm(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return strings.TrimSpace(string(b))
+}
+
+func ppid(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid ...: comm may hold spaces, so read after the last ')'.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
+}
+
+// update changes the cluster's spec with a merge patch (no conflict with the operator's
+// status writes).
+func (d *db) update(change func(*dbv1.PostgresCluster)) {
+	d.t.Helper()
+	pgc := d.cluster()
+	patch := client.MergeFrom(pgc.DeepCopy())
+	change(&pgc)
+	if err := k8s.Patch(context.Background(), &pgc, patch); err != nil {
+		d.t.Fatal(err)
 	}
 }

@@ -1,0 +1,206 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/test/testutil"
+)
+
+// One synchronous 3-instance cluster goes through what a primary lives through on a
+// real node, in turn: its pod is deleted; its postgres keeps dying; a switchover; a
+// rolling update. After each, a primary takes writes through -rw, every acknowledged
+// row is still there, and the cluster is Healthy with the old primary back as a replica.
+func TestPrimaryFailures(t *testing.T) {
+	d := newDB(t, 3, func(c *dbv1.PostgresCluster) { c.Spec.PostgreSQL.SynchronousReplicas = 1 })
+	d.waitHealthy(3, 10*time.Minute)
+	d.waitStreaming(2, time.Minute)
+	w := d.newTable()
+	w.insert(100)
+
+	// recovered waits for three Healthy instances with old among the replicas, and checks
+	// the rows.
+	recovered := func(old string) {
+		t.Helper()
+		testutil.Eventually(t, 5*time.Minute, func() error {
+			pgc := d.cluster()
+			if pgc.Status.Phase != dbv1.PhaseHealthy || pgc.Status.ReadyInstances != 3 {
+				return fmt.Errorf("phase %s, %d ready", pgc.Status.Phase, pgc.Status.ReadyInstances)
+			}
+			if role := d.pod(old).Labels[dbv1.LabelRole]; role != dbv1.RoleReplica {
+				return fmt.Errorf("the old primary %s is %q, not yet a replica again", old, role)
+			}
+			return nil
+		})
+		d.waitStreaming(2, 2*time.Minute)
+		w.insert(10)
+		w.check()
+	}
+
+	t.Log("deleting the primary's pod")
+	old := d.cluster().Status.CurrentPrimary
+	deleted := time.Now()
+	if err := k8s.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: d.ns, Name: old}}); err != nil {
+		t.Fatal(err)
+	}
+	took := w.untilWritable(deleted, 2*time.Minute)
+	now := d.waitNewPrimary(old, time.Minute)
+	t.Logf("pod deleted: %s took writes through -rw %s after %s's pod was deleted", now, took.Round(10*time.Millisecond), old)
+	recovered(old)
+
+	t.Log("killing the primary's postmaster every time it starts")
+	old = d.cluster().Status.CurrentPrimary
+	killed := time.Now()
+	kills := d.killPostgresUntilFailover(old, 2*time.Minute)
+	took = w.untilWritable(killed, 2*time.Minute)
+	now = d.cluster().Status.CurrentPrimary
+	t.Logf("postgres killed %d times: %s took writes through -rw %s after the first kill", kills, now, took.Round(10*time.Millisecond))
+	recovered(old)
+
+	old = d.cluster().Status.CurrentPrimary
+	target := ""
+	for _, p := range d.pods() {
+		if p.Name != old {
+			target = p.Name
+		}
+	}
+	t.Logf("switching over from %s to %s", old, target)
+	asked := time.Now()
+	d.update(func(c *dbv1.PostgresCluster) { c.Annotations = map[string]string{dbv1.AnnotationSwitchoverTo: target} })
+	testutil.Eventually(t, 2*time.Minute, func() error {
+		pgc := d.cluster()
+		if _, pending := pgc.Annotations[dbv1.AnnotationSwitchoverTo]; pending || pgc.Status.CurrentPrimary != target {
+			return fmt.Errorf("primary %s, annotations %v", pgc.Status.CurrentPrimary, pgc.Annotations)
+		}
+		return nil
+	})
+	took = w.untilWritable(asked, time.Minute)
+	t.Logf("switchover: %s took writes through -rw %s after it was asked", target, took.Round(10*time.Millisecond))
+	recovered(old)
+
+	d.rollingUpdate(w)
+}
+
+// waitNewPrimary waits until the cluster's primary is another pod than old, and returns it.
+func (d *db) waitNewPrimary(old string, timeout time.Duration) string {
+	d.t.Helper()
+	var now string
+	testutil.Eventually(d.t, timeout, func() error {
+		now = d.cluster().Status.CurrentPrimary
+		if now == old || now == "" {
+			return fmt.Errorf("the primary is still %q", now)
+		}
+		return nil
+	})
+	return now
+}
+
+// killPostgresUntilFailover sends SIGKILL to the postmaster of pod each time its agent
+// starts one, as a postgres that crashes at every start would, until the cluster has
+// another primary. A single crash is repaired in place (the agent restarts postgres at
+// once, faster than a failover); a primary that cannot stay up is replaced. Returns how
+// many postmasters it killed.
+func (d *db) killPostgresUntilFailover(name string, timeout time.Duration) int {
+	d.t.Helper()
+	pod := d.pod(name)
+	kills := 0
+	deadline := time.Now().Add(timeout)
+	for {
+		pids, err := postmasters(pod)
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		for _, pid := range pids {
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				kills++
+			}
+		}
+		if now := d.cluster().Status.CurrentPrimary; now != name && now != "" {
+			if kills == 0 {
+				d.t.Fatalf("the primary moved from %s to %s before any postmaster was killed", name, now)
+			}
+			return kills
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("after %s and %d kills %s is still the primary", timeout, kills, name)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// rollingUpdate changes the instances' resources and checks that pgpilot restarts the
+// pods one at a time, the replicas first and the primary (after a switchover) last.
+func (d *db) rollingUpdate(w *writes) {
+	t := d.t
+	t.Helper()
+	primary := d.cluster().Status.CurrentPrimary
+	uids := map[string]string{}
+	for _, p := range d.pods() {
+		uids[p.Name] = string(p.UID)
+	}
+	t.Logf("changing the resources: a rolling update with %s as the primary", primary)
+	d.update(func(c *dbv1.PostgresCluster) {
+		c.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m")}
+	})
+	var order []string
+	start := time.Now()
+	testutil.Eventually(t, 10*time.Minute, func() error {
+		for _, p := range d.pods() {
+			if uids[p.Name] != string(p.UID) && !slices.Contains(order, p.Name) {
+				order = append(order, p.Name)
+			}
+		}
+		var sts appsv1.StatefulSet
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: d.ns, Name: d.name}, &sts); err != nil {
+			return err
+		}
+		for _, p := range d.pods() {
+			if p.Labels[appsv1.ControllerRevisionHashLabelKey] != sts.Status.UpdateRevision {
+				return fmt.Errorf("pod %s runs revision %s, not %s; restarted so far: %v", p.Name,
+					p.Labels[appsv1.ControllerRevisionHashLabelKey], sts.Status.UpdateRevision, order)
+			}
+		}
+		if len(order) != 3 {
+			return fmt.Errorf("restarted so far: %v", order)
+		}
+		pgc := d.cluster()
+		if pgc.Status.Phase != dbv1.PhaseHealthy || pgc.Status.ReadyInstances != 3 {
+			return fmt.Errorf("phase %s, %d ready", pgc.Status.Phase, pgc.Status.ReadyInstances)
+		}
+		return nil
+	})
+	t.Logf("rolling update: pods restarted in the order %v in %s", order, time.Since(start).Round(time.Second))
+	if order[2] != primary {
+		t.Errorf("restart order %v: the primary %s was not last", order, primary)
+	}
+	if now := d.cluster().Status.CurrentPrimary; now == primary {
+		t.Errorf("%s is still the primary after the rolling update: it was restarted without a switchover", now)
+	}
+	for _, p := range d.pods() {
+		var requested resource.Quantity
+		for _, c := range p.Spec.Containers {
+			if q, ok := c.Resources.Requests[corev1.ResourceCPU]; ok {
+				requested = q
+			}
+		}
+		if requested.Cmp(resource.MustParse("50m")) != 0 {
+			t.Errorf("pod %s requests cpu %s after the rolling update, want 50m", p.Name, requested.String())
+		}
+	}
+	d.waitStreaming(2, 2*time.Minute)
+	w.insert(10)
+	w.check()
+}
