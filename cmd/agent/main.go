@@ -39,6 +39,10 @@ func main() {
 		}
 		err = install(os.Args[2])
 	case "run":
+		// As PID 1, a minimal init runs the agent as its child and reaps orphans.
+		if code, isInit := agent.RunAsInit(); isInit {
+			os.Exit(code)
+		}
 		err = run(os.Args[2:])
 	case "archive-wal":
 		err = archiveWAL(os.Args[2:])
@@ -112,7 +116,6 @@ func run(args []string) error {
 	_ = fs.Parse(args)
 	log := zap.New(zap.UseFlagOptions(&zopts)).WithValues("pod", cfg.PodName)
 	ctrl.SetLogger(log)
-	agent.StartReaper()
 
 	if cfg.PodName == "" || cfg.Namespace == "" {
 		return fmt.Errorf("the pod name and namespace are required (POD_NAME and POD_NAMESPACE, or --pod-name and --namespace)")

@@ -26,6 +26,6 @@ if [[ ${E2E_KEEP:-} == 1 ]]; then
   exit "$status"
 fi
 step "Tearing the cluster down"
+# down.sh ends with check-clean.sh and fails when anything of the cluster is left.
 bash "$LC/down.sh" || status=$((status ? status : 1))
-bash "$LC/check-clean.sh" || status=$((status ? status : 1))
 exit "$status"

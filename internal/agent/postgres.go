@@ -249,13 +249,12 @@ func (p *Postgres) Start() (*Process, error) {
 	// Its own process group: a terminal's Ctrl-C or a signal to the agent's group does
 	// not reach postgres behind the agent's back; the agent decides how it stops.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := startTracked(cmd); err != nil {
+	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting postgres: %w", err)
 	}
 	proc := &Process{cmd: cmd, done: make(chan struct{}), Started: time.Now(), tail: tail}
 	go func() {
 		proc.err = cmd.Wait()
-		untrack(cmd)
 		close(proc.done)
 	}()
 	return proc, nil

@@ -1,89 +1,77 @@
 package agent
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"os/signal"
-	"sync"
 	"syscall"
-	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// The agent is PID 1 of its container: orphans (a backend left behind by a postmaster
-// killed with -9, say) are re-parented to it and must be reaped, or they stay zombies.
-// Children the agent started itself are reaped by their exec.Cmd.Wait; the reaper only
-// reaps pids it does not track, looking with WNOWAIT before it reaps.
+// The agent is PID 1 of its container: orphans (the backends of a postmaster killed with
+// -9, the children of a dead pg_basebackup) are re-parented to PID 1 and must be reaped,
+// or they stay zombies. A PID 1 that reaps with wait(-1) also steals the exit statuses of
+// the children it starts itself (postgres, initdb, pg_basebackup, pg_rewind ...): their
+// exec.Cmd.Wait then fails with "no child processes". So PID 1 is split in two, as tini
+// and dumb-init do: a minimal init that only starts the agent again as its one child,
+// forwards signals to it and reaps everything, and the agent proper, which is not PID 1
+// and waits for its own children undisturbed.
 
-var tracked = struct {
-	sync.Mutex
-	pids map[int]bool
-}{pids: map[int]bool{}}
+// forwarded are the signals the init passes on to the agent: what a container runtime,
+// kubelet or a person sends to stop or poke it.
+var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2}
 
-// startTracked starts cmd and records its pid before the reaper can look at it.
-func startTracked(cmd *exec.Cmd) error {
-	tracked.Lock()
-	defer tracked.Unlock()
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	tracked.pids[cmd.Process.Pid] = true
-	return nil
-}
-
-func untrack(cmd *exec.Cmd) {
-	tracked.Lock()
-	delete(tracked.pids, cmd.Process.Pid)
-	tracked.Unlock()
-}
-
-// StartReaper reaps orphaned children while the agent runs as PID 1; elsewhere the
-// kernel re-parents orphans to the real init and it does nothing.
-func StartReaper() {
+// RunAsInit makes this process the container's init when it is PID 1: it runs the same
+// command line again as its child and returns that child's exit code with ok true once
+// the child has exited. When this process is not PID 1 it does nothing and returns ok
+// false: the caller is the agent proper.
+func RunAsInit() (code int, ok bool) {
 	if os.Getpid() != 1 {
-		return
+		return 0, false
 	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGCHLD)
+	self, err := os.Executable()
+	if err != nil {
+		os.Stderr.WriteString("agent init: finding the agent binary: " + err.Error() + "\n")
+		return 1, true
+	}
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	cmd := exec.Command(self, os.Args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := cmd.Start(); err != nil {
+		os.Stderr.WriteString("agent init: starting the agent: " + err.Error() + "\n")
+		return 1, true
+	}
+	child := cmd.Process.Pid
 	go func() {
-		tick := time.NewTicker(10 * time.Second)
-		for {
-			select {
-			case <-sigs:
-			case <-tick.C:
-			}
-			reapOrphans()
+		for s := range sigs {
+			_ = syscall.Kill(child, s.(syscall.Signal))
 		}
 	}()
+	return reapUntil(child), true
 }
 
-func reapOrphans() {
+// reapUntil reaps every child until child itself has exited, and returns its exit code
+// (128 + the signal when a signal ended it, as a shell reports it).
+func reapUntil(child int) int {
 	for {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
-		pid := int(siginfoPid(&info))
-		if err != nil || pid == 0 {
-			return
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
 		}
-		tracked.Lock()
-		mine := tracked.pids[pid]
-		if !mine {
-			var ws unix.WaitStatus
-			_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+		if err != nil {
+			// ECHILD: nothing left to wait for, the child among it.
+			return 1
 		}
-		tracked.Unlock()
-		if mine {
-			// exec.Cmd.Wait reaps it; look again shortly for other orphans.
-			time.Sleep(50 * time.Millisecond)
-			return
+		if pid != child {
+			continue
 		}
+		if ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ws.ExitStatus()
 	}
-}
-
-// siginfoPid reads si_pid of a SIGCHLD siginfo_t: the first field of the union that
-// follows si_signo, si_errno, si_code and padding (offset 16 on 64-bit Linux).
-func siginfoPid(info *unix.Siginfo) int32 {
-	return *(*int32)(unsafe.Pointer(uintptr(unsafe.Pointer(info)) + 16))
 }
