@@ -6,7 +6,7 @@
 #   etcd-v3.5.17/    etcd
 #   coredns-v1.11.4/ coredns
 #   images/          pause and busybox image tarballs (built here, no registry)
-#   tools/           imgpack, the image tarball writer (./imgpack)
+#   tools/           mkimage (hack/images/mkimage) and the pause binary (./pause)
 #
 # There is no download site for Kubernetes binaries here: they are built from the Go
 # module proxy like hack/control-plane.sh does, whose kube-apiserver, kubectl and etcd
@@ -116,38 +116,51 @@ build_coredns() {
   mv -f "$work/coredns" "$LC_COREDNS_BIN/coredns"
 }
 
-# The helpers under hack/localcluster are a module of their own (go-containerregistry is
-# no dependency of the product). They are rebuilt when their sources change.
+# The image tools: hack/images/mkimage (which also packs the operator and PostgreSQL
+# images) and the pause binary, rebuilt when their sources change.
 build_tools() {
   local sum
-  sum=$(cat "$LC_DIR/go.mod" "$LC_DIR/go.sum" "$LC_DIR"/imgpack/*.go "$LC_DIR"/pause/*.go | sha256sum | cut -c1-16)
+  sum=$(cat "$REPO_ROOT"/go.sum "$REPO_ROOT"/hack/images/mkimage/*.go "$LC_DIR"/pause/*.go | sha256sum | cut -c1-16)
   TOOLS_DIR=$LC_TOOLS/$sum
-  [[ -x $TOOLS_DIR/imgpack && -x $TOOLS_DIR/pause ]] && return 0
-  log "building the image helpers (seconds)"
+  [[ -x $TOOLS_DIR/mkimage && -x $TOOLS_DIR/pause ]] && return 0
+  log "building the image tools (seconds)"
   mkdir -p "$TOOLS_DIR"
-  (cd "$LC_DIR" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$TOOLS_DIR/" ./imgpack ./pause)
+  (cd "$REPO_ROOT" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$TOOLS_DIR/" ./hack/images/mkimage ./hack/localcluster/pause)
+}
+
+# pack ROOTFS TARBALL REF MKIMAGE_FLAGS...: a one-layer image of ROOTFS, files owned by root.
+pack() {
+  local rootfs=$1 tarball=$2 ref=$3
+  shift 3
+  "$TOOLS_DIR/mkimage" -rootfs "$rootfs" -chown 0:0 -epoch 0 -ref "$ref" -o "$tarball.partial" "$@" >/dev/null
+  mv -f "$tarball.partial" "$tarball"
 }
 
 build_images() {
   mkdir -p "$LC_IMAGES"
-  local stamp=$LC_IMAGES/.tools
-  # Rebuild the images when the helpers changed (a new pause binary, say).
+  local stamp=$LC_IMAGES/.tools root
+  # Rebuild the images when the tools changed (a new pause binary, say).
   if [[ $(cat "$stamp" 2>/dev/null) != "$TOOLS_DIR" ]]; then
     rm -f "$LC_IMAGES/pause-3.10.tar" "$BUSYBOX_IMAGE_TAR"
   fi
   if [[ $PAUSE_IMAGE_TAR == "$LC_IMAGES/pause-3.10.tar" && ! -s $PAUSE_IMAGE_TAR ]]; then
     log "writing the pause image $PAUSE_IMAGE"
-    "$TOOLS_DIR/imgpack" -o "$PAUSE_IMAGE_TAR" -tag "$PAUSE_IMAGE" -entrypoint /pause \
-      -user 65535:65535 "/pause=$TOOLS_DIR/pause"
+    root=$WORK/pause-root
+    mkdir -p "$root"
+    install -m 0755 "$TOOLS_DIR/pause" "$root/pause"
+    pack "$root" "$PAUSE_IMAGE_TAR" "$PAUSE_IMAGE" -entrypoint '["/pause"]' -user 65535:65535
   fi
   if [[ ! -s $BUSYBOX_IMAGE_TAR ]]; then
     log "writing the busybox image $BUSYBOX_IMAGE (Debian's static busybox)"
-    local links=() applet
+    root=$WORK/busybox-root
+    mkdir -p "$root/bin" "$root/etc" "$root/tmp"
+    chmod 1777 "$root/tmp"
+    install -m 0755 /bin/busybox "$root/bin/busybox"
+    local applet
     for applet in $(/bin/busybox --list); do
-      [[ $applet == busybox ]] || links+=("/bin/$applet->busybox")
+      [[ $applet == busybox ]] || ln -s busybox "$root/bin/$applet"
     done
-    "$TOOLS_DIR/imgpack" -o "$BUSYBOX_IMAGE_TAR" -tag "$BUSYBOX_IMAGE" -cmd sh -env PATH=/bin \
-      /bin/busybox=/bin/busybox /tmp/ /etc/ "${links[@]}"
+    pack "$root" "$BUSYBOX_IMAGE_TAR" "$BUSYBOX_IMAGE" -cmd '["sh"]' -env PATH=/bin
   fi
   echo "$TOOLS_DIR" >"$stamp"
 }

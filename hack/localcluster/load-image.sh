@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # load-image.sh TARBALL...: imports image tarballs (docker-archive or OCI layout, as
-# `docker save`, go-containerregistry or imgpack write them) into the local cluster's
+# `docker save` or hack/images/mkimage writes them) into the local cluster's
 # containerd, namespace k8s.io, where kubelet finds them. Pods use them with
 # imagePullPolicy Never or IfNotPresent: there is no registry to pull from.
 set -euo pipefail
