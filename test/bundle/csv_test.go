@@ -85,10 +85,10 @@ func TestCSVIdentity(t *testing.T) {
 		t.Errorf("CSV %s version %s, want pgpilot.v%s (VERSION in the Makefile)", csv.Name, csv.Spec.Version, version)
 	}
 	want := map[string]string{
-		// Helm renders the topology and the sidecar keeps credentials and status; backups,
-		// restore and failover are not yet proven end to end on a Kubernetes node, and
-		// nothing upgrades PostgreSQL (see README).
-		"capabilities": "Basic Install",
+		// Failover, switchover, rolling updates, backups and restore are proven end to
+		// end on a Kubernetes node (test/e2e); PostgreSQL major versions are not
+		// upgraded, so not Auto Pilot (see README).
+		"capabilities": "Full Lifecycle",
 		"categories":   "Database",
 	}
 	for k, v := range want {
