@@ -3,6 +3,7 @@
 # load the images into it, and deploy pgpilot with config/default (sourced, not run).
 
 E2E_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PGPILOT_CACHE=${PGPILOT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pgpilot}
 REPO_ROOT=$(cd "$E2E_DIR/../.." && pwd)
 LC=$REPO_ROOT/hack/localcluster
 # The local PostgreSQL image is Debian's PostgreSQL 15 (the only major that can be had
@@ -25,8 +26,30 @@ build_images() {
   POSTGRES_IMAGE=$(sed -n 2p <<<"$out")
 }
 
+# build_s3_image sets S3_TAR and S3_IMAGE: versitygw (hack/versitygw.sh builds it) as an
+# image, an S3-compatible store the e2e tests run in a pod. Its data lives under /srv,
+# owned by the user it runs as.
+build_s3_image() {
+  local bin version root
+  step "Building the S3 server image (versitygw; seconds once it is built)"
+  bin=$(bash "$REPO_ROOT/hack/versitygw.sh")
+  version=$(basename "$(dirname "$bin")")
+  S3_IMAGE=pgpilot-versitygw:${version#v}
+  S3_TAR=$PGPILOT_CACHE/images/pgpilot-versitygw-${version#v}.tar
+  [[ -s $S3_TAR ]] && return 0
+  root=$(mktemp -d)
+  mkdir -p "$root/srv/data" "$root/srv/meta" "$root/srv/iam" "$root/tmp"
+  chmod 1777 "$root/tmp"
+  install -m 0755 "$bin" "$root/versitygw"
+  (cd "$REPO_ROOT" && go run ./hack/images/mkimage -rootfs "$root" -chown 0:0 -owner /srv=65532:65532 \
+    -user 65532:65532 -entrypoint '["/versitygw"]' -expose 7070 -epoch 0 \
+    -ref "$S3_IMAGE" -o "$S3_TAR.partial" >/dev/null)
+  mv -f "$S3_TAR.partial" "$S3_TAR"
+  rm -rf "$root"
+}
+
 cluster_up() {
-  step "Building the local Kubernetes $(. "$LC/lib.sh"; echo "$K8S_VERSION") cluster's parts (about 8 minutes the first time, then cached)"
+  step "Building the local Kubernetes $(. "$LC/lib.sh"; echo "$K8S_VERSION") cluster's parts (about 10 minutes the first time, then cached)"
   bash "$LC/build.sh"
   step "Starting the local cluster in its own network namespace"
   bash "$LC/up.sh"

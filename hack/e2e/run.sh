@@ -14,12 +14,13 @@ bin=$REPO_ROOT/bin/e2e.test
 (cd "$REPO_ROOT" && go test -tags e2e -c -o "$bin" ./test/e2e/)
 
 build_images
+build_s3_image
 cluster_up
 status=0
-load_images && deploy_operator || status=$?
+load_images && bash "$LC/load-image.sh" "$S3_TAR" && deploy_operator || status=$?
 if ((status == 0)); then
   step "Running the e2e tests"
-  E2E_PG_MAJOR=$E2E_PG_MAJOR bash "$LC/exec.sh" "$bin" -test.v -test.timeout 45m ${E2E_RUN:+-test.run "$E2E_RUN"} || status=$?
+  E2E_PG_MAJOR=$E2E_PG_MAJOR E2E_S3_IMAGE=$S3_IMAGE bash "$LC/exec.sh" "$bin" -test.v -test.timeout 45m ${E2E_RUN:+-test.run "$E2E_RUN"} || status=$?
 fi
 if [[ ${E2E_KEEP:-} == 1 ]]; then
   step "E2E_KEEP=1: leaving the cluster up (make demo-down removes it)"
