@@ -91,7 +91,14 @@ test-quick: vet control-plane postgres s3server ## Unit, chart, integration on a
 	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -timeout 20m ./...
 
 .PHONY: bench
-bench: control-plane postgres s3server ## Print the benchmarks' figures (no timing assertions).
+bench: bench-quick bench-e2e ## Print every benchmark's figures (no timing assertions); bench-e2e needs root.
+
+.PHONY: bench-e2e
+bench-e2e: ## Print failover figures on a real local Kubernetes node: 10 primary pod deletions (E2E_BENCHTIME=20x for more).
+	@E2E_BENCH=. bash hack/e2e/run.sh
+
+.PHONY: bench-quick
+bench-quick: control-plane postgres s3server ## Print the benchmarks' figures of the integration and real-PostgreSQL suites.
 	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -run '^$$' -bench . -benchtime 20x ./test/integration/
 	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -run '^$$' -bench . -benchtime 20x -timeout 30m ./test/pg/
 

@@ -19,8 +19,17 @@ cluster_up
 status=0
 load_images && bash "$LC/load-image.sh" "$S3_TAR" && deploy_operator || status=$?
 if ((status == 0)); then
-  step "Running the e2e tests"
-  E2E_PG_MAJOR=$E2E_PG_MAJOR E2E_S3_IMAGE=$S3_IMAGE bash "$LC/exec.sh" "$bin" -test.v -test.timeout 45m ${E2E_RUN:+-test.run "$E2E_RUN"} || status=$?
+  what=tests
+  [[ -n ${E2E_BENCH:-} ]] && what=benchmarks
+  step "Running the e2e $what"
+  args=(-test.v -test.timeout 45m)
+  if [[ -n ${E2E_BENCH:-} ]]; then
+    # Benchmarks only: they print figures and assert nothing.
+    args+=(-test.run '^$' -test.bench "$E2E_BENCH" -test.benchtime "${E2E_BENCHTIME:-10x}")
+  elif [[ -n ${E2E_RUN:-} ]]; then
+    args+=(-test.run "$E2E_RUN")
+  fi
+  E2E_PG_MAJOR=$E2E_PG_MAJOR E2E_S3_IMAGE=$S3_IMAGE bash "$LC/exec.sh" "$bin" "${args[@]}" || status=$?
 fi
 if [[ ${E2E_KEEP:-} == 1 ]]; then
   step "E2E_KEEP=1: leaving the cluster up (make demo-down removes it)"

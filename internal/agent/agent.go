@@ -50,9 +50,12 @@ type Agent struct {
 	lastErr   string
 	crashes   int
 	slotsDone time.Time
-	recovery  *Recovery // set while restoring from a backup
-	backups   map[string]*backupJob
-	runCtx    context.Context // Run's context: background work ends with it
+	// walGone is since when this standby's WAL receiver has been failing because the
+	// primary no longer has the WAL it needs; zero while it is not.
+	walGone  time.Time
+	recovery *Recovery // set while restoring from a backup
+	backups  map[string]*backupJob
+	runCtx   context.Context // Run's context: background work ends with it
 }
 
 type request struct {
@@ -189,6 +192,8 @@ func (a *Agent) step(ctx context.Context) error {
 			return a.promote(ctx)
 		case role == agentapi.RoleReplica && view.Holder != "" && view.Holder != upstream:
 			return a.follow(ctx, view.Holder)
+		case role == agentapi.RoleReplica:
+			return a.maintainStandby(ctx, proc, upstream)
 		case role == agentapi.RolePrimary:
 			if a.isolatedTooLong(ctx) {
 				a.log.Info("Isolated: neither the API server nor any other instance answered; stopped accepting writes",
@@ -419,6 +424,63 @@ func (a *Agent) startStandby(ctx context.Context, state DataState, primary strin
 			a.log.Info("Rewound", "pgRewind", said)
 		}
 	}
+	return a.runStandby(ctx, primary)
+}
+
+// walGoneFor is how long a standby's WAL receiver may fail for WAL its primary no longer
+// has before the standby is cloned again: long enough for several retries (500 ms
+// apart), short enough that a cluster is not left without the standby for long.
+const walGoneFor = 15 * time.Second
+
+// maintainStandby clones a running standby again when it cannot catch up: its WAL
+// receiver keeps failing because the primary has removed WAL the standby still needs
+// (after several timeline switches within one WAL segment, say, which PostgreSQL's
+// walsender cannot serve, or a standby away for longer than its slot existed) and
+// there is no archive to restore it from. Without this it would stay a replica that
+// never streams again.
+func (a *Agent) maintainStandby(ctx context.Context, proc *Process, primary string) error {
+	if !walRemovedUpstream(proc.tail.String()) {
+		a.walGone = time.Time{}
+		return nil
+	}
+	streaming, err := a.db.Streaming(ctx)
+	if err != nil || streaming {
+		a.walGone = time.Time{}
+		return err
+	}
+	if a.walGone.IsZero() {
+		a.walGone = time.Now()
+		a.log.Info("The primary no longer has the WAL this standby needs", "primary", primary)
+	}
+	if time.Since(a.walGone) < walGoneFor {
+		return nil
+	}
+	a.walGone = time.Time{}
+	a.log.Info("Cloning again: the primary no longer has the WAL this standby needs", "primary", primary, "waited", walGoneFor.String())
+	a.stop(true)
+	if err := a.reclone(ctx, a.cfg.PeerHost(primary), primary); err != nil {
+		return err
+	}
+	return a.runStandby(ctx, primary)
+}
+
+// walRemovedUpstream reports whether postgres's last FATAL message in log is the WAL
+// receiver's "requested WAL segment ... has already been removed": the primary no longer
+// has WAL this standby needs. Any later FATAL (the primary restarting, say) means the
+// standby is waiting for something else.
+func walRemovedUpstream(log string) bool {
+	lines := strings.Split(log, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], "FATAL:") {
+			return strings.Contains(lines[i], "requested WAL segment") && strings.Contains(lines[i], "has already been removed")
+		}
+	}
+	return false
+}
+
+// runStandby writes the standby configuration for primary and starts postgres as its
+// replica.
+func (a *Agent) runStandby(ctx context.Context, primary string) error {
 	if err := a.pg.WriteConfig(a.confInput(AsStandby, primary)); err != nil {
 		return err
 	}

@@ -42,6 +42,18 @@ func (d *DB) Ping(ctx context.Context) error {
 	return conn.Ping(ctx)
 }
 
+// Streaming reports whether this standby's WAL receiver streams from its primary.
+func (d *DB) Streaming(ctx context.Context) (bool, error) {
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close(context.Background())
+	var n int
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'`).Scan(&n)
+	return n > 0, err
+}
+
 // InRecovery reports whether postgres runs as a standby.
 func (d *DB) InRecovery(ctx context.Context) (bool, error) {
 	conn, err := d.connect(ctx)

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -31,6 +32,12 @@ import (
 var version = envOr("E2E_PG_MAJOR", "15")
 
 var k8s client.Client
+
+// clientset reads container logs for the failure dumps.
+var clientset kubernetes.Interface
+
+// namespaces counts the namespaces the tests made.
+var namespaces int
 
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
@@ -54,23 +61,28 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	if clientset, err = kubernetes.NewForConfig(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	os.Exit(m.Run())
 }
 
 // db is one PostgresCluster of a test, in a namespace of its own that enforces the
 // restricted Pod Security Standard.
 type db struct {
-	t    *testing.T
+	t    testing.TB
 	ns   string
 	name string
 }
 
-func newDB(t *testing.T, replicas int32, opts ...func(*dbv1.PostgresCluster)) *db {
+func newDB(t testing.TB, replicas int32, opts ...func(*dbv1.PostgresCluster)) *db {
 	t.Helper()
-	d := &db{t: t, ns: "e2e-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), name: "my-db"}
-	if len(d.ns) > 60 {
-		d.ns = d.ns[:60]
-	}
+	// A benchmark's function runs more than once (b.N = 1, then b.N): each run gets a
+	// namespace of its own, as the one before may still be terminating.
+	namespaces++
+	name := "e2e-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	d := &db{t: t, ns: fmt.Sprintf("%.55s-%d", name, namespaces), name: "my-db"}
 	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: d.ns,
 		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}
@@ -197,13 +209,34 @@ func (d *db) dump() {
 		for _, cs := range p.Status.ContainerStatuses {
 			d.t.Logf("  container %s ready %v restarts %d state %+v", cs.Name, cs.Ready, cs.RestartCount, cs.State)
 		}
+		st, err := d.agentStatus(p.Name)
+		d.t.Logf("  agent: %+v %v", st, err)
+		logTail(d.t, p.Namespace, p.Name, "postgres", 40)
+	}
+	var operators corev1.PodList
+	if k8s.List(ctx, &operators, client.InNamespace("pgpilot-system")) == nil {
+		for _, p := range operators.Items {
+			logTail(d.t, p.Namespace, p.Name, "sidecar", 60)
+		}
 	}
 	var events corev1.EventList
 	if k8s.List(ctx, &events, client.InNamespace(d.ns)) == nil {
 		for _, e := range events.Items {
-			d.t.Logf("event %s %s: %s", e.InvolvedObject.Name, e.Reason, e.Message)
+			d.t.Logf("event %s %s %s: %s", e.LastTimestamp.Format(time.TimeOnly), e.InvolvedObject.Name, e.Reason, e.Message)
 		}
 	}
+}
+
+// logTail logs the last lines of a container's log.
+func logTail(t testing.TB, ns, pod, container string, lines int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := clientset.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container, TailLines: &lines}).DoRaw(ctx)
+	if err != nil {
+		t.Logf("  log of %s/%s: %v", pod, container, err)
+		return
+	}
+	t.Logf("  last %d lines of %s/%s:\n%s", lines, pod, container, b)
 }
 
 func (d *db) pod(name string) corev1.Pod {

@@ -2,15 +2,15 @@ package pg
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
 // BenchmarkFailover kills the primary of a 3-instance cluster (agent and postmaster,
-// kill -9) b.N times and prints, in milliseconds (p50 and max):
+// kill -9) b.N times and prints, in milliseconds (p50, p95 and max):
 //   - promote: from the promote call to the first write accepted by the new primary;
 //   - follow: from then until the other replica streams the new timeline and has that write;
 //   - rejoin: from restarting the old primary's agent until it is a replica on the new
@@ -71,16 +71,9 @@ func BenchmarkFailover(b *testing.B) {
 		primary = (primary + 1) % 3
 	}
 	b.StopTimer()
-	report(b, "promote", promote)
-	report(b, "follow", follow)
-	report(b, "rejoin", rejoin)
-}
-
-func report(b *testing.B, what string, ds []time.Duration) {
-	slices.Sort(ds)
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	b.ReportMetric(ms(ds[(len(ds)-1)/2]), what+"-p50-ms")
-	b.ReportMetric(ms(ds[len(ds)-1]), what+"-max-ms")
+	testutil.ReportDurations(b, "promote", promote)
+	testutil.ReportDurations(b, "follow", follow)
+	testutil.ReportDurations(b, "rejoin", rejoin)
 }
 
 // waitRoleB is waitRole for a benchmark: polls every 5 ms so the figures are not rounded

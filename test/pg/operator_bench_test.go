@@ -8,6 +8,7 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
 // BenchmarkOperatorFailover kills the primary of a 3-instance cluster run by the real
@@ -77,8 +78,7 @@ func BenchmarkOperatorFailover(b *testing.B) {
 			b.StopTimer()
 			close(stop)
 			<-done
-			report(b, "failover", failovers)
-			b.ReportMetric(pctl(failovers, 0.95), "failover-p95-ms")
+			testutil.ReportDurations(b, "failover", failovers)
 			rw := c.readWrite()
 			for rw == nil {
 				time.Sleep(10 * time.Millisecond)
@@ -100,18 +100,6 @@ func BenchmarkOperatorFailover(b *testing.B) {
 	}
 }
 
-func pctl(ds []time.Duration, q float64) float64 {
-	s := append([]time.Duration(nil), ds...)
-	for i := range s {
-		for j := i + 1; j < len(s); j++ {
-			if s[j] < s[i] {
-				s[i], s[j] = s[j], s[i]
-			}
-		}
-	}
-	return float64(s[int(q*float64(len(s)-1)+0.5)].Microseconds()) / 1000
-}
-
 // ids returns the id column of table.
 func (in *instance) ids(table string) (map[int64]bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -121,19 +109,7 @@ func (in *instance) ids(table string) (map[int64]bool, error) {
 		return nil, err
 	}
 	defer conn.Close(context.Background())
-	rows, err := conn.Query(ctx, "SELECT id FROM "+table)
-	if err != nil {
-		return nil, err
-	}
-	out := map[int64]bool{}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		out[id] = true
-	}
-	return out, rows.Err()
+	return testutil.IDs(ctx, conn, table)
 }
 
 // BenchmarkSwitchover switches the primary of a 3-instance cluster run by the real
@@ -198,8 +174,7 @@ func BenchmarkSwitchover(b *testing.B) {
 	b.StopTimer()
 	close(stop)
 	<-done
-	report(b, "unavailable", gaps)
-	b.ReportMetric(pctl(gaps, 0.95), "unavailable-p95-ms")
+	testutil.ReportDurations(b, "unavailable", gaps)
 	present, err := c.instances[primary].ids("acked")
 	if err != nil {
 		b.Fatal(err)

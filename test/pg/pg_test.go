@@ -370,6 +370,35 @@ func TestFarBehindReplicaCatchesUp(t *testing.T) {
 	})
 }
 
+// A standby whose primary no longer has the WAL it needs (its slot gone, the segments
+// checkpointed away, no archive) is cloned again by its agent and catches up, instead
+// of staying a replica whose WAL receiver fails forever.
+func TestStandbyWhoseWALIsGoneIsClonedAgain(t *testing.T) {
+	c := newCluster(t, 2)
+	c.startAll()
+	p, r := c.instances[0], c.instances[1]
+	r.kill9()
+	if err := p.superExec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE NOT active"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.exec("CREATE TABLE big AS SELECT g AS id, repeat('x', 500) AS pad FROM generate_series(1, 100000) g"); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := p.superExec("SELECT pg_switch_wal()"); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.superExec("CHECKPOINT"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	r.start()
+	r.waitCount("big", 100000, 3*time.Minute)
+	t.Logf("the standby caught up %s after it started again", time.Since(start).Round(time.Second))
+	r.waitRole(agentapi.RoleReplica, 1, upTimeout)
+}
+
 // A primary that reaches neither the API server nor any other instance stops accepting
 // writes after the isolation timeout, and serves again once the API server answers and
 // the Lease still names it.

@@ -2,8 +2,12 @@
 package testutil
 
 import (
+	"context"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Eventually polls check every 100 ms until it returns nil, or fails the test with
@@ -22,4 +26,37 @@ func Eventually(t testing.TB, timeout time.Duration, check func() error) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// ReportDurations reports the median, 95th percentile and maximum of ds, in
+// milliseconds, as the benchmark metrics <what>-p50-ms, <what>-p95-ms and <what>-max-ms.
+func ReportDurations(b *testing.B, what string, ds []time.Duration) {
+	b.Helper()
+	if len(ds) == 0 {
+		return
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	at := func(q float64) float64 { return float64(s[int(q*float64(len(s)-1)+0.5)].Microseconds()) / 1000 }
+	b.ReportMetric(at(0.5), what+"-p50-ms")
+	b.ReportMetric(at(0.95), what+"-p95-ms")
+	b.ReportMetric(at(1), what+"-max-ms")
+}
+
+// IDs returns the bigint id column of table, read through conn: the benchmarks compare
+// it with the ids whose inserts were acknowledged.
+func IDs(ctx context.Context, conn *pgx.Conn, table string) (map[int64]bool, error) {
+	rows, err := conn.Query(ctx, "SELECT id FROM "+pgx.Identifier{table}.Sanitize())
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		out[id] = true
+	}
+	return out, nil
 }
