@@ -99,7 +99,9 @@ unmount_all() {
   # The pinned pod namespaces are files once unmounted.
   if [[ -s $LC_STATE/pod-netns ]]; then
     while read -r mp; do
-      [[ -n $mp ]] && ! awk -v m="$mp" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo && rm -f "$mp"
+      if [[ -n $mp ]] && ! awk -v m="$mp" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo; then
+        rm -f "$mp"
+      fi
     done <"$LC_STATE/pod-netns"
   fi
 }

@@ -185,8 +185,10 @@ lc_pids() {
       done
     local r
     for r in $(cgroup_roots); do
-      [[ -d $r ]] && find "$r" -name cgroup.procs -exec cat {} + 2>/dev/null
+      [[ -d $r ]] || continue
+      find "$r" -name cgroup.procs -exec cat {} + 2>/dev/null
     done
+    true
   } | awk -v self=$$ '$0 != self' | sort -un
 }
 
