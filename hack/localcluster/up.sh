@@ -318,7 +318,7 @@ import_images() {
   log "importing the pause and busybox images"
   bash "$LC_DIR/load-image.sh" "$PAUSE_IMAGE_TAR" >/dev/null
   bash "$LC_DIR/load-image.sh" "$BUSYBOX_IMAGE_TAR" >/dev/null
-  ctr_lc images ls -q | grep -qx "$PAUSE_IMAGE" ||
+  grep -qx "$PAUSE_IMAGE" <<<"$(ctr_lc images ls -q)" ||
     die "$PAUSE_IMAGE_TAR does not hold the image $PAUSE_IMAGE (set PAUSE_IMAGE to the name inside it)"
 }
 
