@@ -3,7 +3,6 @@ package testutil
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
@@ -35,9 +34,7 @@ func ReportDurations(b *testing.B, what string, ds []time.Duration) {
 	if len(ds) == 0 {
 		return
 	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	at := func(q float64) float64 { return float64(s[int(q*float64(len(s)-1)+0.5)].Microseconds()) / 1000 }
+	at := func(q float64) float64 { return float64(Percentile(ds, q).Microseconds()) / 1000 }
 	b.ReportMetric(at(0.5), what+"-p50-ms")
 	b.ReportMetric(at(0.95), what+"-p95-ms")
 	b.ReportMetric(at(1), what+"-max-ms")

@@ -1,0 +1,212 @@
+package testutil
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Target returns the settings (from pgx.ParseConfig) of the endpoint to write to. It is
+// called for every new connection, so it may look the endpoint up each time.
+type Target func(ctx context.Context) (*pgx.ConnConfig, error)
+
+// The writers of a Writer, as Attempt.Writer names them.
+const (
+	// WriterPersistent keeps one connection, and opens a new one after any error.
+	WriterPersistent = "persistent"
+	// WriterPerStatement opens a connection for every statement, as a short-lived
+	// client does.
+	WriterPerStatement = "per-statement"
+)
+
+// Attempt is one insert of a Writer: one row, one autocommit statement.
+type Attempt struct {
+	// Writer is WriterPersistent or WriterPerStatement.
+	Writer string
+	// ID is the row's id, unique among every Writer that shares the table and FirstID.
+	ID int64
+	// Start is when the attempt began (before connecting, for a new connection), End
+	// when its answer (or error) arrived.
+	Start, End time.Time
+	// Err is nil when the commit was acknowledged.
+	Err error
+	// SyncWarning is set when the commit was acknowledged with PostgreSQL's WARNING that
+	// its wait for synchronous replication was cut short: acknowledged, but not
+	// necessarily on any standby. Reports count these apart.
+	SyncWarning string
+}
+
+// Acked reports whether the server acknowledged the commit.
+func (a Attempt) Acked() bool { return a.Err == nil }
+
+// WriterOptions configures a Writer.
+type WriterOptions struct {
+	// Table is the table written to; it needs a bigint column id. Default "acked".
+	Table string
+	// FirstID is the first id written; the ids that follow grow by one. Give each
+	// Writer on the same table its own range.
+	FirstID int64
+	// Timeout bounds each attempt, connecting included. When it passes the connection
+	// is closed, never cancelled (see Connect). Default 3 s.
+	Timeout time.Duration
+	// Interval is the least time from the start of one attempt of a writer to the
+	// start of its next (both writers, each on its own); 0 writes as fast as possible.
+	Interval time.Duration
+}
+
+// Writer inserts rows through two writers at once, one with a persistent connection
+// and one with a connection per statement, and records every attempt. Faults hit
+// both kinds of clients differently: a persistent connection sees a broken socket, a
+// new one sees where the endpoint points now.
+type Writer struct {
+	target Target
+	opts   WriterOptions
+	next   atomic.Int64
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+
+	mu       sync.Mutex
+	attempts []Attempt
+}
+
+// StartWriter starts the two writers; Stop ends them.
+func StartWriter(target Target, opts WriterOptions) *Writer {
+	if opts.Table == "" {
+		opts.Table = "acked"
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = 3 * time.Second
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &Writer{target: target, opts: opts, cancel: cancel}
+	w.next.Store(opts.FirstID)
+	w.done.Add(2)
+	go w.persistent(ctx)
+	go w.perStatement(ctx)
+	return w
+}
+
+// Stop ends both writers, waits for their last attempts, and returns every attempt.
+// An attempt still waiting when Stop is called ends unacknowledged.
+func (w *Writer) Stop() []Attempt {
+	w.cancel()
+	w.done.Wait()
+	return w.Attempts()
+}
+
+// Attempts returns the attempts recorded so far, in the order they ended.
+func (w *Writer) Attempts() []Attempt {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]Attempt(nil), w.attempts...)
+}
+
+// NextID is the id the next attempt will write: a later Writer on the same table
+// starts from it.
+func (w *Writer) NextID() int64 { return w.next.Load() }
+
+func (w *Writer) record(a Attempt) {
+	w.mu.Lock()
+	w.attempts = append(w.attempts, a)
+	w.mu.Unlock()
+}
+
+func (w *Writer) insertSQL() string {
+	return "INSERT INTO " + pgx.Identifier{w.opts.Table}.Sanitize() + " (id) VALUES ($1)"
+}
+
+// pace waits until Interval has passed since start, or ctx ends; false when it ended.
+func (w *Writer) pace(ctx context.Context, start time.Time) bool {
+	wait := time.Until(start.Add(w.opts.Interval))
+	if wait <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (w *Writer) persistent(ctx context.Context) {
+	defer w.done.Done()
+	var (
+		conn  *pgx.Conn
+		warns = &syncWarnings{}
+	)
+	defer func() {
+		if conn != nil {
+			closeQuietly(conn)
+		}
+	}()
+	for ctx.Err() == nil {
+		a := Attempt{Writer: WriterPersistent, ID: w.next.Add(1) - 1, Start: time.Now()}
+		actx, cancel := context.WithTimeout(ctx, w.opts.Timeout)
+		if conn == nil {
+			warns = &syncWarnings{}
+			conn, a.Err = w.open(actx, warns)
+		}
+		if a.Err == nil {
+			warns.take()
+			_, a.Err = conn.Exec(actx, w.insertSQL(), a.ID)
+			a.SyncWarning = warns.take()
+		}
+		cancel()
+		a.End = time.Now()
+		if a.Err != nil && conn != nil {
+			closeQuietly(conn)
+			conn = nil
+		}
+		w.record(a)
+		if !w.pace(ctx, a.Start) {
+			return
+		}
+	}
+}
+
+func (w *Writer) perStatement(ctx context.Context) {
+	defer w.done.Done()
+	for ctx.Err() == nil {
+		a := Attempt{Writer: WriterPerStatement, ID: w.next.Add(1) - 1, Start: time.Now()}
+		actx, cancel := context.WithTimeout(ctx, w.opts.Timeout)
+		warns := &syncWarnings{}
+		conn, err := w.open(actx, warns)
+		if err == nil {
+			_, err = conn.Exec(actx, w.insertSQL(), a.ID)
+			a.SyncWarning = warns.take()
+			// The commit's answer is in: closing is not part of the attempt.
+			a.End = time.Now()
+			closeQuietly(conn)
+		} else {
+			a.End = time.Now()
+		}
+		cancel()
+		a.Err = err
+		w.record(a)
+		if !w.pace(ctx, a.Start) {
+			return
+		}
+	}
+}
+
+func (w *Writer) open(ctx context.Context, warns *syncWarnings) (*pgx.Conn, error) {
+	cfg, err := w.target(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("target: %w", err)
+	}
+	return Connect(ctx, cfg, warns.notice)
+}
+
+// closeQuietly closes conn, giving the server at most a second to take the goodbye.
+func closeQuietly(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
