@@ -145,6 +145,14 @@ demo-down: ## Stop the local cluster and remove everything it made (make demo's 
 e2e: ## Run test/e2e on a fresh local cluster, then tear it down and check nothing is left (E2E_RUN=regexp, E2E_KEEP=1).
 	@bash hack/e2e/run.sh
 
+.PHONY: chaos
+chaos: ## Run the fault suite on a fresh local cluster: every fault on the primary, async and sync, CHAOS_ROUNDS (3) each (CHAOS_FAULTS=regexp, CHAOS_KEEP=1).
+	@bash hack/chaos/run.sh
+
+.PHONY: chaos-short
+chaos-short: ## The fault suite's CI subset: graceful delete, container kill, freeze, network cut; async and sync, 1 round each.
+	@CHAOS_SHORT=1 bash hack/chaos/run.sh
+
 .PHONY: localcluster
 localcluster: ## Build (once) and start the local cluster alone; prints its kubeconfig (use it through hack/localcluster/exec.sh).
 	@bash hack/localcluster/up.sh

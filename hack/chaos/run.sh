@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# make chaos / make chaos-short: builds the images and the local cluster (cached),
+# deploys pgpilot, runs the fault suite test/chaos as root inside the cluster's network
+# namespace, tears the cluster down and checks that nothing of it is left. The exit
+# status is the suite's (it fails when an invariant breaks), or the teardown's when the
+# suite passed. docs/chaos.md says what is measured.
+#
+#   CHAOS_ROUNDS=3         rounds per fault and mode
+#   CHAOS_FAULTS=regexp    faults to run (default all); CHAOS_MODES=regexp (async, sync)
+#   CHAOS_SHORT=1          the CI subset unless CHAOS_FAULTS/CHAOS_ROUNDS say otherwise:
+#                          graceful-delete, container-kill, freeze, network-cut, 1 round
+#   CHAOS_HOLD=20s         how long a frozen or cut primary stays so
+#   CHAOS_RECOVERY_TIMEOUT=5m
+#   CHAOS_KEEP=1           leave the cluster up afterwards (make demo-down removes it)
+#
+# The results table is printed at the end and kept in bin/chaos-report.md.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../e2e/lib.sh"
+
+if [[ ${CHAOS_SHORT:-} == 1 ]]; then
+  export CHAOS_FAULTS=${CHAOS_FAULTS:-^(graceful-delete|container-kill|freeze|network-cut)$}
+  export CHAOS_ROUNDS=${CHAOS_ROUNDS:-1}
+fi
+# Each mode's cluster takes three local volumes, and one more cluster for every round
+# that does not recover.
+export PGPILOT_LC_PVS=${PGPILOT_LC_PVS:-24}
+REPORT=$REPO_ROOT/bin/chaos-report.md
+begin=$SECONDS
+
+status=0
+up=0
+test_pid=
+# teardown runs on every exit, an interrupted run's included, so that no cluster, no
+# frozen pod and no test process is left behind.
+teardown() {
+  local rc=$?
+  trap - EXIT INT TERM
+  ((status == 0)) && status=$rc
+  if [[ -n $test_pid ]] && kill -0 "$test_pid" 2>/dev/null; then
+    kill -TERM "$test_pid" 2>/dev/null || true
+  fi
+  if ((up)); then
+    if [[ ${CHAOS_KEEP:-} == 1 ]]; then
+      step "CHAOS_KEEP=1: leaving the cluster up (make demo-down removes it)"
+    else
+      step "Tearing the cluster down"
+      # down.sh ends with check-clean.sh and fails when anything of the cluster is left.
+      bash "$LC/down.sh" || status=$((status ? status : 1))
+    fi
+  fi
+  [[ -s $REPORT ]] && { echo; cat "$REPORT"; }
+  step "make chaos took $((SECONDS - begin))s"
+  exit "$status"
+}
+trap teardown EXIT
+trap 'status=130; exit 130' INT
+trap 'status=143; exit 143' TERM
+
+step "Building the chaos test binary"
+mkdir -p "$REPO_ROOT/bin"
+rm -f "$REPORT"
+bin=$REPO_ROOT/bin/chaos.test
+(cd "$REPO_ROOT" && go test -tags chaos -c -o "$bin" ./test/chaos/)
+
+build_images
+up=1
+cluster_up
+load_images
+deploy_operator
+step "Running the chaos suite (faults: ${CHAOS_FAULTS:-all}, ${CHAOS_ROUNDS:-3} rounds each; $((SECONDS - begin))s so far)"
+# In the background, so that an interrupt reaches the teardown at once.
+E2E_PG_MAJOR=$E2E_PG_MAJOR CHAOS_REPORT=$REPORT bash "$LC/exec.sh" "$bin" -test.v -test.count 1 \
+  -test.timeout "${CHAOS_TIMEOUT:-6h}" -test.run '^TestChaos$' &
+test_pid=$!
+wait "$test_pid" || status=$?
+test_pid=

@@ -1,0 +1,489 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/test/testutil"
+)
+
+// instances is the size of every cluster of the suite.
+const instances = 3
+
+// mode is a replication mode the faults are run in.
+type mode struct {
+	name string
+	// synchronousReplicas is spec.postgresql.synchronousReplicas.
+	synchronousReplicas int32
+}
+
+var modes = []mode{{"async", 0}, {"sync", 1}}
+
+// cluster is the PostgresCluster the faults of one mode hit, in a namespace of its own
+// (restricted Pod Security). A cluster that does not recover from a fault is replaced
+// by a new one, in a new namespace, so that the next faults start from health.
+type cluster struct {
+	mode mode
+	gen  int
+	ns   string
+	name string
+
+	// rw is the connection to the -rw Service as the application owner; app the same
+	// settings, for a pod's own address.
+	rw *pgx.ConnConfig
+
+	// nextID is the first id of the next round's writer; history holds every attempt
+	// on this cluster's table so far, and lost the acknowledged ids already reported
+	// missing, so that a row lost by a later fault is reported by that fault's round.
+	nextID  int64
+	history []testutil.Attempt
+	lost    map[int64]bool
+}
+
+// newCluster creates a cluster for mode and waits until it is Healthy with every
+// replica streaming, and the writer's and probe's tables exist.
+func newCluster(t testing.TB, m mode, gen int) *cluster {
+	t.Helper()
+	c := &cluster{mode: m, gen: gen, ns: fmt.Sprintf("chaos-%s-%d", m.name, gen), name: "chaos", nextID: 1, lost: map[int64]bool{}}
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.ns,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}
+	if err := k8s.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	pgc := &dbv1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: c.ns},
+		Spec: dbv1.PostgresClusterSpec{Replicas: instances, Version: settings.pgMajor}}
+	pgc.Spec.PostgreSQL.SynchronousReplicas = m.synchronousReplicas
+	if err := k8s.Create(ctx, pgc); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := c.waitRecovered(10 * time.Minute); err != nil {
+		c.dump(t, start)
+		t.Fatalf("cluster %s/%s not Healthy with every replica streaming: %v", c.ns, c.name, err)
+	}
+	var err error
+	if c.rw, err = c.connConfig(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		"CREATE TABLE acked (id bigint PRIMARY KEY)",
+		"CREATE TABLE probe (instance text NOT NULL, at timestamptz NOT NULL DEFAULT now())",
+	} {
+		if err := c.exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("cluster %s/%s (%s) Healthy with %d instances streaming after %s", c.ns, c.name, m.name, instances,
+		time.Since(start).Round(time.Second))
+	return c
+}
+
+// delete removes the cluster's namespace without waiting.
+func (c *cluster) delete() {
+	_ = k8s.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.ns}})
+}
+
+func (c *cluster) get(ctx context.Context) (dbv1.PostgresCluster, error) {
+	var pgc dbv1.PostgresCluster
+	err := k8s.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: c.name}, &pgc)
+	return pgc, err
+}
+
+func (c *cluster) pods(ctx context.Context) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	err := k8s.List(ctx, &pods, client.InNamespace(c.ns), client.MatchingLabels{dbv1.LabelCluster: c.name})
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	return pods.Items, err
+}
+
+func (c *cluster) pod(ctx context.Context, name string) (corev1.Pod, error) {
+	var p corev1.Pod
+	err := k8s.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: name}, &p)
+	return p, err
+}
+
+// primary returns the pod status.currentPrimary names.
+func (c *cluster) primary(ctx context.Context) (corev1.Pod, error) {
+	pgc, err := c.get(ctx)
+	if err != nil {
+		return corev1.Pod{}, err
+	}
+	if pgc.Status.CurrentPrimary == "" {
+		return corev1.Pod{}, fmt.Errorf("status.currentPrimary is empty")
+	}
+	return c.pod(ctx, pgc.Status.CurrentPrimary)
+}
+
+// recovered returns nil when the cluster is Healthy with every instance ready, and the
+// current primary's agent reports itself primary with every other instance streaming.
+func (c *cluster) recovered(ctx context.Context) error {
+	pgc, err := c.get(ctx)
+	if err != nil {
+		return err
+	}
+	if pgc.Status.Phase != dbv1.PhaseHealthy || pgc.Status.ReadyInstances != instances || pgc.Status.CurrentPrimary == "" {
+		return fmt.Errorf("phase %s, %d ready instances, primary %q", pgc.Status.Phase, pgc.Status.ReadyInstances, pgc.Status.CurrentPrimary)
+	}
+	p, err := c.pod(ctx, pgc.Status.CurrentPrimary)
+	if err != nil {
+		return err
+	}
+	st, _, err := agentStatus(ctx, p)
+	if err != nil {
+		return fmt.Errorf("agent of %s: %w", p.Name, err)
+	}
+	var streaming []string
+	for _, r := range st.Replicas {
+		if r.State == "streaming" {
+			streaming = append(streaming, r.Name)
+		}
+	}
+	if st.Role != "primary" || len(streaming) != instances-1 {
+		return fmt.Errorf("%s reports role %s with standbys %v streaming", p.Name, st.Role, streaming)
+	}
+	return nil
+}
+
+// waitRecovered polls recovered until it returns nil or timeout passes, and returns
+// its last error then.
+func (c *cluster) waitRecovered(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := c.recovered(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %s: %w", timeout, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// connConfig returns the settings of a connection as the application owner to the -rw
+// Service, by its cluster IP (the suite runs in the node's network namespace, where
+// kube-proxy routes it).
+func (c *cluster) connConfig(ctx context.Context) (*pgx.ConnConfig, error) {
+	var s corev1.Service
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: c.name + "-rw"}, &s); err != nil {
+		return nil, err
+	}
+	var secret corev1.Secret
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: c.name + "-app"}, &secret); err != nil {
+		return nil, err
+	}
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=5432 dbname=app user=%s sslmode=disable connect_timeout=3",
+		s.Spec.ClusterIP, secret.Data["username"]))
+	if err != nil {
+		return nil, err
+	}
+	cfg.Password = string(secret.Data["password"])
+	return cfg, nil
+}
+
+// at returns c.rw pointed at host instead of the Service.
+func (c *cluster) at(host string) *pgx.ConnConfig {
+	cfg := c.rw.Copy()
+	cfg.Host = host
+	return cfg
+}
+
+// rwTarget is the writer's endpoint: the -rw Service.
+func (c *cluster) rwTarget(context.Context) (*pgx.ConnConfig, error) { return c.rw, nil }
+
+// probeTargets lists every instance pod that has an address.
+func (c *cluster) probeTargets(ctx context.Context) ([]testutil.ProbeTarget, error) {
+	pods, err := c.pods(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ts []testutil.ProbeTarget
+	for _, p := range pods {
+		// A pod being deleted is probed too: until its containers stop it may still
+		// acknowledge commits.
+		if p.Status.PodIP != "" {
+			ts = append(ts, testutil.ProbeTarget{Instance: p.Name, Config: c.at(p.Status.PodIP)})
+		}
+	}
+	return ts, nil
+}
+
+func (c *cluster) exec(ctx context.Context, sql string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := testutil.Connect(ctx, c.rw, nil)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+// checkRows reads the table from the current primary's own address and compares it
+// with every attempt on this cluster so far. It returns the check of this round's
+// attempts, with Lost replaced by the acknowledged ids (of any round) missing now that
+// no earlier round reported.
+func (c *cluster) checkRows(round []testutil.Attempt) (testutil.RowCheck, error) {
+	c.history = append(c.history, round...)
+	var (
+		present map[int64]bool
+		err     error
+	)
+	// The primary was just found recovered; a few tries cover a blip.
+	for try := 0; try < 5; try++ {
+		if present, err = c.readIDs(); err == nil {
+			break
+		}
+		time.Sleep(2 * time.Second)
+	}
+	if err != nil {
+		return testutil.RowCheck{}, err
+	}
+	check := testutil.CompareRows(present, round)
+	check.Lost, check.LostSyncWarned = nil, 0
+	for _, id := range testutil.CompareRows(present, c.history).Lost {
+		if !c.lost[id] {
+			c.lost[id] = true
+			check.Lost = append(check.Lost, id)
+		}
+	}
+	for _, a := range c.history {
+		if a.SyncWarning != "" && slices.Contains(check.Lost, a.ID) {
+			check.LostSyncWarned++
+		}
+	}
+	return check, nil
+}
+
+func (c *cluster) readIDs() (map[int64]bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := c.primary(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if p.Status.PodIP == "" {
+		return nil, fmt.Errorf("primary %s has no address", p.Name)
+	}
+	conn, err := testutil.Connect(ctx, c.at(p.Status.PodIP), nil)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	var recovery bool
+	if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovery); err != nil {
+		return nil, err
+	}
+	if recovery {
+		return nil, fmt.Errorf("%s, the current primary, is in recovery", p.Name)
+	}
+	return testutil.IDs(ctx, conn, "acked")
+}
+
+// status is the part of the agent's GET /status the suite reads.
+type status struct {
+	Role     string `json:"role"`
+	Replicas []struct {
+		Name  string `json:"name"`
+		State string `json:"state"`
+	} `json:"replicas"`
+}
+
+// agentStatus asks the agent of pod for /status on port 8008, and returns it parsed and
+// as it came.
+func agentStatus(ctx context.Context, p corev1.Pod) (status, []byte, error) {
+	if p.Status.PodIP == "" {
+		return status{}, nil, fmt.Errorf("pod %s has no IP", p.Name)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.Status.PodIP+":8008/status", nil)
+	if err != nil {
+		return status{}, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return status{}, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return status{}, nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return status{}, body, fmt.Errorf("GET /status: %s", resp.Status)
+	}
+	var st status
+	err = json.Unmarshal(body, &st)
+	return st, body, err
+}
+
+// dump logs what explains a failed round: the cluster's status, each pod with its
+// containers, its agent's /status and its containers' last log lines (the previous
+// instance's too after a restart), the primary Lease, the operator's logs and the
+// events since since.
+func (c *cluster) dump(t testing.TB, since time.Time) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var b strings.Builder
+	fmt.Fprintf(&b, "==== dump of %s/%s (%s) since %s\n", c.ns, c.name, c.mode.name, since.Format(timeFormat))
+	if pgc, err := c.get(ctx); err != nil {
+		fmt.Fprintf(&b, "cluster: %v\n", err)
+	} else {
+		fmt.Fprintf(&b, "status: phase %s primary %q ready %d lastFailover %+v\n", pgc.Status.Phase,
+			pgc.Status.CurrentPrimary, pgc.Status.ReadyInstances, pgc.Status.LastFailover)
+		for _, cond := range pgc.Status.Conditions {
+			fmt.Fprintf(&b, "  condition %s=%s %s: %s\n", cond.Type, cond.Status, cond.Reason, cond.Message)
+		}
+	}
+	pods, _ := c.pods(ctx)
+	for _, p := range pods {
+		fmt.Fprintf(&b, "pod %s (uid %s, ip %s): phase %s role %q deleting %v\n", p.Name, p.UID, p.Status.PodIP,
+			p.Status.Phase, p.Labels[dbv1.LabelRole], p.DeletionTimestamp != nil)
+		_, raw, err := agentStatus(ctx, p)
+		fmt.Fprintf(&b, "  agent /status: %s %v\n", raw, errOrEmpty(err))
+		containerLogs(ctx, &b, p, 30)
+	}
+	var lease coordinationv1.Lease
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: c.name + "-primary"}, &lease); err != nil {
+		fmt.Fprintf(&b, "lease: %v\n", err)
+	} else {
+		fmt.Fprintf(&b, "lease %s: holder %q transitions %v renewed %v annotations %v\n", lease.Name,
+			deref(lease.Spec.HolderIdentity), deref(lease.Spec.LeaseTransitions), lease.Spec.RenewTime, lease.Annotations)
+	}
+	if op, err := operatorPod(ctx); err == nil {
+		containerLogs(ctx, &b, op, 60)
+	} else {
+		fmt.Fprintf(&b, "operator pod: %v\n", err)
+	}
+	var events corev1.EventList
+	if err := k8s.List(ctx, &events, client.InNamespace(c.ns)); err == nil {
+		slices.SortFunc(events.Items, func(a, b corev1.Event) int { return eventTime(a).Compare(eventTime(b)) })
+		for _, e := range events.Items {
+			if eventTime(e).Before(since.Add(-time.Second)) {
+				continue
+			}
+			fmt.Fprintf(&b, "event %s %s %s %s: %s\n", eventTime(e).Format(timeFormat), e.InvolvedObject.Kind,
+				e.InvolvedObject.Name, e.Reason, e.Message)
+		}
+	}
+	t.Log(b.String())
+}
+
+// containerLogs writes each container's status and last lines of log, and the previous
+// instance's after a restart.
+func containerLogs(ctx context.Context, b *strings.Builder, p corev1.Pod, lines int64) {
+	for _, cs := range p.Status.ContainerStatuses {
+		fmt.Fprintf(b, "  container %s/%s ready %v restarts %d state %s\n", p.Name, cs.Name, cs.Ready, cs.RestartCount, containerState(cs.State))
+		previous := []bool{false}
+		if cs.RestartCount > 0 {
+			previous = []bool{true, false}
+		}
+		for _, prev := range previous {
+			raw, err := clientset.CoreV1().Pods(p.Namespace).GetLogs(p.Name,
+				&corev1.PodLogOptions{Container: cs.Name, TailLines: &lines, Previous: prev}).DoRaw(ctx)
+			what := "log"
+			if prev {
+				what = "previous container's log"
+			}
+			if err != nil {
+				fmt.Fprintf(b, "  %s of %s/%s: %v\n", what, p.Name, cs.Name, err)
+				continue
+			}
+			fmt.Fprintf(b, "  last %d lines of the %s of %s/%s:\n%s\n", lines, what, p.Name, cs.Name, indent(string(raw)))
+		}
+	}
+}
+
+func containerState(s corev1.ContainerState) string {
+	switch {
+	case s.Running != nil:
+		return "running since " + s.Running.StartedAt.Format(timeFormat)
+	case s.Waiting != nil:
+		return "waiting: " + s.Waiting.Reason
+	case s.Terminated != nil:
+		return fmt.Sprintf("terminated: %s (exit %d) at %s", s.Terminated.Reason, s.Terminated.ExitCode,
+			s.Terminated.FinishedAt.Format(timeFormat))
+	}
+	return "unknown"
+}
+
+func eventTime(e corev1.Event) time.Time {
+	switch {
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	case !e.LastTimestamp.IsZero():
+		return e.LastTimestamp.Time
+	}
+	return e.CreationTimestamp.Time
+}
+
+func indent(s string) string {
+	return "    " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n    ")
+}
+
+func errOrEmpty(err error) string {
+	if err == nil {
+		return ""
+	}
+	return "(" + err.Error() + ")"
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// operatorPod returns the running operator pod (namespace pgpilot-system).
+func operatorPod(ctx context.Context) (corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace(operatorNamespace),
+		client.MatchingLabels{"control-plane": "controller-manager"}); err != nil {
+		return corev1.Pod{}, err
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			return p, nil
+		}
+	}
+	return corev1.Pod{}, fmt.Errorf("no running operator pod among %d in %s", len(pods.Items), operatorNamespace)
+}
+
+const operatorNamespace = "pgpilot-system"
+
+const timeFormat = "15:04:05.000"
+
+// containerID returns the runtime's ID of pod's container name (without the
+// "containerd://" prefix).
+func containerID(p corev1.Pod, name string) (string, error) {
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == name && cs.ContainerID != "" {
+			_, id, _ := strings.Cut(cs.ContainerID, "://")
+			return id, nil
+		}
+	}
+	return "", fmt.Errorf("pod %s has no running container %s", p.Name, name)
+}

@@ -1,0 +1,224 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// fault is one way the primary fails. inject hits primary (the pod status.currentPrimary
+// named when the round began) and returns once the fault is over: at once for a kill
+// or a delete, after the hold for a freeze or a cut, which it undoes before returning.
+// ctx ends at the round's recovery timeout.
+type fault struct {
+	name string
+	// what says what inject does, for the report.
+	what   string
+	inject func(ctx context.Context, f *faulting) error
+}
+
+// faulting is what a fault works on.
+type faulting struct {
+	c       *cluster
+	primary corev1.Pod
+	logf    func(format string, args ...any)
+}
+
+var faults = []fault{
+	{"graceful-delete", "the primary's pod is deleted (default grace period, 60 s)", func(ctx context.Context, f *faulting) error {
+		return k8s.Delete(ctx, &f.primary)
+	}},
+	{"forced-delete", "the primary's pod is deleted with grace period 0, forced (kubectl delete --force --grace-period=0)",
+		func(ctx context.Context, f *faulting) error {
+			return k8s.Delete(ctx, &f.primary, client.GracePeriodSeconds(0))
+		}},
+	{"container-kill", "SIGKILL to PID 1 of the primary's postgres container; the kubelet restarts it in the same pod",
+		func(ctx context.Context, f *faulting) error {
+			pid, err := killContainer(f.primary, "postgres")
+			f.logf("killed PID 1 (%d) of %s/postgres", pid, f.primary.Name)
+			return err
+		}},
+	{"crash-loop", "SIGKILL to the primary's postmaster every time one appears (polled every 50 ms), until another pod is primary",
+		crashLoop},
+	{"freeze", "SIGSTOP to every process of the primary's pod, SIGCONT after the hold (20 s)", freezePod},
+	{"network-cut", "the primary's pod loses every packet but loopback's (iptables DROP in its network namespace) during the hold (20 s)",
+		func(ctx context.Context, f *faulting) error {
+			return cut(ctx, f, []rule{
+				{"INPUT", []string{"!", "-i", "lo", "-j", "DROP"}},
+				{"OUTPUT", []string{"!", "-o", "lo", "-j", "DROP"}},
+			})
+		}},
+	{"apiserver-cut", "the primary's pod loses the API server only (the kubernetes Service and the server's own address) during the hold (20 s)",
+		apiserverCut},
+	{"sidecar-kill", "SIGKILL to PID 1 of the primary's postgres container, then 1.5 s later to the operator's sidecar container",
+		func(ctx context.Context, f *faulting) error {
+			pid, err := killContainer(f.primary, "postgres")
+			if err != nil {
+				return err
+			}
+			f.logf("killed PID 1 (%d) of %s/postgres", pid, f.primary.Name)
+			// The delay is the fault: the operator dies while it handles the failure.
+			time.Sleep(1500 * time.Millisecond)
+			op, err := operatorPod(ctx)
+			if err != nil {
+				return err
+			}
+			pid, err = killContainer(op, "sidecar")
+			f.logf("killed PID 1 (%d) of %s/sidecar", pid, op.Name)
+			return err
+		}},
+	{"back-to-back", "the primary's pod is deleted; as soon as status.currentPrimary names another pod, SIGKILL to that pod's postgres container",
+		func(ctx context.Context, f *faulting) error {
+			if err := k8s.Delete(ctx, &f.primary); err != nil {
+				return err
+			}
+			next, err := waitNewPrimary(ctx, f.c, f.primary.Name)
+			if err != nil {
+				return err
+			}
+			pid, err := killContainer(next, "postgres")
+			f.logf("%s became primary; killed PID 1 (%d) of its postgres container", next.Name, pid)
+			return err
+		}},
+}
+
+// waitNewPrimary polls status.currentPrimary until it names another pod than old, and
+// returns that pod.
+func waitNewPrimary(ctx context.Context, c *cluster, old string) (corev1.Pod, error) {
+	for {
+		p, err := c.primary(ctx)
+		if err == nil && p.Name != old {
+			return p, nil
+		}
+		select {
+		case <-ctx.Done():
+			return corev1.Pod{}, fmt.Errorf("status.currentPrimary still names %s: %w", old, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// crashLoop kills the postmaster of the primary's pod every time its agent starts one,
+// as a postgres that crashes at every start would, until status.currentPrimary names
+// another pod. A single crash is repaired in place by the agent; a primary that cannot
+// stay up must be replaced.
+func crashLoop(ctx context.Context, f *faulting) error {
+	kills := 0
+	defer func() { f.logf("killed %d postmasters of %s", kills, f.primary.Name) }()
+	for {
+		pids, err := postmasters(f.primary)
+		if err != nil {
+			return err
+		}
+		for _, pid := range pids {
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				kills++
+			}
+		}
+		if p, err := f.c.primary(ctx); err == nil && p.Name != f.primary.Name {
+			if kills == 0 {
+				return fmt.Errorf("the primary moved from %s to %s before any postmaster was killed", f.primary.Name, p.Name)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s still primary after %d postmasters killed: %w", f.primary.Name, kills, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func freezePod(ctx context.Context, f *faulting) error {
+	pids, err := freeze(f.primary)
+	// Thawed whatever happens, the test's end included.
+	defer func() {
+		thaw(f.primary, pids)
+		f.logf("SIGCONT to the %d processes of %s", len(pids), f.primary.Name)
+	}()
+	if err != nil {
+		return err
+	}
+	f.logf("SIGSTOP to the %d processes of %s; holding %s", len(pids), f.primary.Name, settings.hold)
+	return hold(ctx)
+}
+
+// hold waits for the fault's hold, or ctx.
+func hold(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(settings.hold):
+		return nil
+	}
+}
+
+// cut adds rules to the primary pod's network namespace for the hold, then removes them.
+func cut(ctx context.Context, f *faulting, rules []rule) error {
+	ns, err := podNetns(f.primary)
+	if err != nil {
+		return err
+	}
+	defer ns.close()
+	added, err := ns.insert(rules)
+	defer func() {
+		if rerr := ns.remove(added); rerr != nil {
+			f.logf("restoring the network of %s: %v", f.primary.Name, rerr)
+		} else {
+			f.logf("restored the network of %s", f.primary.Name)
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	f.logf("cut %s (%d iptables rules); holding %s", f.primary.Name, len(added), settings.hold)
+	return hold(ctx)
+}
+
+// apiserverCut drops, in the primary pod's namespace, the traffic to and from the
+// kubernetes Service's address and port and the API server's own addresses behind it.
+// The pod still reaches its peers, the DNS and the operator, and they reach it.
+func apiserverCut(ctx context.Context, f *faulting) error {
+	var svc corev1.Service
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "kubernetes"}, &svc); err != nil {
+		return err
+	}
+	var rules []rule
+	drop := func(ip string, port int32) {
+		p := fmt.Sprint(port)
+		rules = append(rules,
+			rule{"OUTPUT", []string{"-d", ip, "-p", "tcp", "--dport", p, "-j", "DROP"}},
+			rule{"INPUT", []string{"-s", ip, "-p", "tcp", "--sport", p, "-j", "DROP"}})
+	}
+	for _, port := range svc.Spec.Ports {
+		drop(svc.Spec.ClusterIP, port.Port)
+	}
+	var slices discoveryv1.EndpointSliceList
+	if err := k8s.List(ctx, &slices, client.InNamespace("default"),
+		client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes"}); err != nil {
+		return err
+	}
+	for _, s := range slices.Items {
+		for _, e := range s.Endpoints {
+			for _, ip := range e.Addresses {
+				for _, port := range s.Ports {
+					if port.Port != nil {
+						drop(ip, *port.Port)
+					}
+				}
+			}
+		}
+	}
+	if len(rules) <= 2 {
+		return errors.New("found no address of the API server behind the kubernetes Service")
+	}
+	return cut(ctx, f, rules)
+}
