@@ -103,8 +103,7 @@ func run(args []string) error {
 	fs.StringVar(&cfg.SocketDir, "socket-dir", "/run/postgresql", "Unix socket directory.")
 	fs.StringVar(&cfg.ClusterConfigPath, "config", env("PGPILOT_CONFIG", "/etc/pgpilot/config/config.json"), "The cluster's config.json.")
 	fs.StringVar(&cfg.SecretsDir, "secrets", env("PGPILOT_SECRETS", "/etc/pgpilot/secrets"), "Directory of the mounted credentials Secrets.")
-	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 50*time.Second, "How long a stop may take (smart, then fast, then immediate); keep it under the pod's grace period.")
-	fs.DurationVar(&cfg.IsolationTimeout, "isolation-timeout", 30*time.Second, "A primary that reaches neither the API server nor any other instance for this long stops accepting writes; 0 disables.")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 40*time.Second, "How long a stop may take (fast, then immediate); with the Lease's release it must fit the pod's grace period.")
 	fs.IntVar(&cfg.AgentPort, "peer-agent-port", agentapi.Port, "The other instances' agent API port.")
 	leaseProbe := fs.Duration("lease-probe", 5*time.Second, "How often the primary Lease is read besides the watch (API server liveness).")
 	apiAddr := fs.String("api-address", fmt.Sprintf(":%d", agentapi.Port), "Address of the agent's HTTP API.")
@@ -164,25 +163,29 @@ func run(args []string) error {
 		return err
 	}
 
+	if b, err := os.ReadFile(*tokenFile); err == nil {
+		cfg.Token = strings.TrimSpace(string(b))
+	} else {
+		log.Info("No API token; promote, fence, demote, freeze and confirm are refused", "tokenFile", *tokenFile)
+	}
+
+	// SIGTERM ends the agent's Run, which then hands over; the API and the Lease
+	// follower keep serving until that is done, so the operator sees it happen.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	serveCtx, stopServing := context.WithCancel(context.Background())
+	defer stopServing()
 	lease := agent.NewLeaseFollower(clientset, cfg.Namespace, cluster.PrimaryLease, log.WithName("lease"))
-	go lease.Run(ctx, *leaseProbe)
+	go lease.Run(serveCtx, *leaseProbe)
 	a := agent.New(cfg, cluster, creds, lease, log)
 
-	token := ""
-	if b, err := os.ReadFile(*tokenFile); err == nil {
-		token = strings.TrimSpace(string(b))
-	} else {
-		log.Info("No API token; promote, fence and demote are refused", "tokenFile", *tokenFile)
-	}
-	server := agentapi.NewServer(a, agentapi.ServerOptions{Token: token, Logger: log.WithName("api")})
+	server := agentapi.NewServer(a, agentapi.ServerOptions{Token: cfg.Token, Logger: log.WithName("api")})
 	serverDone := make(chan error, 1)
-	go func() { serverDone <- server.Run(ctx, *apiAddr) }()
+	go func() { serverDone <- server.Run(serveCtx, *apiAddr) }()
 
 	log.Info("Agent started", "pgdata", cfg.PGData, "binDir", cfg.BinDir, "api", *apiAddr)
 	runErr := a.Run(ctx)
-	stop()
+	stopServing()
 	if err := <-serverDone; err != nil && runErr == nil {
 		runErr = err
 	}

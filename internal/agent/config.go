@@ -6,8 +6,10 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -34,17 +36,20 @@ type Config struct {
 	SecretsDir string
 	// PeerHost maps an instance's pod name to the host its postgres answers on.
 	PeerHost func(pod string) string
-	// ShutdownTimeout bounds a stop: smart first, then fast, then immediate.
+	// ShutdownTimeout bounds a stop: fast first, then immediate.
 	ShutdownTimeout time.Duration
-	// IsolationTimeout is how long a primary that reaches neither the API server nor
-	// any other instance keeps accepting writes; 0 disables the check.
-	IsolationTimeout time.Duration
 	// AgentBinary is this program, run by postgres as archive_command and
 	// restore_command.
 	AgentBinary string
-	// AgentPort is the other instances' agent API port (their liveness, for the
-	// isolation check).
+	// AgentPort is the other instances' agent API port.
 	AgentPort int
+	// Token is the agents' API token: this agent calls its peers with it (failsafe).
+	Token string
+}
+
+// PeerURL is the base URL of another instance's agent API.
+func (c Config) PeerURL(pod string) string {
+	return "http://" + net.JoinHostPort(c.PeerHost(pod), strconv.Itoa(c.AgentPort))
 }
 
 // ClusterConfig is the chart's config.json (helm-charts/postgrescluster/templates/configmap.yaml).

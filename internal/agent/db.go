@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 )
@@ -30,6 +32,21 @@ func (d *DB) connect(ctx context.Context) (*pgx.Conn, error) {
 	// standbys: on a new cluster those cannot connect before the replication role exists.
 	cfg.RuntimeParams["synchronous_commit"] = "local"
 	return pgx.ConnectConfig(ctx, cfg)
+}
+
+// ReplicationConn opens a physical replication connection over the unix socket as
+// the commit gate (peer authentication, `local replication` in pg_hba.conf).
+func (d *DB) ReplicationConn(ctx context.Context) (*pgconn.PgConn, error) {
+	cfg, err := pgconn.ParseConfig("")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Host, cfg.Port, cfg.User, cfg.Database = d.SocketDir, uint16(d.Port), d.User, ""
+	cfg.RuntimeParams["replication"] = "true"
+	cfg.RuntimeParams["application_name"] = GateName
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return pgconn.ConnectConfig(cctx, cfg)
 }
 
 // Ping returns nil when postgres accepts a connection and answers.
@@ -94,15 +111,17 @@ func (d *DB) Observe(ctx context.Context, st *agentapi.Status) error {
 	}
 	if !inRecovery {
 		var walfile string
-		if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text, pg_walfile_name(pg_current_wal_lsn())").
-			Scan(&st.WriteLSN, &walfile); err != nil {
+		if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text, pg_walfile_name(pg_current_wal_lsn()),
+			(SELECT timeline_id FROM pg_control_checkpoint())::bigint`).
+			Scan(&st.WriteLSN, &walfile, &st.CheckpointTimeline); err != nil {
 			return err
 		}
 		st.Timeline, _ = strconv.ParseInt(walfile[:8], 16, 64)
+		st.Position = st.WriteLSN
 		rows, err := conn.Query(ctx, `SELECT application_name, state, sync_state,
 			coalesce(sent_lsn::text, ''), coalesce(flush_lsn::text, ''), coalesce(replay_lsn::text, ''),
 			coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), flush_lsn), 0)::bigint
-			FROM pg_stat_replication ORDER BY application_name`)
+			FROM pg_stat_replication WHERE application_name <> $1 ORDER BY application_name`, GateName)
 		if err != nil {
 			return err
 		}
@@ -113,10 +132,67 @@ func (d *DB) Observe(ctx context.Context, st *agentapi.Status) error {
 		})
 		return err
 	}
+	// A standby's timeline is the one its received WAL is on: the WAL receiver's while
+	// it runs, else the one it replays (its last checkpoint's until it replays more).
 	return conn.QueryRow(ctx, `SELECT coalesce(pg_last_wal_receive_lsn()::text, ''), coalesce(pg_last_wal_replay_lsn()::text, ''),
 		coalesce(pg_wal_lsn_diff(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()), 0)::bigint,
-		coalesce((SELECT received_tli FROM pg_stat_wal_receiver), (SELECT timeline_id FROM pg_control_checkpoint()))::bigint`).
-		Scan(&st.ReceivedLSN, &st.ReplayedLSN, &st.LagBytes, &st.Timeline)
+		coalesce((SELECT received_tli FROM pg_stat_wal_receiver WHERE received_tli > 0),
+			(SELECT timeline_id FROM pg_control_checkpoint()))::bigint,
+		coalesce(greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())::text, '')`).
+		Scan(&st.ReceivedLSN, &st.ReplayedLSN, &st.LagBytes, &st.Timeline, &st.Position)
+}
+
+// FlushLSN is a primary's WAL flush position.
+func (d *DB) FlushLSN(ctx context.Context) (string, error) {
+	return d.text(ctx, "SELECT pg_current_wal_flush_lsn()::text")
+}
+
+// Setting is a setting's value as a new session sees it.
+func (d *DB) Setting(ctx context.Context, name string) (string, error) {
+	return d.text(ctx, "SELECT current_setting($1)", name)
+}
+
+func (d *DB) text(ctx context.Context, query string, args ...any) (string, error) {
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.Background())
+	var v string
+	err = conn.QueryRow(ctx, query, args...).Scan(&v)
+	return v, err
+}
+
+// StreamingStandbys are the standbys streaming from this primary, caught up
+// (pg_stat_replication state streaming), by application_name; the gate is not one.
+func (d *DB) StreamingStandbys(ctx context.Context) (map[string]bool, error) {
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, `SELECT application_name FROM pg_stat_replication WHERE state = 'streaming' AND application_name <> $1`, GateName)
+	if err != nil {
+		return nil, err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	out := map[string]bool{}
+	for _, n := range names {
+		out[n] = true
+	}
+	return out, err
+}
+
+// ReceiverStopped reports whether this standby's WAL receiver is gone (after a freeze).
+func (d *DB) ReceiverStopped(ctx context.Context) (bool, error) {
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close(context.Background())
+	var n int
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_wal_receiver WHERE pid IS NOT NULL`).Scan(&n)
+	return n == 0, err
 }
 
 // Archiver reads pg_stat_archiver.
@@ -278,13 +354,18 @@ func (d *DB) Promote(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("pg_promote did not finish within 60 s")
 	}
-	// Until its first checkpoint a promoted server's control file still names the old
-	// timeline, and pg_rewind (before PostgreSQL 16) then finds "no rewind required"
-	// for a former primary that did diverge.
-	if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
-		return fmt.Errorf("checkpoint after promotion: %w", err)
-	}
 	return nil
+}
+
+// Checkpoint runs CHECKPOINT.
+func (d *DB) Checkpoint(ctx context.Context) error {
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, "CHECKPOINT")
+	return err
 }
 
 // Reload makes postgres re-read its configuration.

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
 
 // AnnotationBootstrapped on the primary Lease says the cluster's first primary came up
@@ -21,19 +23,25 @@ import (
 // a lost volume, never a reason to run initdb.
 const AnnotationBootstrapped = dbv1.AnnotationBootstrapped
 
-// LeaseView is the primary Lease as the agent last saw it.
+// LeaseView is the primary Lease as the agent last saw it: what its decisions depend
+// on. The holder's renewals do not change it.
 type LeaseView struct {
 	// Known is false until the Lease was read once.
 	Known bool
 	// Holder is the primary's pod name; "" when none.
 	Holder string
+	// Term grows at every change of holder.
+	Term int32
 	// Bootstrapped mirrors AnnotationBootstrapped.
 	Bootstrapped bool
+	// Handover says why Holder is "", when it is.
+	Handover *primarylease.Handover
 }
 
-// LeaseFollower keeps the latest view of the primary Lease with get and watch only (the
-// pods' Role grants nothing more, by name). When the API server cannot be reached it
-// keeps the last view: a primary must not stop serving because the API server blinked.
+// LeaseFollower keeps the latest view of the primary Lease with get and watch, and
+// writes the two changes an agent makes: the holder's renewal and its release (the
+// pods' Role grants get, watch and update of that one Lease, nothing more). When the
+// API server cannot be reached it keeps the last view.
 type LeaseFollower struct {
 	client    kubernetes.Interface
 	namespace string
@@ -42,7 +50,9 @@ type LeaseFollower struct {
 
 	mu      sync.Mutex
 	view    LeaseView
-	version uint64 // resourceVersion of the Lease behind view
+	record  primarylease.Record
+	lease   *coordinationv1.Lease // the newest read, the base of the next write
+	version uint64                // resourceVersion of the Lease behind view
 	seen    time.Time
 	changed chan struct{}
 }
@@ -69,6 +79,31 @@ func (f *LeaseFollower) LastSeen() time.Time {
 // Changed receives a value after the view changed.
 func (f *LeaseFollower) Changed() <-chan struct{} { return f.changed }
 
+// Record is the newest Lease read, parsed.
+func (f *LeaseFollower) Record() primarylease.Record {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.record
+}
+
+// Apply writes change on the newest Lease read (optimistic concurrency, retried after a
+// conflict on a fresh read) and takes in the result.
+func (f *LeaseFollower) Apply(ctx context.Context, change primarylease.Change) error {
+	f.mu.Lock()
+	base := f.lease
+	f.mu.Unlock()
+	store := primarylease.ClientsetStore{Client: f.client, Namespace: f.namespace, Name: f.name}
+	written, err := primarylease.Apply(ctx, store, base, time.Now, change)
+	if err != nil {
+		if errors.Is(err, primarylease.ErrNotHolder) {
+			_, _ = f.Refresh(ctx)
+		}
+		return err
+	}
+	f.set(written)
+	return nil
+}
+
 // Refresh reads the Lease now, bypassing the watch.
 func (f *LeaseFollower) Refresh(ctx context.Context) (LeaseView, error) {
 	lease, err := f.client.CoordinationV1().Leases(f.namespace).Get(ctx, f.name, metav1.GetOptions{})
@@ -84,10 +119,8 @@ func (f *LeaseFollower) Refresh(ctx context.Context) (LeaseView, error) {
 // the view already holds; it only counts as a sign of life then. (The agent once
 // promoted itself on a fresh read and demoted itself a moment later on a stale one.)
 func (f *LeaseFollower) set(l *coordinationv1.Lease) {
-	v := LeaseView{Known: true, Bootstrapped: l.Annotations[AnnotationBootstrapped] == "true"}
-	if l.Spec.HolderIdentity != nil {
-		v.Holder = *l.Spec.HolderIdentity
-	}
+	r := primarylease.Parse(l)
+	v := LeaseView{Known: true, Holder: r.Holder, Term: r.Term, Bootstrapped: r.Bootstrapped, Handover: r.Handover}
 	version, versioned := resourceVersion(l)
 	f.mu.Lock()
 	old := f.view
@@ -96,9 +129,9 @@ func (f *LeaseFollower) set(l *coordinationv1.Lease) {
 		f.mu.Unlock()
 		return
 	}
-	f.view, f.version = v, version
+	f.view, f.record, f.lease, f.version = v, r, l, version
 	f.mu.Unlock()
-	if old != v {
+	if !sameView(old, v) {
 		select {
 		case f.changed <- struct{}{}:
 		default:
@@ -159,13 +192,20 @@ func (f *LeaseFollower) follow(ctx context.Context) error {
 			}
 		case watch.Deleted:
 			f.mu.Lock()
-			f.view.Holder, f.version = "", 0
+			f.view.Holder, f.version, f.lease = "", 0, nil
 			f.mu.Unlock()
 		case watch.Error:
 			return nil
 		}
 	}
 	return nil
+}
+
+// sameView compares what decisions depend on.
+func sameView(a, b LeaseView) bool {
+	ha, hb := a.Handover, b.Handover
+	return a.Known == b.Known && a.Holder == b.Holder && a.Term == b.Term && a.Bootstrapped == b.Bootstrapped &&
+		(ha == nil) == (hb == nil) && (ha == nil || *ha == *hb)
 }
 
 // resourceVersion returns the Lease's resourceVersion as a number. Kubernetes calls it

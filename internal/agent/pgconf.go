@@ -34,6 +34,10 @@ type ConfInput struct {
 	Commands Commands
 	// Recovery is set while a new cluster's first primary recovers from a backup.
 	Recovery *Recovery
+	// SyncRule is the standbys of the synchronous rule, after the gate: a primary's
+	// own; on a standby, StandbyRule until the agent sets the recorded one right before
+	// promoting it.
+	SyncRule []string
 }
 
 // Commands run the agent binary as postgres's archive_command and restore_command.
@@ -124,17 +128,23 @@ func managed(in ConfInput) map[string]string {
 			m["recovery_target_lsn"] = r.TargetLSN
 		}
 	}
-	// A standby carries the setting it will have as primary (recovery ignores it): a
-	// promotion must be synchronous from its first commit, not from a reload after it.
-	m["synchronous_standby_names"] = SynchronousStandbyNames(in.Cluster, in.Pod)
-	if in.Role == AsStandby {
+	// Every primary has its commit gate as first synchronous standby. A standby
+	// carries a rule too (recovery ignores it), so that no commit of a promotion is ever
+	// acknowledged without the gate; the agent sets the recorded rule before promoting.
+	m["synchronous_standby_names"] = SynchronousStandbyNames(in.Cluster.SynchronousReplicas, in.SyncRule)
+	// Needs a restart to change, so every role has it (a primary ignores it).
+	m["recovery_target_timeline"] = "latest"
+	if in.Role == AsStandby && in.PrimaryHost == "" {
+		// Frozen: no upstream, the WAL receiver stays stopped.
+		m["primary_conninfo"] = ""
+	}
+	if in.Role == AsStandby && in.PrimaryHost != "" {
 		m["primary_conninfo"] = Conninfo(map[string]string{
 			"host": in.PrimaryHost, "port": fmt.Sprint(in.Port), "user": in.ReplicationUser,
 			"passfile": in.PassFile, "application_name": in.Pod, "connect_timeout": "5",
 			"keepalives_idle": "5", "keepalives_interval": "2", "keepalives_count": "3",
 		})
 		m["primary_slot_name"] = SlotName(in.Pod)
-		m["recovery_target_timeline"] = "latest"
 	}
 	return m
 }
@@ -147,21 +157,36 @@ var defaults = map[string]string{
 	"wal_retrieve_retry_interval": "500ms",
 }
 
-// SynchronousStandbyNames is "ANY n (...)" over every instance but pod, n capped at their
-// number. Listing every configured instance, not just the live ones, keeps the rule
-// fixed while a replica restarts: commits wait only when fewer than n are streaming.
-func SynchronousStandbyNames(c ClusterConfig, pod string) string {
-	var names []string
+// SynchronousStandbyNames is "FIRST k+1 (gate, standbys...)": the commit gate, always
+// connected, is always one of the synchronous standbys, and the k highest-priority
+// streaming standbys of the rule are the others. k is never capped at the rule's
+// length: with fewer standbys than k in the rule, commits wait.
+func SynchronousStandbyNames(k int, standbys []string) string {
+	names := []string{`"` + GateName + `"`}
+	for _, s := range standbys {
+		names = append(names, `"`+s+`"`)
+	}
+	return fmt.Sprintf("FIRST %d (%s)", k+1, strings.Join(names, ", "))
+}
+
+// StandbyRule is the synchronous rule a standby carries: in synchronous mode every
+// other configured instance.
+func StandbyRule(c ClusterConfig, pod string) []string {
+	if c.SynchronousReplicas == 0 {
+		return nil
+	}
+	return otherInstances(c, pod)
+}
+
+// otherInstances are the configured instances but pod, in ordinal order.
+func otherInstances(c ClusterConfig, pod string) []string {
+	var out []string
 	for i := range c.Replicas {
 		if other := fmt.Sprintf("%s-%d", c.ClusterName, i); other != pod {
-			names = append(names, `"`+other+`"`)
+			out = append(out, other)
 		}
 	}
-	n := min(c.SynchronousReplicas, len(names))
-	if n == 0 {
-		return ""
-	}
-	return fmt.Sprintf("ANY %d (%s)", n, strings.Join(names, ", "))
+	return out
 }
 
 // PostgresqlConf renders postgresql.conf: pgpilot's defaults, the user's parameters,

@@ -120,29 +120,39 @@ func TestScram(t *testing.T) {
 }
 
 func TestSynchronousStandbyNames(t *testing.T) {
-	c := ClusterConfig{ClusterName: "db", Replicas: 3, SynchronousReplicas: 1}
 	for _, tc := range []struct {
-		name string
-		sync int
-		want string
+		name     string
+		k        int
+		standbys []string
+		want     string
 	}{
-		{"async", 0, ""},
-		{"one of two", 1, `ANY 1 ("db-0", "db-2")`},
-		{"both", 2, `ANY 2 ("db-0", "db-2")`},
-		{"capped at the others", 5, `ANY 2 ("db-0", "db-2")`},
+		{"async: the gate alone", 0, nil, `FIRST 1 ("pgpilot_gate")`},
+		{"async keeps the gate alone", 0, []string{"db-0"}, `FIRST 1 ("pgpilot_gate", "db-0")`},
+		{"one of two", 1, []string{"db-0", "db-2"}, `FIRST 2 ("pgpilot_gate", "db-0", "db-2")`},
+		{"both", 2, []string{"db-0", "db-2"}, `FIRST 3 ("pgpilot_gate", "db-0", "db-2")`},
+		{"never capped: commits wait", 2, []string{"db-0"}, `FIRST 3 ("pgpilot_gate", "db-0")`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c.SynchronousReplicas = tc.sync
-			if got := SynchronousStandbyNames(c, "db-1"); got != tc.want {
+			if got := SynchronousStandbyNames(tc.k, tc.standbys); got != tc.want {
 				t.Errorf("got %q, want %q", got, tc.want)
 			}
 		})
 	}
-	// A standby already carries the rule it will follow once promoted.
-	c.SynchronousReplicas = 1
-	in := ConfInput{Cluster: c, Pod: "db-1", Role: AsStandby}
-	if !strings.Contains(PostgresqlConf(in), `synchronous_standby_names = 'ANY 1 ("db-0", "db-2")'`) {
+	// A standby already carries a rule with the gate and every other instance.
+	c := ClusterConfig{ClusterName: "db", Replicas: 3, SynchronousReplicas: 1}
+	in := ConfInput{Cluster: c, Pod: "db-1", Role: AsStandby, PrimaryHost: "db-0.svc", SyncRule: StandbyRule(c, "db-1")}
+	if !strings.Contains(PostgresqlConf(in), `synchronous_standby_names = 'FIRST 2 ("pgpilot_gate", "db-0", "db-2")'`) {
 		t.Error("a standby's configuration does not carry the synchronous rule for its promotion")
+	}
+	// A primary's is its rule.
+	in = ConfInput{Cluster: c, Pod: "db-1", Role: AsPrimary, SyncRule: []string{"db-2"}}
+	if !strings.Contains(PostgresqlConf(in), `synchronous_standby_names = 'FIRST 2 ("pgpilot_gate", "db-2")'`) {
+		t.Error("a primary's configuration does not carry its rule")
+	}
+	// A frozen standby has no upstream.
+	in = ConfInput{Cluster: c, Pod: "db-1", Role: AsStandby}
+	if conf := PostgresqlConf(in); !strings.Contains(conf, "primary_conninfo = ''") || strings.Contains(conf, "primary_slot_name") {
+		t.Errorf("a frozen standby's configuration:\n%s", conf)
 	}
 }
 

@@ -23,6 +23,42 @@ type Postgres struct {
 	PGData string
 	// Env is added to every program's environment (PGPASSFILE, ...).
 	Env []string
+	// Lock is the interlock on the volume (Interlock); postgres inherits it, so it is
+	// held as long as any of its processes lives.
+	Lock *os.File
+}
+
+// Interlock takes an exclusive flock on <PGDATA>.lock, waiting while another process
+// holds it: a container left running on this volume (a force-deleted pod) must stop
+// before another postmaster starts on the same files. PostgreSQL's own interlock cannot
+// see across containers, which have separate PID and IPC namespaces. waiting is called
+// every 10 s while it waits.
+func Interlock(ctx context.Context, pgdata string, waiting func()) (*os.File, error) {
+	f, err := os.OpenFile(pgdata+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	last := time.Now()
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("locking %s.lock: %w", pgdata, err)
+		}
+		if time.Since(last) > 10*time.Second {
+			waiting()
+			last = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func (p *Postgres) bin(name string) string { return filepath.Join(p.BinDir, name) }
@@ -168,7 +204,13 @@ type ControlData struct {
 	State string
 	// Timeline is "Latest checkpoint's TimeLineID".
 	Timeline int64
+	// Checkpoint is "Latest checkpoint location": after a clean shutdown, the shutdown
+	// checkpoint, the last record of the WAL.
+	Checkpoint string
 }
+
+// ShutDown reports whether the data directory was shut down cleanly as a primary.
+func (cd ControlData) ShutDown() bool { return cd.State == "shut down" }
 
 // ControlData runs pg_controldata.
 func (p *Postgres) ControlData(ctx context.Context) (ControlData, error) {
@@ -194,6 +236,8 @@ func ParseControlData(out []byte) ControlData {
 			cd.State = v
 		case "Latest checkpoint's TimeLineID":
 			cd.Timeline, _ = strconv.ParseInt(v, 10, 64)
+		case "Latest checkpoint location":
+			cd.Checkpoint = v
 		}
 	}
 	return cd
@@ -249,6 +293,9 @@ func (p *Postgres) Start() (*Process, error) {
 	// Its own process group: a terminal's Ctrl-C or a signal to the agent's group does
 	// not reach postgres behind the agent's back; the agent decides how it stops.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if p.Lock != nil {
+		cmd.ExtraFiles = []*os.File{p.Lock}
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting postgres: %w", err)
 	}
@@ -316,17 +363,30 @@ func (t *tailBuffer) String() string {
 // Pid of the postmaster.
 func (pr *Process) Pid() int { return pr.cmd.Process.Pid }
 
-// Stop shuts the postmaster down: smart (wait for clients) for a third of timeout, then
-// fast (disconnect clients, checkpoint), then immediate (crash-like, recovers at next
-// start). Each mode ends sooner if postgres exits.
-func (pr *Process) Stop(timeout time.Duration, fastFirst bool) {
+// StopMode is how postgres is stopped.
+type StopMode int
+
+const (
+	// StopFast disconnects every session at once (no commit waiting for the gate is
+	// acknowledged), writes the shutdown checkpoint and sends all WAL to the connected
+	// standbys before it exits.
+	StopFast StopMode = iota
+	// StopImmediate makes every process exit at once; the next start recovers.
+	StopImmediate
+)
+
+// Stop shuts the postmaster down in mode within timeout, escalating (fast, then
+// immediate, then SIGKILL), and kills whatever of its process group is left: backends
+// orphaned by a killed postmaster could otherwise still commit.
+func (pr *Process) Stop(timeout time.Duration, mode StopMode) {
 	steps := []struct {
 		sig syscall.Signal
 		d   time.Duration
-	}{{syscall.SIGTERM, timeout / 3}, {syscall.SIGINT, timeout / 2}, {syscall.SIGQUIT, timeout / 6}}
-	if fastFirst {
+	}{{syscall.SIGINT, timeout * 3 / 4}, {syscall.SIGQUIT, timeout / 4}}
+	if mode == StopImmediate {
 		steps = steps[1:]
 	}
+	defer pr.killGroup()
 	for _, s := range steps {
 		_ = pr.cmd.Process.Signal(s.sig)
 		select {
@@ -337,4 +397,9 @@ func (pr *Process) Stop(timeout time.Duration, fastFirst bool) {
 	}
 	_ = pr.cmd.Process.Kill()
 	<-pr.done
+}
+
+// killGroup kills every process left in the postmaster's process group.
+func (pr *Process) killGroup() {
+	_ = syscall.Kill(-pr.cmd.Process.Pid, syscall.SIGKILL)
 }

@@ -32,6 +32,8 @@ const (
 	PathPromote = "/promote"
 	PathFence   = "/fence"
 	PathDemote  = "/demote"
+	PathFreeze  = "/freeze"
+	PathConfirm = "/confirm"
 	PathMetrics = "/metrics"
 )
 
@@ -78,8 +80,74 @@ type Status struct {
 	Archiver *ArchiverStatus `json:"archiver,omitempty"`
 	// Fenced is whether the agent was told to stop accepting writes.
 	Fenced bool `json:"fenced,omitempty"`
+	// Term is the primary Lease's term the agent last saw.
+	Term int32 `json:"term"`
+	// Position is where this instance's WAL ends, for choosing a failover target: the
+	// write position of a primary; the furthest of received and replayed on a standby;
+	// the last checkpoint of a stopped data directory. Empty when unknown.
+	Position string `json:"position,omitempty"`
+	// CheckpointTimeline is the timeline of a primary's last checkpoint: a promoted
+	// primary's equals Timeline once its first checkpoint after the promotion is done,
+	// and pg_rewind can read the divergence from its control file.
+	CheckpointTimeline int64 `json:"checkpointTimeline,omitempty"`
+	// Frozen: a standby told to stop receiving WAL until the Lease names a primary again.
+	Frozen bool `json:"frozen,omitempty"`
+	// Gate is a primary's commit gate: GateAcking, GateWithholding, GateDraining or
+	// GateDisconnected; empty on a standby.
+	Gate string `json:"gate,omitempty"`
+	// Confirmation is a primary's right to acknowledge commits (docs/failover.md).
+	Confirmation *Confirmation `json:"confirmation,omitempty"`
+	// FailsafeConfirmed is the last time this standby confirmed its primary to it while
+	// that primary could not reach the API server.
+	FailsafeConfirmed *FailsafeConfirmation `json:"failsafeConfirmed,omitempty"`
+	// RecentCrashes counts postmaster exits and failed starts in the last minute.
+	RecentCrashes int `json:"recentCrashes,omitempty"`
+	// DownForMillis is how long postgres has not been ready in a role; 0 when it is.
+	DownForMillis int64 `json:"downForMillis,omitempty"`
+	// Handover is this instance's last clean stop as primary: its final WAL position.
+	Handover *Handover `json:"handover,omitempty"`
 	// Error says what went wrong last, for a person; empty when nothing did.
 	Error string `json:"error,omitempty"`
+}
+
+// Gate states.
+const (
+	GateAcking       = "acking"
+	GateWithholding  = "withholding"
+	GateDraining     = "draining"
+	GateDisconnected = "disconnected"
+)
+
+// Confirmation is a primary's right to acknowledge commits.
+type Confirmation struct {
+	// Valid: confirmed within the last T.
+	Valid bool `json:"valid"`
+	// Via is "api" (a Lease renewal) or "peers" (failsafe).
+	Via string `json:"via,omitempty"`
+	// RemainingMillis is how long the confirmation lasts without a new one.
+	RemainingMillis int64 `json:"remainingMillis"`
+}
+
+// FailsafeConfirmation is a standby's last confirmation of a primary.
+type FailsafeConfirmation struct {
+	Primary string `json:"primary"`
+	Term    int32  `json:"term"`
+	// AgoMillis is how long before this status was made.
+	AgoMillis int64 `json:"agoMillis"`
+}
+
+// Handover is an instance's clean stop as primary.
+type Handover struct {
+	Term     int32  `json:"term"`
+	Clean    bool   `json:"clean"`
+	FinalLSN string `json:"finalLSN,omitempty"`
+	Timeline int64  `json:"timeline,omitempty"`
+}
+
+// ConfirmRequest asks a standby whether it still follows Primary in Term.
+type ConfirmRequest struct {
+	Primary string `json:"primary"`
+	Term    int32  `json:"term"`
 }
 
 // ReplicaStatus is one standby as its primary sees it.
@@ -118,7 +186,12 @@ type Instance interface {
 	// Fence makes a primary stop accepting writes (and keeps it so until unfenced by a
 	// restart as replica). Fencing a replica is a no-op.
 	Fence(ctx context.Context) error
-	// Demote stops a primary cleanly after its writes are drained, for a switchover;
-	// it restarts as a replica of whichever instance the Lease names next.
+	// Demote is a handover: a primary stops acknowledging commits, stops cleanly so its
+	// final WAL reaches the standbys, and releases the Lease with its final position.
 	Demote(ctx context.Context) error
+	// Freeze makes a standby stop receiving WAL until the Lease names a primary again.
+	Freeze(ctx context.Context) error
+	// Confirm answers a primary that cannot reach the API server whether this standby
+	// still follows it (failsafe); ErrConflict when it does not.
+	Confirm(ctx context.Context, req ConfirmRequest) error
 }

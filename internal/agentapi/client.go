@@ -33,6 +33,7 @@ var defaultHTTPClient = &http.Client{}
 type Client struct {
 	base                                       string
 	statusURL, promoteURL, fenceURL, demoteURL string
+	freezeURL, confirmURL                      string
 
 	token string
 	http  *http.Client
@@ -55,6 +56,8 @@ func NewClient(baseURL, token string, httpClient *http.Client) *Client {
 		promoteURL:    base + PathPromote,
 		fenceURL:      base + PathFence,
 		demoteURL:     base + PathDemote,
+		freezeURL:     base + PathFreeze,
+		confirmURL:    base + PathConfirm,
 		token:         token,
 		http:          httpClient,
 		statusTimeout: DefaultStatusTimeout,
@@ -83,6 +86,19 @@ func (c *Client) Fence(ctx context.Context) (Status, error) {
 // Status after.
 func (c *Client) Demote(ctx context.Context) (Status, error) {
 	return c.call(ctx, http.MethodPost, c.demoteURL, c.actionTimeout)
+}
+
+// Freeze asks a standby's agent to stop receiving WAL, and returns the Status after
+// (its final position).
+func (c *Client) Freeze(ctx context.Context) (Status, error) {
+	return c.call(ctx, http.MethodPost, c.freezeURL, c.actionTimeout)
+}
+
+// Confirm asks a standby whether it still follows req.Primary in req.Term; an error
+// matching ErrConflict means it does not.
+func (c *Client) Confirm(ctx context.Context, req ConfirmRequest) error {
+	var ok struct{}
+	return c.do(ctx, http.MethodPost, c.confirmURL, req, &ok, c.statusTimeout)
 }
 
 // HTTPError is an answer of the agent other than 200. For a 409 it matches ErrConflict

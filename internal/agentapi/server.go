@@ -106,6 +106,8 @@ func NewServer(inst Instance, opts ServerOptions) *Server {
 	mux.Handle("POST "+PathPromote, s.bounded(s.actionTimeout, s.action("promote", inst.Promote)))
 	mux.Handle("POST "+PathFence, s.bounded(s.actionTimeout, s.action("fence", inst.Fence)))
 	mux.Handle("POST "+PathDemote, s.bounded(s.actionTimeout, s.action("demote", inst.Demote)))
+	mux.Handle("POST "+PathFreeze, s.bounded(s.actionTimeout, s.action("freeze", inst.Freeze)))
+	mux.Handle("POST "+PathConfirm, s.bounded(s.requestTimeout, http.HandlerFunc(s.confirm)))
 	mux.Handle("GET "+PathMetrics, s.bounded(s.requestTimeout, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog:      promErrorLog{s.log},
 		ErrorHandling: promhttp.ContinueOnError,
@@ -212,6 +214,30 @@ func (s *Server) action(name string, act func(context.Context) error) http.Handl
 			writeJSONError(w, http.StatusInternalServerError, err.Error())
 		}
 	})
+}
+
+// confirm serves a primary's failsafe question. It is asked every second while the API
+// server is away, so only refusals are logged, and only at V(1).
+func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
+	if code, reason := s.authorize(r); code != http.StatusOK {
+		writeJSONError(w, code, reason)
+		return
+	}
+	var req ConfirmRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10)).Decode(&req); err != nil {
+		writeJSONError(w, http.StatusBadRequest, "decode the request: "+err.Error())
+		return
+	}
+	if err := s.inst.Confirm(r.Context(), req); err != nil {
+		s.log.V(1).Info("Refused a failsafe confirmation", "primary", req.Primary, "term", req.Term, "reason", err.Error())
+		code := http.StatusInternalServerError
+		if errors.Is(err, ErrConflict) {
+			code = http.StatusConflict
+		}
+		writeJSONError(w, code, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, struct{}{})
 }
 
 // authorize checks the request's bearer token. It returns 200, or the status code to

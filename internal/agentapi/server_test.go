@@ -101,6 +101,16 @@ func (f *fakeInstance) Demote(ctx context.Context) error {
 	return f.act(ctx, "demote", func(s *Status) { s.Role, s.Running, s.Ready = RoleStopped, false, false })
 }
 
+func (f *fakeInstance) Freeze(ctx context.Context) error {
+	return f.act(ctx, "freeze", func(s *Status) { s.Frozen = true })
+}
+
+func (f *fakeInstance) Confirm(ctx context.Context, req ConfirmRequest) error {
+	return f.act(ctx, "confirm", func(s *Status) {
+		s.FailsafeConfirmed = &FailsafeConfirmation{Primary: req.Primary, Term: req.Term}
+	})
+}
+
 func (f *fakeInstance) role() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -309,7 +319,7 @@ func TestStatusJSONNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := slices.Sorted(maps.Keys(m))
-	want := []string{"connections", "lagBytes", "pod", "postgresVersion", "ready", "replicas", "role", "running", "startedAt", "timeline", "writeLSN"}
+	want := []string{"connections", "lagBytes", "pod", "postgresVersion", "ready", "replicas", "role", "running", "startedAt", "term", "timeline", "writeLSN"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("keys (-want +got):\n%s", diff)
 	}

@@ -27,6 +27,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -39,6 +40,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/agent"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/devenv"
+	"github.com/pgpilot/pgpilot/internal/primarylease"
 	"github.com/pgpilot/pgpilot/internal/sidecar"
 )
 
@@ -47,9 +49,6 @@ import (
 const PGBin = "/usr/lib/postgresql/15/bin"
 
 const token = "test-token"
-
-// isolationTimeout is the agents' --isolation-timeout in the tests.
-const isolationTimeout = 3 * time.Second
 
 // workPrefix names the work directory; every agent and postgres of a run has it in its
 // command line.
@@ -306,24 +305,35 @@ func (c *cluster) setConfig(key string, value any) {
 	}
 }
 
-// setLease makes pod the primary, as the sidecar would.
+// setLease makes pod the primary in a new term, as the sidecar moves the Lease.
 func (c *cluster) setLease(pod string, bootstrapped bool) {
 	c.t.Helper()
 	ctx := context.Background()
-	leases := kube.CoordinationV1().Leases(c.namespace)
-	l, err := leases.Get(ctx, c.name+"-primary", metav1.GetOptions{})
+	store := primarylease.ClientsetStore{Client: kube, Namespace: c.namespace, Name: c.name + "-primary"}
+	l, err := store.Get(ctx)
+	if apierrors.IsNotFound(err) {
+		l = primarylease.New(c.namespace, c.name+"-primary", c.name, pod, time.Now())
+		_, err = kube.CoordinationV1().Leases(c.namespace).Create(ctx, l, metav1.CreateOptions{})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if !bootstrapped {
+			return
+		}
+		l, err = store.Get(ctx)
+	}
 	if err != nil {
-		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: c.name + "-primary", Namespace: c.namespace}}
+		c.t.Fatal(err)
 	}
-	l.Spec.HolderIdentity = &pod
-	if bootstrapped {
-		metav1.SetMetaDataAnnotation(&l.ObjectMeta, agent.AnnotationBootstrapped, "true")
-	}
-	if l.ResourceVersion == "" {
-		_, err = leases.Create(ctx, l, metav1.CreateOptions{})
-	} else {
-		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
-	}
+	_, err = primarylease.Apply(ctx, store, nil, time.Now, func(l *coordinationv1.Lease, now time.Time) error {
+		if bootstrapped {
+			metav1.SetMetaDataAnnotation(&l.ObjectMeta, agent.AnnotationBootstrapped, "true")
+		}
+		if r := primarylease.Parse(l); r.Holder == pod {
+			return nil
+		}
+		return primarylease.Move(primarylease.Parse(l).Term, pod, nil, nil)(l, now)
+	})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -349,7 +359,7 @@ func (in *instance) start() {
 		"--config", filepath.Join(in.c.dir, "config.json"), "--secrets", filepath.Join(in.c.dir, "secrets"),
 		"--api-address", in.ip+":8008", "--token-file", filepath.Join(in.c.dir, "token"),
 		"--peers", in.c.peers(), "--kubeconfig", filepath.Join(in.dir, "kubeconfig"), "--shutdown-timeout", "20s",
-		"--isolation-timeout", isolationTimeout.String(), "--lease-probe", "500ms")
+		"--lease-probe", "500ms")
 	in.cmd.Stdout, in.cmd.Stderr = syncWriter(in.log), syncWriter(in.log)
 	in.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: pgUID, Gid: pgGID}, Pdeathsig: syscall.SIGKILL}
 	in.cmd.Env = append(os.Environ(), "HOME="+in.dir, "LC_ALL=C.UTF-8")

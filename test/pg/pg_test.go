@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
 
 const upTimeout = 90 * time.Second
@@ -399,44 +400,75 @@ func TestStandbyWhoseWALIsGoneIsClonedAgain(t *testing.T) {
 	r.waitRole(agentapi.RoleReplica, 1, upTimeout)
 }
 
-// A primary that reaches neither the API server nor any other instance stops accepting
-// writes after the isolation timeout, and serves again once the API server answers and
-// the Lease still names it.
-func TestIsolatedPrimaryStopsWrites(t *testing.T) {
-	c := newCluster(t, 3)
-	c.startAll()
-	p := c.instances[0]
-	if err := p.exec("CREATE TABLE t (id int)"); err != nil {
-		t.Fatal(err)
+// tryWrite commits one row on in within timeout: an error when the commit is not
+// acknowledged in time (the connection is closed, never cancelled).
+func (in *instance) tryWrite(timeout time.Duration, sql string, args ...any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	conn, err := in.conn(ctx)
+	if err != nil {
+		return err
 	}
-	p.proxy.setCut(true)
-	for _, r := range c.instances[1:] {
-		r.kill9()
-	}
-	cutAt := time.Now()
-	testutil.Eventually(t, 4*isolationTimeout, func() error {
-		if err := p.exec("INSERT INTO t VALUES (1)"); err == nil {
-			return errors.New("the isolated primary still accepts writes")
-		}
-		return nil
-	})
-	t.Logf("the isolated primary stopped accepting writes %s after it was cut off", time.Since(cutAt).Round(100*time.Millisecond))
-	testutil.Eventually(t, 30*time.Second, func() error {
-		st, err := p.status()
-		if err != nil || st.Role != agentapi.RoleFenced || st.Running {
-			return fmt.Errorf("status after isolation: %+v %v", st, err)
-		}
-		return nil
-	})
-	p.proxy.setCut(false)
-	p.waitRole(agentapi.RolePrimary, 1, upTimeout)
-	if err := p.exec("INSERT INTO t VALUES (2)"); err != nil {
-		t.Errorf("no writes after the API server came back: %v", err)
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, sql, args...)
+	return err
+}
+
+// A primary that can confirm its Lease neither through the API server nor through every
+// other instance stops acknowledging commits T after its last confirmation, by itself
+// and without stopping postgres; it serves again, the same postmaster, once the API
+// server answers and the Lease still names it. Reaching one peer of two is not enough
+// (it used to be: such a primary kept serving forever).
+func TestUnconfirmedPrimaryStopsAcknowledging(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		kills int
+	}{{"cut off from everything", 2}, {"reaching one peer of two", 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 3)
+			c.startAll()
+			p := c.instances[0]
+			if err := p.exec("CREATE TABLE t (id int)"); err != nil {
+				t.Fatal(err)
+			}
+			pid := p.postmasterPid()
+			p.proxy.setCut(true)
+			for _, r := range c.instances[3-tc.kills:] {
+				r.kill9()
+			}
+			cutAt := time.Now()
+			var lastOK time.Time
+			testutil.Eventually(t, 3*primarylease.Duration, func() error {
+				if err := p.tryWrite(time.Second, "INSERT INTO t VALUES (1)"); err == nil {
+					lastOK = time.Now()
+					return errors.New("the primary still acknowledges commits")
+				}
+				return nil
+			})
+			t.Logf("the unconfirmed primary stopped acknowledging commits %s after it was cut off (last acknowledged at %s)",
+				time.Since(cutAt).Round(100*time.Millisecond), lastOK.Sub(cutAt).Round(100*time.Millisecond))
+			if !lastOK.IsZero() && lastOK.Sub(cutAt) > primarylease.Duration+time.Second {
+				t.Errorf("a commit was acknowledged %s after the cut, more than T = %s", lastOK.Sub(cutAt), primarylease.Duration)
+			}
+			st, err := p.status()
+			if err != nil || st.Gate != agentapi.GateWithholding || st.Confirmation == nil || st.Confirmation.Valid || st.Ready {
+				t.Errorf("status while unconfirmed: %+v %v", st, err)
+			}
+			p.proxy.setCut(false)
+			p.waitRole(agentapi.RolePrimary, 1, 30*time.Second)
+			if err := p.tryWrite(5*time.Second, "INSERT INTO t VALUES (2)"); err != nil {
+				t.Errorf("no writes after the API server came back: %v", err)
+			}
+			if now := p.postmasterPid(); now != pid {
+				t.Errorf("postgres was restarted (pid %d, then %d): a pause needs no restart", pid, now)
+			}
+		})
 	}
 }
 
-// A primary that loses only the API server, while its replicas are reachable, keeps
-// serving: without the API server no failover can happen behind its back.
+// A primary that loses only the API server, while every other instance follows it,
+// keeps serving (failsafe): they confirm it, and without the API server no failover
+// can happen behind its back.
 func TestPrimaryWithoutAPIServerButPeersKeepsServing(t *testing.T) {
 	c := newCluster(t, 3)
 	c.startAll()
@@ -445,16 +477,20 @@ func TestPrimaryWithoutAPIServerButPeersKeepsServing(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.proxy.setCut(true)
-	until := time.Now().Add(3 * isolationTimeout)
+	until := time.Now().Add(3 * primarylease.Duration)
 	n := 0
 	for time.Now().Before(until) {
-		if err := p.exec("INSERT INTO t VALUES ($1)", n); err != nil {
-			t.Fatalf("write %d failed %s after the API server was cut off: %v", n, time.Until(until), err)
+		if err := p.tryWrite(2*time.Second, "INSERT INTO t VALUES ($1)", n); err != nil {
+			t.Fatalf("write %d failed %s before the end, with the API server cut off: %v", n, time.Until(until), err)
 		}
 		n++
 		time.Sleep(50 * time.Millisecond)
 	}
 	p.waitCount("t", int64(n), time.Second)
+	st, err := p.status()
+	if err != nil || st.Confirmation == nil || st.Confirmation.Via != "peers" {
+		t.Errorf("status: %+v %v; want confirmed via peers", st.Confirmation, err)
+	}
 }
 
 // In synchronous mode no acknowledged write is lost when the primary dies: a writer
@@ -475,8 +511,8 @@ func TestSynchronousNoAcknowledgedWriteLost(t *testing.T) {
 			return err
 		}
 		for _, r := range st.Replicas {
-			if r.SyncState != "quorum" {
-				return fmt.Errorf("replica %s is %s, want quorum", r.Name, r.SyncState)
+			if r.SyncState != "sync" && r.SyncState != "potential" {
+				return fmt.Errorf("replica %s is %s, want sync or potential", r.Name, r.SyncState)
 			}
 		}
 		if len(st.Replicas) != 2 {
@@ -616,8 +652,8 @@ func TestConfigurationReload(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if len(st.Replicas) != 1 || st.Replicas[0].SyncState != "quorum" {
-			return fmt.Errorf("replicas %+v, want %s in quorum", st.Replicas, r.pod)
+		if len(st.Replicas) != 1 || st.Replicas[0].SyncState != "sync" {
+			return fmt.Errorf("replicas %+v, want %s sync", st.Replicas, r.pod)
 		}
 		return nil
 	})

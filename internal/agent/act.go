@@ -1,0 +1,466 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/pgpilot/pgpilot/internal/agentapi"
+)
+
+// reloadClusterConfig re-reads the cluster configuration (the ConfigMap the kubelet
+// updates in place); the next start uses it, and a running standby gets a rewritten
+// postgresql.conf and a reload (a primary's is rewritten by maintainSync, which owns
+// its synchronous rule). A broken file keeps the configuration in force and is
+// reported.
+func (a *Agent) reloadClusterConfig(ctx context.Context, running bool, role, upstream string) error {
+	next, err := LoadClusterConfig(a.cfg.ClusterConfigPath)
+	if err != nil {
+		return fmt.Errorf("keeping the running configuration: %w", err)
+	}
+	if reflect.DeepEqual(next, a.cluster) {
+		return nil
+	}
+	a.mu.Lock()
+	a.cluster = next
+	a.mu.Unlock()
+	a.slotsDone = time.Time{}
+	a.log.Info("The cluster configuration changed", "replicas", next.Replicas, "synchronousReplicas", next.SynchronousReplicas)
+	if !running || (role != agentapi.RolePrimary && role != agentapi.RoleReplica) {
+		return nil
+	}
+	as := AsPrimary
+	if role == agentapi.RoleReplica {
+		as = AsStandby
+	}
+	if err := a.pg.WriteConfig(a.confInput(as, upstream)); err != nil {
+		return err
+	}
+	return a.db.Reload(ctx)
+}
+
+// checkMajor refuses a data directory of another major version than the binaries: no
+// in-place major upgrade exists yet, and postgres would refuse it less clearly.
+func (a *Agent) checkMajor(ctx context.Context) error {
+	data, err := a.pg.Major()
+	if err != nil {
+		return nil // no data directory yet
+	}
+	out, err := exec.CommandContext(ctx, a.pg.bin("postgres"), "--version").Output()
+	if err != nil {
+		return fmt.Errorf("running postgres --version: %w", err)
+	}
+	fields := strings.Fields(string(out)) // "postgres (PostgreSQL) 15.10 (Debian 15.10-0+deb12u1)"
+	if len(fields) < 3 {
+		return fmt.Errorf("cannot read the version from %q", out)
+	}
+	bin := strings.SplitN(fields[2], ".", 2)[0]
+	if bin != data {
+		return fmt.Errorf("the data directory is PostgreSQL %s but this image runs PostgreSQL %s: in-place major version upgrades are not supported yet; set spec.version back to %q", data, bin, data)
+	}
+	return nil
+}
+
+func (a *Agent) confInput(role Role, upstream string) ConfInput {
+	host := ""
+	if upstream != "" {
+		host = a.cfg.PeerHost(upstream)
+	}
+	in := ConfInput{
+		Cluster: a.cluster, Pod: a.cfg.PodName, Listen: a.cfg.ListenAddress, Port: a.cfg.Port,
+		Socket: a.cfg.SocketDir, Role: role, PrimaryHost: host,
+		PassFile: a.passFile(), ReplicationUser: a.creds.Replication.Username,
+		Commands: a.commands(), Recovery: a.recovery,
+	}
+	in.SyncRule = StandbyRule(a.cluster, a.cfg.PodName)
+	if role == AsPrimary {
+		in.SyncRule = a.syncRule()
+	}
+	return in
+}
+
+// startInstance starts postgres in the role d gives it.
+func (a *Agent) startInstance(ctx context.Context, d Decision, view LeaseView) error {
+	if err := a.checkMajor(ctx); err != nil {
+		return err
+	}
+	state, err := a.pg.State()
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.fenced = false
+	a.mu.Unlock()
+	a.fencedNow.Store(false)
+	a.setState(nil, agentapi.RoleStarting, "")
+	if d.Act == StartPrimary {
+		a.initSync(a.lease.Record().Sync)
+		if err := a.startPrimary(ctx, state, view); err != nil {
+			a.crashed()
+			return err
+		}
+		return nil
+	}
+	if err := a.startStandby(ctx, state, d.Target); err != nil {
+		a.crashed()
+		return err
+	}
+	return nil
+}
+
+func (a *Agent) startPrimary(ctx context.Context, state DataState, view LeaseView) error {
+	fresh := false
+	switch state {
+	case DataEmpty:
+		if view.Bootstrapped {
+			return errors.New("the Lease names this instance primary of a cluster that was bootstrapped before, but its data directory is empty: refusing to initialise a new, empty database over a lost volume; move the primary to an instance that has the data")
+		}
+		if a.cluster.Restore != nil {
+			if err := a.restoreFromBackup(ctx); err != nil {
+				return err
+			}
+			return a.startRestored(ctx)
+		}
+		a.log.Info("Initialising a new cluster")
+		if err := a.pg.InitDB(ctx, a.creds.Superuser); err != nil {
+			return err
+		}
+		fresh = true
+	case DataStandby:
+		a.log.Info("Starting a former replica as primary")
+	case DataPrimary:
+		if a.pg.Recovering() && a.cluster.Restore != nil {
+			a.log.Info("Resuming the recovery from the backup")
+			return a.startRestored(ctx)
+		}
+	}
+	if err := a.pg.WriteConfig(a.confInput(AsPrimary, "")); err != nil {
+		return err
+	}
+	if err := a.start(ctx); err != nil {
+		return err
+	}
+	return a.finishPrimaryStart(ctx, fresh)
+}
+
+// startRestored starts the cluster's first primary on a restored data directory:
+// recover to the target, then finish as any new primary does. A recovery interrupted
+// (the agent restarted, postgres exited) resumes here: recovery.signal stays until
+// postgres leaves recovery.
+func (a *Agent) startRestored(ctx context.Context) error {
+	r := a.cluster.Restore
+	a.recovery = &Recovery{TargetTime: r.TargetTime, TargetLSN: r.TargetLSN}
+	defer func() { a.recovery = nil }()
+	if err := a.pg.WriteConfig(a.confInput(AsPrimary, "")); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := a.start(ctx); err != nil {
+		return err
+	}
+	if err := a.waitRecovered(ctx); err != nil {
+		return err
+	}
+	a.log.Info("Recovered from the backup", "took", time.Since(start).Round(time.Millisecond).String())
+	// The restore settings go: this instance must never read the source's archive again.
+	a.recovery = nil
+	if err := a.pg.WriteConfig(a.confInput(AsPrimary, "")); err != nil {
+		return err
+	}
+	if err := a.db.Reload(ctx); err != nil {
+		return err
+	}
+	return a.finishPrimaryStart(ctx, true)
+}
+
+// finishPrimaryStart runs on a primary that accepts connections: the commit gate,
+// roles, database and passwords, slots, then the primary role. The agent's own
+// sessions commit locally (synchronous_commit = local), so they need no gate.
+func (a *Agent) finishPrimaryStart(ctx context.Context, fresh bool) error {
+	a.startGate()
+	a.kickLease()
+	// Until the bootstrap marker exists the roles and database may be missing or half
+	// made (an agent stopped midway): create what is missing, then mark it done.
+	if fresh || !a.pg.Bootstrapped() {
+		if err := a.db.Bootstrap(ctx, a.cluster.Bootstrap, a.creds); err != nil {
+			return err
+		}
+		if err := a.pg.MarkBootstrapped(); err != nil {
+			return err
+		}
+		a.log.Info("Bootstrapped the cluster", "database", a.cluster.Bootstrap.Database, "owner", a.cluster.Bootstrap.Owner)
+	}
+	changed, err := a.db.SyncPasswords(ctx, a.creds)
+	if err != nil {
+		return err
+	}
+	if len(changed) > 0 {
+		a.log.Info("Set passwords from the credentials Secrets", "roles", changed)
+	}
+	a.slotsDone = time.Time{}
+	a.setState(a.process(), agentapi.RolePrimary, "")
+	return a.maintainPrimary(ctx)
+}
+
+// startStandby starts postgres as a standby of primary, cloning or rewinding first as
+// the data directory needs; primary "" starts it frozen, with no upstream.
+func (a *Agent) startStandby(ctx context.Context, state DataState, primary string) error {
+	if primary == "" {
+		if state != DataStandby {
+			return fmt.Errorf("cannot start a %s data directory frozen", state)
+		}
+		return a.runStandby(ctx, "")
+	}
+	host := a.cfg.PeerHost(primary)
+	switch state {
+	case DataEmpty:
+		a.log.Info("Cloning from the primary", "primary", primary)
+		if err := a.pg.BaseBackup(ctx, host, a.cfg.Port, a.creds.Replication.Username); err != nil {
+			return fmt.Errorf("cloning from %s: %w", primary, err)
+		}
+	case DataPrimary:
+		// pg_rewind reads the source's control file: before the new primary has finished
+		// its first checkpoint on the new timeline, it would compute the wrong
+		// divergence point.
+		if err := a.waitPromoted(ctx, primary); err != nil {
+			return err
+		}
+		a.log.Info("Rewinding a former primary to follow the new one", "primary", primary)
+		said, err := a.pg.Rewind(ctx, host, a.cfg.Port, a.creds.Replication.Username)
+		if err != nil {
+			a.log.Error(err, "Rewind failed; cloning again", "primary", primary)
+			if err := a.reclone(ctx, host, primary); err != nil {
+				return err
+			}
+		} else {
+			a.log.Info("Rewound", "pgRewind", said)
+		}
+	}
+	return a.runStandby(ctx, primary)
+}
+
+// walGoneFor is how long a standby's WAL receiver may fail for WAL its primary no longer
+// has before the standby is cloned again: long enough for several retries (500 ms
+// apart), short enough that a cluster is not left without the standby for long.
+const walGoneFor = 15 * time.Second
+
+// maintainStandby clones a running standby again when it cannot catch up: its WAL
+// receiver keeps failing because the primary has removed WAL the standby still needs
+// (after several timeline switches within one WAL segment, say, which PostgreSQL's
+// walsender cannot serve, or a standby away for longer than its slot existed) and
+// there is no archive to restore it from. Without this it would stay a replica that
+// never streams again.
+func (a *Agent) maintainStandby(ctx context.Context, proc *Process, primary string) error {
+	if !walRemovedUpstream(proc.tail.String()) {
+		a.walGone = time.Time{}
+		return nil
+	}
+	streaming, err := a.db.Streaming(ctx)
+	if err != nil || streaming {
+		a.walGone = time.Time{}
+		return err
+	}
+	if a.walGone.IsZero() {
+		a.walGone = time.Now()
+		a.log.Info("The primary no longer has the WAL this standby needs", "primary", primary)
+	}
+	if time.Since(a.walGone) < walGoneFor {
+		return nil
+	}
+	a.walGone = time.Time{}
+	a.log.Info("Cloning again: the primary no longer has the WAL this standby needs", "primary", primary, "waited", walGoneFor.String())
+	a.stopPostgres(StopFast)
+	if err := a.reclone(ctx, a.cfg.PeerHost(primary), primary); err != nil {
+		return err
+	}
+	return a.runStandby(ctx, primary)
+}
+
+// walRemovedUpstream reports whether postgres's last FATAL message in log is the WAL
+// receiver's "requested WAL segment ... has already been removed": the primary no longer
+// has WAL this standby needs. Any later FATAL (the primary restarting, say) means the
+// standby is waiting for something else.
+func walRemovedUpstream(log string) bool {
+	lines := strings.Split(log, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], "FATAL:") {
+			return strings.Contains(lines[i], "requested WAL segment") && strings.Contains(lines[i], "has already been removed")
+		}
+	}
+	return false
+}
+
+// runStandby writes the standby configuration for primary ("" for none: frozen) and
+// starts postgres as its replica.
+func (a *Agent) runStandby(ctx context.Context, primary string) error {
+	if err := a.pg.WriteConfig(a.confInput(AsStandby, primary)); err != nil {
+		return err
+	}
+	if err := a.start(ctx); err != nil {
+		return err
+	}
+	a.setState(a.process(), agentapi.RoleReplica, primary)
+	return nil
+}
+
+// waitPromoted returns nil once primary's agent reports it a ready primary whose last
+// checkpoint is on its current timeline (the first checkpoint after a promotion is
+// done); an error otherwise, so the step is retried.
+func (a *Agent) waitPromoted(ctx context.Context, primary string) error {
+	client := a.peerClient(primary)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := client.Status(sctx)
+		cancel()
+		if err == nil && st.Role == agentapi.RolePrimary && st.Ready && st.CheckpointTimeline == st.Timeline {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("waiting for %s to finish its promotion before rewinding: role %q, %v", primary, st.Role, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// reclone replaces a data directory that cannot be rewound. The old one is kept aside
+// until the new clone is complete, then removed.
+func (a *Agent) reclone(ctx context.Context, host, primary string) error {
+	aside := fmt.Sprintf("%s.rewind-failed-%d", a.cfg.PGData, time.Now().Unix())
+	if err := os.Rename(a.cfg.PGData, aside); err != nil {
+		return err
+	}
+	if err := a.pg.BaseBackup(ctx, host, a.cfg.Port, a.creds.Replication.Username); err != nil {
+		if restore := os.Rename(aside, a.cfg.PGData); restore != nil {
+			return errors.Join(fmt.Errorf("cloning from %s: %w", primary, err), restore)
+		}
+		return fmt.Errorf("cloning from %s: %w", primary, err)
+	}
+	return os.RemoveAll(aside)
+}
+
+// start starts postgres and waits until it accepts connections. The role stays
+// "starting" until the caller has finished what the role needs.
+func (a *Agent) start(ctx context.Context) error {
+	proc, err := a.pg.Start()
+	if err != nil {
+		return err
+	}
+	a.setState(proc, agentapi.RoleStarting, "")
+	for {
+		pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := a.db.Ping(pingCtx)
+		cancel()
+		if err == nil {
+			break
+		}
+		select {
+		case <-proc.Done():
+			proc.killGroup()
+			a.setState(nil, agentapi.RoleStopped, "")
+			if why := proc.Complaint(); why != "" {
+				return fmt.Errorf("postgres exited while starting: %s", why)
+			}
+			return fmt.Errorf("postgres exited while starting: %v", proc.Err())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	a.mu.Lock()
+	a.crashes = 0
+	a.mu.Unlock()
+	a.log.Info("Postgres is up", "pid", proc.Pid())
+	return nil
+}
+
+// promote makes the running standby the primary the Lease names in view's term: its
+// synchronous rule from the Lease's record first, then pg_promote, the commit gate and
+// a renewal; the first checkpoint on the new timeline follows in the background.
+func (a *Agent) promote(ctx context.Context, view LeaseView) error {
+	a.log.Info("Promoting", "term", view.Term)
+	start := time.Now()
+	rec := a.lease.Record()
+	if rec.Term != view.Term {
+		rec.Sync = nil
+	}
+	a.initSync(rec.Sync)
+	a.mu.Lock()
+	upstream := a.upstream
+	a.mu.Unlock()
+	if err := a.applyRule(ctx, a.syncRule(), AsStandby, upstream); err != nil {
+		return err
+	}
+	if err := a.db.Promote(ctx); err != nil {
+		return fmt.Errorf("promoting: %w", err)
+	}
+	// Recovery ended: the configuration must not make it a standby at its next start.
+	if err := a.pg.WriteConfig(a.confInput(AsPrimary, "")); err != nil {
+		return err
+	}
+	a.startGate()
+	a.kickLease()
+	a.setState(a.process(), agentapi.RolePrimary, "")
+	a.log.Info("Promoted", "took", time.Since(start).Round(time.Millisecond).String())
+	// Until its first checkpoint a promoted server's control file still names the old
+	// timeline, and pg_rewind (before PostgreSQL 16) then finds "no rewind required"
+	// for a former primary that did diverge (waitPromoted waits for it).
+	go func() {
+		if err := a.db.Checkpoint(a.runCtx); err != nil {
+			a.log.Error(err, "The checkpoint after the promotion failed")
+		}
+	}()
+	a.slotsDone = time.Time{}
+	return a.maintainPrimary(ctx)
+}
+
+// follow points a running standby at a new primary; primary_conninfo reloads without a
+// restart. It ends a freeze.
+func (a *Agent) follow(ctx context.Context, primary string) error {
+	if err := a.pg.WriteConfig(a.confInput(AsStandby, primary)); err != nil {
+		return err
+	}
+	if err := a.db.Reload(ctx); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.frozen = false
+	a.mu.Unlock()
+	a.setState(a.process(), agentapi.RoleReplica, primary)
+	a.log.Info("Following a new primary", "primary", primary)
+	return nil
+}
+
+// maintainPrimary keeps the commit gate running, the synchronous rule, and a slot for
+// every other instance (every 10 s at most).
+func (a *Agent) maintainPrimary(ctx context.Context) error {
+	a.startGate()
+	if err := a.maintainSync(ctx); err != nil {
+		return err
+	}
+	if time.Since(a.slotsDone) < 10*time.Second {
+		return nil
+	}
+	var want []string
+	for _, pod := range a.peers() {
+		want = append(want, SlotName(pod))
+	}
+	created, dropped, err := a.db.EnsureSlots(ctx, want)
+	if err != nil {
+		return err
+	}
+	if len(created)+len(dropped) > 0 {
+		a.log.Info("Replication slots changed", "created", created, "dropped", dropped)
+	}
+	a.slotsDone = time.Now()
+	return nil
+}

@@ -1,0 +1,206 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// GateName is the commit gate's application_name: the first synchronous standby of
+// every primary. It has an underscore, so no pod (a DNS label) can be named like it.
+const GateName = "pgpilot_gate"
+
+// gateStatusEvery is how often the gate reports its position even when nothing
+// changed: often enough that a confirmation withheld and then given again reaches
+// postgres quickly, and that the walsender never times the gate out.
+const gateStatusEvery = 100 * time.Millisecond
+
+// Gate is the commit gate (docs/failover.md): a physical replication client of the
+// local postgres that holds no data. postgres acknowledges a commit only once the gate
+// has confirmed its WAL, and the gate confirms WAL only while allowed() says the
+// primary may write, checking it before every reply. Stopping acknowledgements thus
+// needs no signal to postgres and survives any pause of the processes.
+type Gate struct {
+	// Connect opens a replication connection to the local postgres.
+	Connect func(ctx context.Context) (*pgconn.PgConn, error)
+	// Allowed reports whether commits may be acknowledged now.
+	Allowed func() bool
+	Log     logr.Logger
+
+	// draining makes the gate report WAL as written, but not flushed: a clean shutdown
+	// waits for every standby to have written everything, while commits (which wait for
+	// the flush) stay unacknowledged.
+	draining  atomic.Bool
+	connected atomic.Bool
+	confirmed atomic.Uint64
+}
+
+// Connected reports whether the gate streams from postgres now.
+func (g *Gate) Connected() bool { return g.connected.Load() }
+
+// Confirmed is the last WAL position the gate confirmed.
+func (g *Gate) Confirmed() uint64 { return g.confirmed.Load() }
+
+// Drain switches to reporting WAL written but not flushed, for a clean shutdown.
+func (g *Gate) Drain() { g.draining.Store(true) }
+
+// Run streams until ctx ends, connecting again (every 100 ms) when the stream breaks:
+// while the gate is away, commits wait.
+func (g *Gate) Run(ctx context.Context) {
+	defer g.connected.Store(false)
+	lastErr := ""
+	for ctx.Err() == nil {
+		err := g.session(ctx)
+		g.connected.Store(false)
+		if ctx.Err() != nil {
+			return
+		}
+		if msg := err.Error(); msg != lastErr {
+			g.Log.Info("The commit gate lost its stream; connecting again", "error", msg)
+			lastErr = msg
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (g *Gate) session(ctx context.Context) error {
+	conn, err := g.Connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("IDENTIFY_SYSTEM: %w", err)
+	}
+	if err := startPhysical(ctx, conn, sys.XLogPos, sys.Timeline); err != nil {
+		return fmt.Errorf("START_REPLICATION: %w", err)
+	}
+	g.connected.Store(true)
+	s := gateStream{g: g, conn: conn, received: sys.XLogPos, flushed: sys.XLogPos}
+	if g.Allowed() {
+		// Commits that waited for the gate to connect, before sys.XLogPos, may go.
+		g.confirmed.Store(uint64(sys.XLogPos))
+	}
+	return s.run(ctx)
+}
+
+// startPhysical starts streaming without a slot (pglogrepl.StartReplication always
+// names one).
+func startPhysical(ctx context.Context, conn *pgconn.PgConn, from pglogrepl.LSN, timeline int32) error {
+	conn.Frontend().SendQuery(&pgproto3.Query{String: fmt.Sprintf("START_REPLICATION PHYSICAL %s TIMELINE %d", from, timeline)})
+	if err := conn.Frontend().Flush(); err != nil {
+		return err
+	}
+	for {
+		msg, err := conn.ReceiveMessage(ctx)
+		if err != nil {
+			return err
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyBothResponse:
+			return nil
+		case *pgproto3.ErrorResponse:
+			return pgconn.ErrorResponseToPgError(m)
+		case *pgproto3.NoticeResponse:
+		default:
+			return fmt.Errorf("unexpected %T", msg)
+		}
+	}
+}
+
+type gateStream struct {
+	g        *Gate
+	conn     *pgconn.PgConn
+	received pglogrepl.LSN
+	// flushed is what was last reported as flushed.
+	flushed pglogrepl.LSN
+	written pglogrepl.LSN
+	sentAt  time.Time
+}
+
+func (s *gateStream) run(ctx context.Context) error {
+	for {
+		if err := s.report(ctx, false); err != nil {
+			return err
+		}
+		rctx, cancel := context.WithTimeout(ctx, gateStatusEvery)
+		msg, err := s.conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if pgconn.Timeout(err) && ctx.Err() == nil {
+				continue
+			}
+			return err
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			if err := s.handle(ctx, m.Data); err != nil {
+				return err
+			}
+		case *pgproto3.ErrorResponse:
+			return pgconn.ErrorResponseToPgError(m)
+		case *pgproto3.CopyDone:
+			return errors.New("the server ended the stream (timeline switch or shutdown)")
+		}
+	}
+}
+
+func (s *gateStream) handle(ctx context.Context, data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	switch data[0] {
+	case pglogrepl.XLogDataByteID:
+		x, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return err
+		}
+		if end := x.WALStart + pglogrepl.LSN(len(x.WALData)); end > s.received {
+			s.received = end
+		}
+		return s.report(ctx, false)
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return err
+		}
+		return s.report(ctx, k.ReplyRequested)
+	}
+	return nil
+}
+
+// report sends the gate's position when it changed, when asked, and every
+// gateStatusEvery. The flush position advances only while commits may be acknowledged:
+// Allowed is read right before the message is built.
+func (s *gateStream) report(ctx context.Context, asked bool) error {
+	flushed, written := s.flushed, s.received
+	if s.g.Allowed() {
+		flushed = s.received
+	}
+	if !s.g.draining.Load() {
+		written = flushed
+	}
+	if !asked && flushed == s.flushed && written == s.written && time.Since(s.sentAt) < gateStatusEvery {
+		return nil
+	}
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: written, WALFlushPosition: flushed, WALApplyPosition: flushed, ClientTime: time.Now(),
+	})
+	if err != nil {
+		return err
+	}
+	s.flushed, s.written, s.sentAt = flushed, written, time.Now()
+	s.g.confirmed.Store(uint64(flushed))
+	return nil
+}

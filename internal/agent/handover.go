@@ -1,0 +1,202 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/primarylease"
+)
+
+// startGate starts the commit gate of a primary, once.
+func (a *Agent) startGate() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.gate != nil {
+		return
+	}
+	// Not Run's context: on SIGTERM the gate must outlive Run until postgres stopped.
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &Gate{Connect: a.db.ReplicationConn, Allowed: a.allowed, Log: a.log.WithName("gate")}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.Run(ctx)
+	}()
+	a.gate = g
+	a.gateStop = func() { cancel(); <-done }
+}
+
+// stopGate stops the commit gate, after postgres stopped (while postgres runs, a
+// disconnected gate would let FIRST k+1 fall back to the standbys alone).
+func (a *Agent) stopGate() {
+	a.mu.Lock()
+	stop := a.gateStop
+	a.gate, a.gateStop = nil, nil
+	a.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// stopPostgres stops postgres in mode, then its gate.
+func (a *Agent) stopPostgres(mode StopMode) {
+	p := a.process()
+	if p == nil {
+		a.stopGate()
+		return
+	}
+	p.Stop(a.cfg.ShutdownTimeout, mode)
+	a.stopGate()
+	a.setState(nil, agentapi.RoleStopped, "")
+	a.log.Info("Postgres stopped")
+}
+
+// fence stops acknowledging commits at once, stops postgres immediately, and keeps it
+// down while the Lease stays in term (I2 in docs/failover.md).
+func (a *Agent) fence(term int32) {
+	a.fencedNow.Store(true)
+	a.mu.Lock()
+	a.fenced, a.fencedTerm = true, term
+	a.mu.Unlock()
+	a.stopPostgres(StopImmediate)
+	a.mu.Lock()
+	a.role = agentapi.RoleFenced
+	a.mu.Unlock()
+}
+
+// markFrozen makes a standby refuse failsafe confirmations from now on, until the Lease
+// names a holder in a later term than it names now.
+func (a *Agent) markFrozen() {
+	term := a.lease.View().Term
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.frozen || term > a.frozenTerm {
+		a.frozen, a.frozenTerm = true, term
+	}
+}
+
+// freeze stops a running standby's WAL receiver and waits until it is gone: its
+// position is final until the Lease names a primary again (I3).
+func (a *Agent) freeze(ctx context.Context) error {
+	a.markFrozen()
+	a.mu.Lock()
+	running := a.proc != nil && a.role == agentapi.RoleReplica
+	upstream := a.upstream
+	a.mu.Unlock()
+	if !running || upstream == "" {
+		return nil
+	}
+	if err := a.pg.WriteConfig(a.confInput(AsStandby, "")); err != nil {
+		return err
+	}
+	if err := a.db.Reload(ctx); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		stopped, err := a.db.ReceiverStopped(ctx)
+		if err == nil && stopped {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the WAL receiver did not stop: %v", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	a.setState(a.process(), agentapi.RoleReplica, "")
+	a.log.Info("Frozen: stopped receiving WAL until the Lease names a primary", "from", upstream)
+	return nil
+}
+
+// handover stops a primary the way I4 says: the gate stops acknowledging, postgres
+// stops fast (its final WAL reaches the connected standbys), and the final position is
+// read from the control file. It stays down in the Lease's current term.
+func (a *Agent) handover(ctx context.Context) agentapi.Handover {
+	term := a.lease.View().Term
+	a.handingOver.Store(true)
+	a.mu.Lock()
+	a.fenced, a.fencedTerm = true, term
+	gate := a.gate
+	a.mu.Unlock()
+	if gate != nil {
+		gate.Drain()
+	}
+	a.stopPostgres(StopFast)
+	h := agentapi.Handover{Term: term}
+	if cd, err := a.pg.ControlData(ctx); err == nil && cd.ShutDown() {
+		h.Clean, h.FinalLSN, h.Timeline = true, cd.Checkpoint, cd.Timeline
+	}
+	a.mu.Lock()
+	a.lastHandover, a.role = &h, agentapi.RoleFenced
+	a.mu.Unlock()
+	a.handingOver.Store(false)
+	a.fencedNow.Store(true)
+	a.log.Info("Handed over: stopped acknowledging commits and stopped postgres", "clean", h.Clean, "finalLSN", h.FinalLSN, "timeline", h.Timeline)
+	return h
+}
+
+// release gives the Lease up after a handover, with its final position, retrying while
+// ctx lasts.
+func (a *Agent) release(ctx context.Context, h agentapi.Handover, reason string) error {
+	change := primarylease.Release(a.cfg.PodName, h.Term, primarylease.Handover{Reason: reason, Clean: h.Clean, FinalLSN: h.FinalLSN, Timeline: h.Timeline})
+	for {
+		err := a.lease.Apply(ctx, change)
+		if err == nil || errors.Is(err, primarylease.ErrNotHolder) {
+			return err
+		}
+		a.log.Info("Cannot release the primary Lease yet; retrying", "error", err.Error())
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("releasing the primary Lease: %w", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// demote is a switchover's handover: on success the Lease names no holder and records
+// the final position; if the Lease cannot be released the primary resumes.
+func (a *Agent) demote(ctx context.Context) error {
+	h := a.handover(ctx)
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := a.release(rctx, h, "switchover"); err != nil {
+		a.mu.Lock()
+		a.fenced = false
+		a.mu.Unlock()
+		a.fencedNow.Store(false)
+		a.wake()
+		return fmt.Errorf("demoted, but %w; resuming as primary", err)
+	}
+	return nil
+}
+
+// shutdown runs when the agent is told to stop (SIGTERM): a primary that holds the
+// Lease hands over and releases it; anything else stops fast.
+func (a *Agent) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+	defer cancel()
+	view := a.lease.View()
+	a.mu.Lock()
+	alone := len(a.peers()) == 0
+	a.mu.Unlock()
+	if view.Holder != a.cfg.PodName || alone {
+		// A standby, or a primary with nobody to hand over to: it keeps the Lease and
+		// starts again as the primary.
+		a.handingOver.Store(true)
+		a.stopPostgres(StopFast)
+		return
+	}
+	h := a.handover(ctx)
+	if err := a.release(ctx, h, "the primary was asked to stop (SIGTERM)"); err != nil {
+		a.log.Error(err, "Could not release the primary Lease; the operator fails over when it expires")
+		return
+	}
+	a.log.Info("Released the primary Lease", "term", h.Term, "finalLSN", h.FinalLSN)
+}

@@ -1,0 +1,289 @@
+// Package primarylease owns the primary Lease of a cluster: the single record of who may
+// write (docs/failover.md). Every read parses it into a Record and every write goes
+// through one of the changes here, applied with optimistic concurrency, so the agent
+// and the operator never undo each other's writes.
+package primarylease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+)
+
+// The protocol's times (docs/failover.md).
+const (
+	// Duration is T: a primary acknowledges commits only until T after its last
+	// confirmation was sent.
+	Duration = 4 * time.Second
+	// RenewInterval is how often the holder's agent renews the Lease.
+	RenewInterval = time.Second
+	// Margin is what the operator waits beyond T after the last renewal it observed
+	// before it takes a silent primary for stopped.
+	Margin = time.Second
+)
+
+// Annotations of the Lease this package owns besides the api/v1 ones.
+const (
+	// AnnotationHandover says why the Lease names no holder (JSON of a Handover).
+	AnnotationHandover = "db.example.com/handover"
+	// AnnotationSynchronous is the synchronous set (JSON of a SyncSet).
+	AnnotationSynchronous = "db.example.com/synchronous"
+)
+
+// ErrNotHolder is returned by a change whose precondition on the holder or the term no
+// longer holds: the Lease moved on.
+var ErrNotHolder = errors.New("the primary Lease no longer names this holder in this term")
+
+// Record is the primary Lease, read.
+type Record struct {
+	// Holder is the primary's pod, "" while a handover or failover is in progress or
+	// before the first primary is designated.
+	Holder string
+	// Term grows by one at every change of holder.
+	Term int32
+	// RenewTime is the holder's last renewal; zero when none.
+	RenewTime time.Time
+	// Bootstrapped: the cluster's first primary came up; an empty volume is a lost
+	// volume from then on, never a reason to run initdb.
+	Bootstrapped bool
+	// Handover says why Holder is "" (nil otherwise, or when unknown).
+	Handover *Handover
+	// Sync is the synchronous set; nil in asynchronous mode or before any was recorded.
+	Sync *SyncSet
+	// LastFailover is the last automatic failover.
+	LastFailover *dbv1.FailoverRecord
+	// FailoverBlocked says why no failover can happen now; "" when one can.
+	FailoverBlocked string
+	// Archiving is the primary's archiving health, raw JSON owned by the backup
+	// controller.
+	Archiving string
+	// ResourceVersion of the Lease read.
+	ResourceVersion string
+}
+
+// Handover is how the Lease came to name no holder.
+type Handover struct {
+	// From is the last holder.
+	From string `json:"from"`
+	// Term is the term From held.
+	Term int32 `json:"term"`
+	// Reason is for people.
+	Reason string `json:"reason"`
+	// Clean: From stopped cleanly after it stopped acknowledging commits, and FinalLSN
+	// is the end of its WAL (its shutdown checkpoint) on Timeline. A standby that has
+	// it holds every commit From ever acknowledged.
+	Clean    bool   `json:"clean"`
+	FinalLSN string `json:"finalLSN,omitempty"`
+	Timeline int64  `json:"timeline,omitempty"`
+	// Released: From's agent gave the Lease up itself (it is stopped); otherwise the
+	// operator revoked it.
+	Released bool `json:"released,omitempty"`
+	// At is when the holder became "".
+	At metav1.Time `json:"at"`
+}
+
+// SyncSet is every standby that may have acknowledged a commit of the holder since the
+// Lease last moved, for synchronous_standby_names = FIRST K+1 (gate, members).
+type SyncSet struct {
+	// K is spec.postgresql.synchronousReplicas when the set was recorded.
+	K int `json:"k"`
+	// Members maps a standby's pod to "" while it is in the holder's rule, or to the
+	// LSN up to which it may have acknowledged commits once it was taken out.
+	Members map[string]string `json:"members"`
+}
+
+// Parse reads a Lease.
+func Parse(l *coordinationv1.Lease) Record {
+	r := Record{ResourceVersion: l.ResourceVersion}
+	if l.Spec.HolderIdentity != nil {
+		r.Holder = *l.Spec.HolderIdentity
+	}
+	if l.Spec.LeaseTransitions != nil {
+		r.Term = *l.Spec.LeaseTransitions
+	}
+	if l.Spec.RenewTime != nil {
+		r.RenewTime = l.Spec.RenewTime.Time
+	}
+	a := l.Annotations
+	r.Bootstrapped = a[dbv1.AnnotationBootstrapped] == "true"
+	r.FailoverBlocked = a[dbv1.AnnotationFailoverBlocked]
+	r.Archiving = a[dbv1.AnnotationArchiving]
+	r.Handover = decode[Handover](a[AnnotationHandover])
+	r.Sync = decode[SyncSet](a[AnnotationSynchronous])
+	r.LastFailover = decode[dbv1.FailoverRecord](a[dbv1.AnnotationLastFailover])
+	return r
+}
+
+// decode is nil for a missing or unreadable annotation: a person may have edited it,
+// and every reader treats "unknown" conservatively.
+func decode[T any](raw string) *T {
+	if raw == "" {
+		return nil
+	}
+	var v T
+	if json.Unmarshal([]byte(raw), &v) != nil {
+		return nil
+	}
+	return &v
+}
+
+func setJSON(l *coordinationv1.Lease, key string, v any) error {
+	if v == nil {
+		delete(l.Annotations, key)
+		return nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	metav1.SetMetaDataAnnotation(&l.ObjectMeta, key, string(b))
+	return nil
+}
+
+// A Change edits a copy of the Lease; it returns an error to give up (ErrNotHolder
+// when its precondition fails). It is applied again to a fresh copy after a conflict,
+// so it must decide from the Lease it is given.
+type Change func(l *coordinationv1.Lease, now time.Time) error
+
+// Renew is the holder's renewal in term: it fails with ErrNotHolder once the Lease
+// names someone else or another term. sync, when not nil, replaces the synchronous set.
+func Renew(holder string, term int32, sync *SyncSet) Change {
+	return func(l *coordinationv1.Lease, now time.Time) error {
+		r := Parse(l)
+		if r.Holder != holder || r.Term != term {
+			return ErrNotHolder
+		}
+		t := metav1.NewMicroTime(now)
+		l.Spec.RenewTime = &t
+		if sync != nil {
+			return setJSON(l, AnnotationSynchronous, sync)
+		}
+		return nil
+	}
+}
+
+// Release is the holder's agent giving the Lease up after it stopped: the holder
+// becomes "" in a new term, with h (From, Term and At are filled in).
+func Release(holder string, term int32, h Handover) Change {
+	return func(l *coordinationv1.Lease, now time.Time) error {
+		r := Parse(l)
+		if r.Holder != holder || r.Term != term {
+			return ErrNotHolder
+		}
+		h.From, h.Term, h.Released, h.At = holder, term, true, metav1.NewTime(now)
+		return vacate(l, h)
+	}
+}
+
+// Revoke is the operator taking the Lease from holder in term, for a failover.
+func Revoke(holder string, term int32, reason string) Change {
+	return func(l *coordinationv1.Lease, now time.Time) error {
+		r := Parse(l)
+		if r.Holder != holder || r.Term != term {
+			return ErrNotHolder
+		}
+		return vacate(l, Handover{From: holder, Term: term, Reason: reason, At: metav1.NewTime(now)})
+	}
+}
+
+func vacate(l *coordinationv1.Lease, h Handover) error {
+	empty := ""
+	l.Spec.HolderIdentity = &empty
+	next := Parse(l).Term + 1
+	l.Spec.LeaseTransitions = &next
+	return setJSON(l, AnnotationHandover, h)
+}
+
+// Move makes to the holder in a new term, from a Lease in term (whatever its holder),
+// with sync as the synchronous set it starts with (nil in asynchronous mode) and rec,
+// when not nil, as the last failover.
+func Move(term int32, to string, sync *SyncSet, rec *dbv1.FailoverRecord) Change {
+	return func(l *coordinationv1.Lease, now time.Time) error {
+		if Parse(l).Term != term {
+			return ErrNotHolder
+		}
+		t := metav1.NewMicroTime(now)
+		l.Spec.HolderIdentity = &to
+		next := term + 1
+		l.Spec.LeaseTransitions = &next
+		l.Spec.AcquireTime, l.Spec.RenewTime = &t, &t
+		seconds := int32(Duration / time.Second)
+		l.Spec.LeaseDurationSeconds = &seconds
+		delete(l.Annotations, AnnotationHandover)
+		delete(l.Annotations, dbv1.AnnotationFailoverBlocked)
+		if err := setJSON(l, AnnotationSynchronous, sync); err != nil {
+			return err
+		}
+		if rec != nil {
+			return setJSON(l, dbv1.AnnotationLastFailover, rec)
+		}
+		return nil
+	}
+}
+
+// SetAnnotation sets (or with "" removes) one of the operator's annotations.
+func SetAnnotation(key, value string) Change {
+	return func(l *coordinationv1.Lease, _ time.Time) error {
+		if value == "" {
+			delete(l.Annotations, key)
+		} else {
+			metav1.SetMetaDataAnnotation(&l.ObjectMeta, key, value)
+		}
+		return nil
+	}
+}
+
+// New is the Lease of a new cluster, naming its first primary.
+func New(namespace, name, cluster, holder string, now time.Time) *coordinationv1.Lease {
+	t := metav1.NewMicroTime(now)
+	seconds := int32(Duration / time.Second)
+	var term int32
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{dbv1.LabelCluster: cluster}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, AcquireTime: &t, RenewTime: &t,
+			LeaseTransitions: &term, LeaseDurationSeconds: &seconds},
+	}
+}
+
+// Store reads and writes one Lease. Both the agent (client-go) and the operator
+// (controller-runtime) implement it.
+type Store interface {
+	Get(ctx context.Context) (*coordinationv1.Lease, error)
+	Update(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error)
+}
+
+// Apply applies change to a copy of current (read from s when nil) and writes it with
+// current's resourceVersion; after a conflict it reads the Lease again and retries, a
+// few times. It returns the Lease written, or the change's own error.
+func Apply(ctx context.Context, s Store, current *coordinationv1.Lease, now func() time.Time, change Change) (*coordinationv1.Lease, error) {
+	var conflict error
+	for range 5 {
+		if current == nil {
+			var err error
+			if current, err = s.Get(ctx); err != nil {
+				return nil, err
+			}
+		}
+		next := current.DeepCopy()
+		if err := change(next, now()); err != nil {
+			return nil, err
+		}
+		written, err := s.Update(ctx, next)
+		if err == nil {
+			return written, nil
+		}
+		if !apierrors.IsConflict(err) {
+			return nil, err
+		}
+		conflict, current = err, nil
+	}
+	return nil, fmt.Errorf("updating the primary Lease: conflicts after 5 attempts: %w", conflict)
+}
