@@ -74,6 +74,17 @@ const (
 	ReasonBackupFailed       = "BackupFailed"
 	ReasonBackupScheduled    = "BackupScheduled"
 	ReasonBackupPruned       = "BackupPruned"
+
+	// Events of the failover controller (docs/failover.md).
+	ReasonPrimaryFailed     = "PrimaryFailed"
+	ReasonFailoverStarted   = "FailoverStarted"
+	ReasonFailoverCompleted = "FailoverCompleted"
+	ReasonHandedBack        = "HandedBack"
+	ReasonUnfenced          = "Unfenced"
+	ReasonSwitchoverRefused = "SwitchoverRefused"
+	ReasonSwitchedOver      = "SwitchedOver"
+	ReasonSwitchoverAborted = "SwitchoverAborted"
+	ReasonFenced            = "Fenced"
 )
 
 // Phases of a cluster.

@@ -96,3 +96,11 @@ func (c *PostgresCluster) FailoverDelay() time.Duration {
 	}
 	return c.Spec.Failover.Delay.Duration
 }
+
+// FailoverStartTimeout is spec.failover.startTimeout, 60 s when unset.
+func (c *PostgresCluster) FailoverStartTimeout() time.Duration {
+	if c.Spec.Failover.StartTimeout == nil {
+		return time.Minute
+	}
+	return c.Spec.Failover.StartTimeout.Duration
+}

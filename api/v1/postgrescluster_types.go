@@ -163,6 +163,16 @@ type FailoverSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('10m')",message="delay must be a duration between 0s and 10m, such as 3s"
 	// +optional
 	Delay *metav1.Duration `json:"delay,omitempty"`
+
+	// startTimeout is, with asynchronous replication, how long a primary that is
+	// restarting after a crash (recovering) may take before a replica is promoted in its
+	// place: restarting in place keeps the commits it had not sent to the replicas. A
+	// primary that crashes three times within a minute is replaced after delay, and so
+	// is any failed primary with synchronous replication, which loses nothing.
+	// +kubebuilder:default="60s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('1h')",message="startTimeout must be a duration between 0s and 1h, such as 60s"
+	// +optional
+	StartTimeout *metav1.Duration `json:"startTimeout,omitempty"`
 }
 
 // MonitoringSpec configures Prometheus scraping.

@@ -128,6 +128,9 @@ func decideFollower(o Observation) Decision {
 		return Decision{Act: KeepStandby, Target: h, Reason: "following the primary"}
 	case o.Running:
 		return Decision{Act: Idle, Reason: "postgres is " + o.Role}
+	case o.Frozen && o.View.Term <= o.FrozenTerm:
+		// Its position was reported as final: it must not stream from the old holder.
+		return Decision{Act: StartStandby, Reason: fmt.Sprintf("frozen in term %d: starting frozen", o.FrozenTerm)}
 	}
 	return Decision{Act: StartStandby, Target: h, Reason: fmt.Sprintf("the Lease names %s", h)}
 }

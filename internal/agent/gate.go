@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -188,19 +189,44 @@ func (s *gateStream) report(ctx context.Context, asked bool) error {
 	if s.g.Allowed() {
 		flushed = s.received
 	}
-	if !s.g.draining.Load() {
+	reportedFlush := flushed
+	if s.g.draining.Load() {
+		// A walsender ends its shutdown once the position its client replicated
+		// reaches the end of WAL, and that position is the flush position unless the
+		// flush is reported invalid (0), when it is the write position
+		// (WalSndDone). So the drain reports the flush as 0: the gate's walsender can
+		// finish, and no commit waiting for the gate is acknowledged.
+		reportedFlush = 0
+	} else {
 		written = flushed
 	}
 	if !asked && flushed == s.flushed && written == s.written && time.Since(s.sentAt) < gateStatusEvery {
 		return nil
 	}
-	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{
-		WALWritePosition: written, WALFlushPosition: flushed, WALApplyPosition: flushed, ClientTime: time.Now(),
-	})
+	err := sendStatus(s.conn, written, reportedFlush)
 	if err != nil {
 		return err
 	}
 	s.flushed, s.written, s.sentAt = flushed, written, time.Now()
 	s.g.confirmed.Store(uint64(flushed))
 	return nil
+}
+
+// sendStatus sends a standby status update with these write and flush (and apply)
+// positions. pglogrepl's SendStandbyStatusUpdate cannot send a flush position of 0: it
+// replaces it with the write position.
+func sendStatus(conn *pgconn.PgConn, written, flushed pglogrepl.LSN) error {
+	const pgEpochMicros = 946684800 * 1000000 // 2000-01-01 in microseconds since 1970
+	data := make([]byte, 0, 34)
+	data = append(data, pglogrepl.StandbyStatusUpdateByteID)
+	data = binary.BigEndian.AppendUint64(data, uint64(written))
+	data = binary.BigEndian.AppendUint64(data, uint64(flushed))
+	data = binary.BigEndian.AppendUint64(data, uint64(flushed))
+	data = binary.BigEndian.AppendUint64(data, uint64(time.Now().UnixMicro()-pgEpochMicros))
+	data = append(data, 0) // no reply requested
+	buf, err := (&pgproto3.CopyData{Data: data}).Encode(nil)
+	if err != nil {
+		return err
+	}
+	return conn.Frontend().SendUnbufferedEncodedCopyData(buf)
 }

@@ -177,6 +177,9 @@ func (a *Agent) demote(ctx context.Context) error {
 	return nil
 }
 
+// releaseTimeout bounds the release of the Lease after a handover.
+const releaseTimeout = 5 * time.Second
+
 // shutdown runs when the agent is told to stop (SIGTERM): a primary that holds the
 // Lease hands over and releases it; anything else stops fast.
 func (a *Agent) shutdown() {
@@ -194,7 +197,11 @@ func (a *Agent) shutdown() {
 		return
 	}
 	h := a.handover(ctx)
-	if err := a.release(ctx, h, "the primary was asked to stop (SIGTERM)"); err != nil {
+	// The stop may have used the whole shutdown timeout; the release gets its own few
+	// seconds (the kubelet's grace period is longer than the stop's bound).
+	rctx, rcancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer rcancel()
+	if err := a.release(rctx, h, "the primary was asked to stop (SIGTERM)"); err != nil {
 		a.log.Error(err, "Could not release the primary Lease; the operator fails over when it expires")
 		return
 	}

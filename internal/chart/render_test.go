@@ -1028,7 +1028,7 @@ func TestPodMonitor(t *testing.T) {
 func TestRole(t *testing.T) {
 	rules := func(pods ...string) []rbacv1.PolicyRule {
 		return []rbacv1.PolicyRule{
-			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{name + "-primary"}, Verbs: []string{"get", "watch"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{name + "-primary"}, Verbs: []string{"get", "watch", "update"}},
 			{APIGroups: []string{""}, Resources: []string{"pods"}, ResourceNames: pods, Verbs: []string{"get"}},
 		}
 	}

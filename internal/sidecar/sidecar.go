@@ -18,7 +18,6 @@ import (
 	"github.com/pgpilot/pgpilot/internal/controller/backup"
 	"github.com/pgpilot/pgpilot/internal/controller/credentials"
 	"github.com/pgpilot/pgpilot/internal/controller/failover"
-	"github.com/pgpilot/pgpilot/internal/controller/primary"
 	"github.com/pgpilot/pgpilot/internal/controller/rollout"
 	"github.com/pgpilot/pgpilot/internal/controller/status"
 )
@@ -61,10 +60,7 @@ func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
 		SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := primary.NewPrimaryReconciler(mgr.GetClient(), recorder, clk).SetupWithManager(mgr); err != nil {
-		return err
-	}
-	if err := failover.NewFailoverReconciler(mgr.GetClient(), recorder, clk, nil).SetupWithManager(mgr); err != nil {
+	if err := failover.NewFailoverReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, clk, nil).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := backup.NewBackupReconciler(mgr.GetClient(), recorder, clk, nil).SetupWithManager(mgr); err != nil {

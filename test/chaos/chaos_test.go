@@ -38,6 +38,9 @@ import (
 )
 
 var (
+	// runID tells this run's namespaces from an earlier run's.
+	runID = time.Now().Format("150405")
+
 	k8s       client.Client
 	clientset kubernetes.Interface
 	settings  config
@@ -115,11 +118,11 @@ func run(m *testing.M) int {
 	start := time.Now()
 	code := m.Run()
 	report := results.table(time.Since(start))
-	fmt.Print("\n" + report)
-	if settings.report != "" {
-		if err := os.WriteFile(settings.report, []byte(report), 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, "chaos:", err)
-		}
+	if settings.report == "" {
+		fmt.Print("\n" + report)
+	} else if err := os.WriteFile(settings.report, []byte(report), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		fmt.Print("\n" + report)
 	}
 	return code
 }
@@ -137,7 +140,11 @@ func TestChaos(t *testing.T) {
 		}
 		t.Run(m.name, func(t *testing.T) {
 			var chosen []fault
-			for _, f := range faults {
+			candidates := faults
+			if os.Getenv("CHAOS_FAULTS") != "" {
+				candidates = append(controls, faults...)
+			}
+			for _, f := range candidates {
 				if settings.faults.MatchString(f.name) {
 					chosen = append(chosen, f)
 				}
@@ -175,6 +182,8 @@ type roundResult struct {
 	gap                             testutil.Gap
 	check                           testutil.RowCheck
 	moments                         []testutil.Moment
+	// probes sums up the probe's results per instance.
+	probes string
 }
 
 // runRound starts the writer and the probe on c, injects f into the current primary,
@@ -190,9 +199,14 @@ func runRound(t *testing.T, c *cluster, f fault, r *row, round int) *cluster {
 		t.Fatal(err)
 	}
 	res.primary = primary.Name
+	// The pace keeps the harness light on a 2-core node: about 50 commits a second on
+	// the persistent connection, 5 new connections a second, and 30 probe connections.
 	w := testutil.StartWriter(c.rwTarget, testutil.WriterOptions{Table: "acked", FirstID: c.nextID,
-		Timeout: 3 * time.Second, Interval: 10 * time.Millisecond})
-	p := testutil.StartProbe(c.probeTargets, testutil.ProbeOptions{})
+		Timeout: 3 * time.Second, Interval: 20 * time.Millisecond, PerStatementInterval: 200 * time.Millisecond})
+	// At most two attempts wait on an instance at a time: one that swallows packets
+	// gets two a second, not ten, and a slow one is not buried under abandoned
+	// connections.
+	p := testutil.StartProbe(c.probeTargets, testutil.ProbeOptions{MaxInFlight: 2})
 	logf := func(format string, args ...any) {
 		t.Logf("%s round %d: %s", time.Now().Format(timeFormat), round, fmt.Sprintf(format, args...))
 	}
@@ -213,6 +227,7 @@ func runRound(t *testing.T, c *cluster, f fault, r *row, round int) *cluster {
 	res.gap = testutil.Unavailability(attempts, res.faultAt, res.recovered)
 	res.check, res.checkErr = c.checkRows(attempts)
 	res.moments = testutil.TwoWritable(probes, 100*time.Millisecond)
+	res.probes = probeSummary(probes)
 	if now, err := c.primary(ctx); err == nil {
 		res.newPrimary = now.Name
 	}
@@ -280,10 +295,47 @@ func (res roundResult) summary() string {
 		}
 		fmt.Fprintf(&b, " [%s %s]", m.At.Format(timeFormat), strings.Join(m.Instances, "+"))
 	}
+	fmt.Fprintf(&b, "; probe: %s", res.probes)
 	if res.injectErr != nil {
 		fmt.Fprintf(&b, "; fault: %v", res.injectErr)
 	}
 	return b.String()
+}
+
+// probeSummary says, per instance, how many probe commits were acknowledged and the
+// last error of the others.
+func probeSummary(results []testutil.ProbeResult) string {
+	type count struct {
+		ok, all int
+		last    error
+	}
+	counts := map[string]*count{}
+	var names []string
+	for _, r := range results {
+		c := counts[r.Instance]
+		if c == nil {
+			c = &count{}
+			counts[r.Instance] = c
+			names = append(names, r.Instance)
+		}
+		c.all++
+		if r.OK() {
+			c.ok++
+		} else {
+			c.last = r.Err
+		}
+	}
+	slices.Sort(names)
+	var parts []string
+	for _, n := range names {
+		c := counts[n]
+		part := fmt.Sprintf("%s %d/%d acknowledged", n, c.ok, c.all)
+		if c.last != nil {
+			part += fmt.Sprintf(" (last error: %.120s)", c.last)
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // idRanges writes sorted ids as ranges: 1-3,7.
@@ -368,7 +420,7 @@ func (rs *rows) table(took time.Duration) string {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "chaos: %d rounds per fault, hold %s, recovery timeout %s, PostgreSQL %s, %s in all\n\n",
+	fmt.Fprintf(&b, "chaos: rounds per fault and mode %d, hold %s, recovery timeout %s, PostgreSQL %s, %s in all\n\n",
 		settings.rounds, settings.hold, settings.recoveryTimeout, settings.pgMajor, took.Round(time.Second))
 	b.WriteString("| fault | mode | rounds | not recovered | unavailable p50 | p95 | max | acked / attempted | acked rows lost | two-writable moments | acked with sync-rep WARNING |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")

@@ -60,7 +60,10 @@ type cluster struct {
 // replica streaming, and the writer's and probe's tables exist.
 func newCluster(t testing.TB, m mode, gen int) *cluster {
 	t.Helper()
-	c := &cluster{mode: m, gen: gen, ns: fmt.Sprintf("chaos-%s-%d", m.name, gen), name: "chaos", nextID: 1, lost: map[int64]bool{}}
+	// A namespace of an earlier run may still be terminating: the run's start time
+	// keeps the names apart.
+	c := &cluster{mode: m, gen: gen, ns: fmt.Sprintf("chaos-%s-%s-%d", runID, m.name, gen), name: "chaos",
+		nextID: 1, lost: map[int64]bool{}}
 	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.ns,
 		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}

@@ -32,6 +32,14 @@ type faulting struct {
 	logf    func(format string, args ...any)
 }
 
+// controls run only when CHAOS_FAULTS names them. "none" is the writers and the probe
+// alone for the hold: whatever happens to the cluster then is the harness's doing.
+var controls = []fault{
+	{"none", "no fault: the writers and the probe run for the hold (20 s)", func(ctx context.Context, f *faulting) error {
+		return hold(ctx)
+	}},
+}
+
 var faults = []fault{
 	{"graceful-delete", "the primary's pod is deleted (default grace period, 60 s)", func(ctx context.Context, f *faulting) error {
 		return k8s.Delete(ctx, &f.primary)

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pgpilot/pgpilot/test/testutil"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,7 +17,7 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
-	"github.com/pgpilot/pgpilot/internal/controller/failover"
+	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
 // startOperated starts every instance of an operated cluster and waits until the
@@ -95,7 +95,7 @@ func TestOperatorFailsOver(t *testing.T) {
 			in.waitCount("t", 51, 30*time.Second)
 		}
 	}
-	if !c.hasEvent(failover.ReasonFailoverCompleted) {
+	if !c.hasEvent(dbv1.ReasonFailoverCompleted) {
 		t.Error("no FailoverCompleted event")
 	}
 	testutil.Eventually(t, 30*time.Second, func() error {
@@ -119,6 +119,65 @@ func TestOperatorFailsOver(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A graceful stop of the primary (SIGTERM: a pod deletion, a drain) is a handover, not a
+// crash: in asynchronous mode, with a writer on a persistent and a per-statement
+// connection through the read-write Service the whole time, no acknowledged row is
+// lost, and the writes resume on a standby that had the old primary's final WAL.
+func TestGracefulStopHandsOverWithoutLoss(t *testing.T) {
+	c := newOperatedCluster(t, 3)
+	startOperated(t, c)
+	old := c.instances[0]
+	if err := c.writeThroughRW("CREATE TABLE acked (id bigint PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	rw := func(context.Context) (*pgx.ConnConfig, error) {
+		in := c.readWrite()
+		if in == nil {
+			return nil, errors.New("the read-write Service has no single ready endpoint")
+		}
+		return in.connConfig()
+	}
+	w := testutil.StartWriter(rw, testutil.WriterOptions{Table: "acked", FirstID: 1, Interval: 5 * time.Millisecond,
+		PerStatementInterval: 100 * time.Millisecond})
+	time.Sleep(2 * time.Second)
+	stopped := time.Now()
+	old.stop()
+	var next *instance
+	testutil.Eventually(t, time.Minute, func() error {
+		if next = c.readWrite(); next == nil || next == old {
+			return errors.New("the read-write Service does not route to a new primary yet")
+		}
+		return nil
+	})
+	next.waitRole(agentapi.RolePrimary, 2, time.Minute)
+	time.Sleep(2 * time.Second)
+	attempts := w.Stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := next.conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	check, err := testutil.CheckRows(ctx, conn, "acked", attempts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gap := testutil.Unavailability(attempts, stopped, time.Now())
+	t.Logf("graceful stop of %s: %d of %d attempts acknowledged, writes unavailable for %s, %s promoted",
+		old.pod, check.Acked, check.Attempted, gap.Duration().Round(time.Millisecond), next.pod)
+	if len(check.Lost) > 0 {
+		t.Errorf("%d acknowledged rows lost in a graceful handover: %v", len(check.Lost), check.Lost)
+	}
+	if check.Acked == 0 {
+		t.Fatal("the writer had no commit acknowledged")
+	}
+	if !c.hasEvent(dbv1.ReasonFailoverCompleted) {
+		t.Error("no FailoverCompleted event for the handover")
+	}
 }
 
 // A partitioned old primary, its agent unreachable but postgres alive, is fenced out
@@ -182,7 +241,7 @@ func TestSwitchover(t *testing.T) {
 	// A refused request: the target does not exist.
 	c.annotate(dbv1.AnnotationSwitchoverTo, c.name+"-9")
 	testutil.Eventually(t, 30*time.Second, func() error {
-		if !c.hasEvent(failover.ReasonSwitchoverRefused) {
+		if !c.hasEvent(dbv1.ReasonSwitchoverRefused) {
 			return errors.New("no SwitchoverRefused event")
 		}
 		return nil
@@ -234,7 +293,7 @@ func TestSwitchover(t *testing.T) {
 	if n < int64(len(acked)) {
 		t.Errorf("the new primary has %d rows, %d were acknowledged", n, len(acked))
 	}
-	if !c.hasEvent(failover.ReasonSwitchedOver) {
+	if !c.hasEvent(dbv1.ReasonSwitchedOver) {
 		t.Error("no SwitchedOver event")
 	}
 	var pgc dbv1.PostgresCluster
@@ -282,7 +341,8 @@ func TestOperatorKilledMidFailoverConverges(t *testing.T) {
 		t.Fatal(err)
 	}
 	old.kill9()
-	// Stop the operator the moment the Lease names another instance.
+	// Stop the operator the moment the Lease no longer names the old primary: it was
+	// revoked (the standbys are being frozen) or already moved.
 	deadline := time.Now().Add(time.Minute)
 	for c.holder() == old.pod {
 		if time.Now().After(deadline) {
@@ -291,9 +351,13 @@ func TestOperatorKilledMidFailoverConverges(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	c.stopOperator()
-	next := c.holder()
+	t.Logf("operator stopped with the Lease naming %q", c.holder())
 	c.startOperator()
+	var next string
 	testutil.Eventually(t, time.Minute, func() error {
+		if next = c.holder(); next == "" || next == old.pod {
+			return fmt.Errorf("the Lease names %q", next)
+		}
 		rw := c.readWrite()
 		if rw == nil || rw.pod != next {
 			return fmt.Errorf("the read-write Service routes to %v, the Lease names %s", rw, next)

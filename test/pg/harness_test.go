@@ -475,13 +475,22 @@ func (in *instance) waitRole(role string, tl int64, timeout time.Duration) agent
 	return st
 }
 
-// conn connects to the instance over TCP as the application owner.
-func (in *instance) conn(ctx context.Context) (*pgx.Conn, error) {
+// connConfig is a connection to the instance over TCP as the application owner.
+func (in *instance) connConfig() (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=5432 dbname=app user=app connect_timeout=3", in.ip))
 	if err != nil {
 		return nil, err
 	}
 	cfg.Password = in.c.creds.App.Password
+	return cfg, nil
+}
+
+// conn connects to the instance over TCP as the application owner.
+func (in *instance) conn(ctx context.Context) (*pgx.Conn, error) {
+	cfg, err := in.connConfig()
+	if err != nil {
+		return nil, err
+	}
 	return pgx.ConnectConfig(ctx, cfg)
 }
 

@@ -53,9 +53,13 @@ type WriterOptions struct {
 	// Timeout bounds each attempt, connecting included. When it passes the connection
 	// is closed, never cancelled (see Connect). Default 3 s.
 	Timeout time.Duration
-	// Interval is the least time from the start of one attempt of a writer to the
-	// start of its next (both writers, each on its own); 0 writes as fast as possible.
+	// Interval is the least time from the start of one attempt of the persistent writer
+	// to the start of its next; 0 writes as fast as possible.
 	Interval time.Duration
+	// PerStatementInterval is the same for the per-statement writer; default Interval.
+	// A new connection costs the server a process and an authentication: on a small
+	// machine a fast per-statement writer starves the very processes under test.
+	PerStatementInterval time.Duration
 }
 
 // Writer inserts rows through two writers at once, one with a persistent connection
@@ -80,6 +84,9 @@ func StartWriter(target Target, opts WriterOptions) *Writer {
 	}
 	if opts.Timeout == 0 {
 		opts.Timeout = 3 * time.Second
+	}
+	if opts.PerStatementInterval == 0 {
+		opts.PerStatementInterval = opts.Interval
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &Writer{target: target, opts: opts, cancel: cancel}
@@ -119,9 +126,9 @@ func (w *Writer) insertSQL() string {
 	return "INSERT INTO " + pgx.Identifier{w.opts.Table}.Sanitize() + " (id) VALUES ($1)"
 }
 
-// pace waits until Interval has passed since start, or ctx ends; false when it ended.
-func (w *Writer) pace(ctx context.Context, start time.Time) bool {
-	wait := time.Until(start.Add(w.opts.Interval))
+// pace waits until interval has passed since start, or ctx ends; false when it ended.
+func pace(ctx context.Context, start time.Time, interval time.Duration) bool {
+	wait := time.Until(start.Add(interval))
 	if wait <= 0 {
 		return ctx.Err() == nil
 	}
@@ -165,7 +172,7 @@ func (w *Writer) persistent(ctx context.Context) {
 			conn = nil
 		}
 		w.record(a)
-		if !w.pace(ctx, a.Start) {
+		if !pace(ctx, a.Start, w.opts.Interval) {
 			return
 		}
 	}
@@ -190,7 +197,7 @@ func (w *Writer) perStatement(ctx context.Context) {
 		cancel()
 		a.Err = err
 		w.record(a)
-		if !w.pace(ctx, a.Start) {
+		if !pace(ctx, a.Start, w.opts.PerStatementInterval) {
 			return
 		}
 	}

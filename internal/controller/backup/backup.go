@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"sort"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,7 +19,7 @@ import (
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
-	"github.com/pgpilot/pgpilot/internal/controller/credentials"
+	"github.com/pgpilot/pgpilot/internal/fleet"
 )
 
 // PollPeriod is how often a running backup's agent is asked how it goes.
@@ -29,28 +27,20 @@ const PollPeriod = 2 * time.Second
 
 // agents reaches the agents of a cluster's pods.
 type agents struct {
-	client   client.Client
-	http     *http.Client
-	agentURL func(pod *corev1.Pod) string
+	client client.Client
+	fleet  *fleet.Fleet
 }
 
 func newAgents(c client.Client, agentURL func(*corev1.Pod) string) agents {
-	if agentURL == nil {
-		agentURL = func(p *corev1.Pod) string { return agentapi.BaseURL(p.Status.PodIP) }
-	}
-	return agents{client: c, agentURL: agentURL,
-		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: time.Minute}}}
+	return agents{client: c, fleet: fleet.New(c, agentURL)}
 }
 
 func (a agents) token(ctx context.Context, c *dbv1.PostgresCluster) (string, error) {
-	var s corev1.Secret
-	if err := a.client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.AgentTokenSecretName()}, &s); err != nil {
-		return "", err
-	}
-	return string(s.Data[credentials.KeyToken]), nil
+	return a.fleet.Token(ctx, c)
 }
 
-// instance is a pod and what its agent said.
+// instance is a pod and what its agent said (the zero Status when it did not answer or
+// the pod is being deleted).
 type instance struct {
 	pod    *corev1.Pod
 	status agentapi.Status
@@ -59,23 +49,14 @@ type instance struct {
 
 // observe asks every running pod's agent for its status, all at once.
 func (a agents) observe(ctx context.Context, pods []corev1.Pod, token string) []instance {
-	out := make([]instance, len(pods))
-	var wg sync.WaitGroup
-	for i := range pods {
-		out[i].pod = &pods[i]
-		if pods[i].Status.PodIP == "" || !pods[i].DeletionTimestamp.IsZero() {
-			continue
+	var out []instance
+	for _, in := range a.fleet.Observe(ctx, pods, token, 2*time.Second) {
+		i := instance{pod: in.Pod, client: a.fleet.Client(in.Pod, token)}
+		if in.Reachable && !in.Terminating {
+			i.status = in.Status
 		}
-		out[i].client = agentapi.NewClient(a.agentURL(&pods[i]), token, a.http)
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			defer cancel()
-			out[i].status, _ = out[i].client.Status(sctx)
-		}(i)
+		out = append(out, i)
 	}
-	wg.Wait()
 	return out
 }
 
@@ -224,7 +205,7 @@ func (r *BackupReconciler) follow(ctx context.Context, b *dbv1.PostgresBackup, c
 	if pod.Status.PodIP == "" {
 		return ctrl.Result{RequeueAfter: PollPeriod}, nil
 	}
-	st, err := agentapi.NewClient(r.agentURL(&pod), token, r.http).Backup(ctx, b.Name)
+	st, err := r.fleet.Client(&pod, token).Backup(ctx, b.Name)
 	switch {
 	case errors.Is(err, agentapi.ErrNotFound):
 		return ctrl.Result{}, r.fail(ctx, b, fmt.Sprintf("the agent of %s restarted during the backup", b.Status.Instance))

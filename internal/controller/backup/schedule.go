@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +23,7 @@ import (
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
+	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
 
 // CheckPeriod is how often a cluster with backups is looked at between ticks: for
@@ -210,11 +210,12 @@ func (r *ScheduleReconciler) recordArchiving(ctx context.Context, cluster *dbv1.
 	if err != nil {
 		return err
 	}
-	var lease coordinationv1.Lease
-	if err := r.client.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.PrimaryLeaseName()}, &lease); err != nil {
+	store := primarylease.ClientStore{Reader: r.client, Writer: r.client, Namespace: cluster.Namespace, Name: cluster.PrimaryLeaseName()}
+	lease, err := store.Get(ctx)
+	if err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	old := lease.Annotations[dbv1.AnnotationArchiving]
+	old := primarylease.Parse(lease).Archiving
 	if old == string(b) {
 		return nil
 	}
@@ -222,12 +223,8 @@ func (r *ScheduleReconciler) recordArchiving(ctx context.Context, cluster *dbv1.
 	if json.Unmarshal([]byte(old), &was) == nil && old != "" && was.OK && !rec.OK {
 		r.recorder.Event(cluster, corev1.EventTypeWarning, dbv1.ReasonArchiveFailing, rec.Message)
 	}
-	patch := client.MergeFrom(lease.DeepCopy())
-	if lease.Annotations == nil {
-		lease.Annotations = map[string]string{}
-	}
-	lease.Annotations[dbv1.AnnotationArchiving] = string(b)
-	return r.client.Patch(ctx, &lease, patch)
+	_, err = primarylease.Apply(ctx, store, lease, time.Now, primarylease.SetAnnotation(dbv1.AnnotationArchiving, string(b)))
+	return client.IgnoreNotFound(err)
 }
 
 // SetupWithManager runs the reconciler on clusters and their backups.

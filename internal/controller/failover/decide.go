@@ -1,6 +1,6 @@
-// Package failover promotes a replica when the primary fails: it observes every
-// instance's agent, decides with a pure function, then fences the old primary, moves
-// the primary Lease and asks the chosen replica's agent to promote.
+// Package failover keeps one writer per cluster (docs/failover.md): it observes every
+// instance's agent, decides with pure functions, and revokes, fences, freezes, moves the
+// primary Lease and promotes; it is also the one writer of the pods' role labels.
 package failover
 
 import (
@@ -10,35 +10,48 @@ import (
 	"time"
 
 	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/fleet"
+	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
 
-// Instance is one instance as the failover controller last observed it.
-type Instance struct {
-	Name string
-	// Reachable is whether its agent answered /status.
-	Reachable bool
-	// Status is what its agent answered; valid when Reachable.
-	Status agentapi.Status
-}
+// Instance is one instance as the controller last observed it.
+type Instance = fleet.Instance
 
-// Input is everything a failover decision is made from.
+// Fixed times of the protocol (docs/failover.md).
+const (
+	// HandoverTimeout is how long a clean handover waits for a standby with the final
+	// WAL, or for the old primary to come back, before the failover rules apply.
+	HandoverTimeout = 30 * time.Second
+	// SwitchoverCatchUp is how long a switchover waits for its target to receive the
+	// demoted primary's final WAL before it gives the Lease back.
+	SwitchoverCatchUp = 10 * time.Second
+	// CrashLoop is how many crashes within a minute make a primary failed at once.
+	CrashLoop = 3
+)
+
+// Input is everything a decision is made from.
 type Input struct {
-	// Holder is the primary Lease's holder.
-	Holder string
-	// Instances are every instance pod of the cluster.
+	Lease     primarylease.Record
 	Instances []Instance
 	// Enabled is spec.failover.enabled.
 	Enabled bool
-	// Delay is how long the primary must be failed before a failover.
+	// Delay is how long the primary must be failed before it is replaced.
 	Delay time.Duration
+	// StartTimeout is how long a primary restarting after a crash may take, in
+	// asynchronous mode.
+	StartTimeout time.Duration
 	// SynchronousReplicas is spec.postgresql.synchronousReplicas.
 	SynchronousReplicas int
-	// SyncStandbys are the standbys the primary last reported in sync or quorum state;
-	// nil when never observed.
-	SyncStandbys []string
-	// FailedSince is when the primary was first seen failed, zero if it was healthy at
+	// Switchover is the requested switchover target, "" when none.
+	Switchover string
+	// FailedSince is when the holder was first seen failed; zero if it was healthy at
 	// the last observation.
 	FailedSince time.Time
+	// RenewSeen is when the controller last saw the holder renew the Lease (or started
+	// watching it, when it never saw a renewal).
+	RenewSeen time.Time
+	// VacantSince is when the controller first saw the Lease name no holder.
+	VacantSince time.Time
 	Now         time.Time
 }
 
@@ -48,15 +61,25 @@ type Action int
 const (
 	// None: the primary is healthy, or there is nothing to act on.
 	None Action = iota
-	// Wait: the primary is failed but not for long enough yet.
+	// Wait: come back after RequeueAfter.
 	Wait
-	// Promote: fence the holder and promote Target.
-	Promote
-	// Blocked: the primary is failed and no replica can safely take over.
+	// Blocked: no replica can safely take over; Reason says why.
 	Blocked
+	// Revoke the Lease from the failed holder.
+	Revoke
+	// Demote the holder for a switchover to Target.
+	Demote
+	// RefuseSwitchover: the switchover to Target cannot happen; Reason says why.
+	RefuseSwitchover
+	// Move the Lease to Target, a standby.
+	Move
+	// GiveBack the Lease to Target, the instance that last held it.
+	GiveBack
 )
 
-func (a Action) String() string { return [...]string{"None", "Wait", "Promote", "Blocked"}[a] }
+func (a Action) String() string {
+	return [...]string{"None", "Wait", "Blocked", "Revoke", "Demote", "RefuseSwitchover", "Move", "GiveBack"}[a]
+}
 
 // Decision is the outcome, with the reason a user reads in events and conditions.
 type Decision struct {
@@ -65,18 +88,31 @@ type Decision struct {
 	Reason string
 	// FailedSince is what Input.FailedSince must be at the next decision.
 	FailedSince time.Time
-	// RequeueAfter is when to decide again at the latest.
+	// RequeueAfter is when to decide again at the latest (0: the poll period).
 	RequeueAfter time.Duration
+	// Lost says, when a Move may lose acknowledged commits (asynchronous mode after a
+	// crash), why; "" when it cannot.
+	Lost string
 }
 
-// Decide chooses the failover action.
+// Decide decides for a Lease that names a holder: nothing, a switchover, or revoking a
+// failed holder's Lease.
 func Decide(in Input) Decision {
-	if in.Holder == "" {
-		return Decision{Action: None, Reason: "no primary has been designated yet"}
+	if in.Lease.Holder == "" {
+		return DecideVacant(in)
+	}
+	if !in.Lease.Bootstrapped {
+		return Decision{Action: None, Reason: "the cluster's first primary is not up yet"}
 	}
 	failure := primaryFailure(in)
 	if failure == "" {
-		return Decision{Action: None, Reason: fmt.Sprintf("the primary %s is healthy", in.Holder)}
+		if in.Switchover != "" {
+			if why := CheckSwitchover(in.Lease.Holder, in.Switchover, in.Instances); why != "" {
+				return Decision{Action: RefuseSwitchover, Target: in.Switchover, Reason: why}
+			}
+			return Decision{Action: Demote, Target: in.Switchover, Reason: fmt.Sprintf("switchover to %s requested", in.Switchover)}
+		}
+		return Decision{Action: None, Reason: fmt.Sprintf("the primary %s is healthy", in.Lease.Holder)}
 	}
 	since := in.FailedSince
 	if since.IsZero() {
@@ -92,96 +128,303 @@ func Decide(in Input) Decision {
 		d.Reason = fmt.Sprintf("%s for %s; failing over after %s (spec.failover.delay)", failure, waited.Round(time.Millisecond), in.Delay)
 		return d
 	}
-	target, why := chooseTarget(in)
-	if target == "" {
+	// Revoking cuts the old primary off for good: only when some standby could take
+	// over, judged by who answers now (their final positions come after the freeze).
+	if why := unfit(in); why != "" {
 		d.Action, d.Reason = Blocked, fmt.Sprintf("%s; no failover: %s", failure, why)
 		return d
 	}
-	d.Action, d.Target = Promote, target
-	d.Reason = fmt.Sprintf("%s for %s; promoting %s, %s", failure, in.Now.Sub(since).Round(time.Millisecond), target, why)
+	d.Action = Revoke
+	d.Reason = fmt.Sprintf("%s for %s", failure, in.Now.Sub(since).Round(time.Millisecond))
 	return d
 }
 
-// primaryFailure says what is wrong with the holder, "" when it is a healthy primary.
+// primaryFailure says what is wrong with the holder, "" when nothing that calls for a
+// failover.
 func primaryFailure(in Input) string {
-	for _, i := range in.Instances {
-		if i.Name != in.Holder {
-			continue
-		}
-		switch {
-		case !i.Reachable:
-			return fmt.Sprintf("the primary %s's agent does not answer", i.Name)
-		case i.Status.Role == agentapi.RolePrimary && i.Status.Ready:
-			return ""
-		case i.Status.Role == agentapi.RoleStarting:
-			// Initialising, recovering or bootstrapping: not a failure of a running primary.
-			return ""
-		default:
-			msg := fmt.Sprintf("the primary %s is %s and not ready", i.Name, i.Status.Role)
-			if i.Status.Error != "" {
-				msg += " (" + i.Status.Error + ")"
-			}
-			return msg
-		}
+	h := in.Lease.Holder
+	i := find(in.Instances, h)
+	switch {
+	case i == nil || i.Pod == nil:
+		return fmt.Sprintf("the primary %s has no pod", h)
+	case !i.Reachable:
+		return fmt.Sprintf("the primary %s's agent does not answer", h)
+	case i.Terminating:
+		return "" // its agent hands over and releases the Lease
 	}
-	return fmt.Sprintf("the primary %s has no pod", in.Holder)
+	st := i.Status
+	switch st.Role {
+	case agentapi.RolePrimary:
+		if st.Ready || st.Gate == agentapi.GateDraining {
+			return "" // healthy, or handing over: its agent releases the Lease
+		}
+		return withError(fmt.Sprintf("the primary %s is not ready (commit gate %s)", h, st.Gate), st.Error)
+	case agentapi.RoleReplica:
+		return "" // promoting
+	case agentapi.RoleFenced:
+		return fmt.Sprintf("the primary %s is fenced", h)
+	}
+	// Stopped or starting.
+	down := time.Duration(st.DownForMillis) * time.Millisecond
+	switch {
+	case st.RecentCrashes >= CrashLoop:
+		return withError(fmt.Sprintf("the primary %s crashed %d times within a minute", h, st.RecentCrashes), st.Error)
+	case in.SynchronousReplicas > 0:
+		// A synchronous standby has every acknowledged commit: nothing to wait for.
+		return withError(fmt.Sprintf("the primary %s is %s", h, st.Role), st.Error)
+	case down > in.StartTimeout:
+		return withError(fmt.Sprintf("the primary %s has been %s for %s, longer than spec.failover.startTimeout", h, st.Role, down.Round(time.Second)), st.Error)
+	}
+	return ""
 }
 
-// chooseTarget picks the replica with the most WAL (received, then replayed, then the
-// lower name). In synchronous mode only a standby of the synchronous set qualifies, and
-// only when enough of that set answers: with ANY k over n standbys an acknowledged
-// commit is on at least k of them, so n-k+1 must be compared to be sure one has it.
-func chooseTarget(in Input) (string, string) {
-	var candidates []Instance
-	for _, i := range in.Instances {
-		if i.Name == in.Holder || !i.Reachable || i.Status.Role != agentapi.RoleReplica || !i.Status.Running {
-			continue
-		}
-		if _, err := agentapi.ParseLSN(i.Status.ReceivedLSN); err != nil {
-			continue
-		}
-		candidates = append(candidates, i)
+func withError(msg, err string) string {
+	if err != "" {
+		return msg + " (" + err + ")"
 	}
-	if in.SynchronousReplicas > 0 {
-		members := in.SyncStandbys
-		if members == nil {
-			for _, i := range in.Instances {
-				if i.Name != in.Holder {
-					members = append(members, i.Name)
-				}
-			}
+	return msg
+}
+
+func find(instances []Instance, name string) *Instance {
+	for i := range instances {
+		if instances[i].Name == name {
+			return &instances[i]
 		}
-		k := min(in.SynchronousReplicas, len(members))
-		need := len(members) - k + 1
-		var answering []Instance
+	}
+	return nil
+}
+
+// unfit says why no standby could take over even in the best case, "" when one could.
+func unfit(in Input) string {
+	var running []Instance
+	for _, i := range in.Instances {
+		if i.Name != in.Lease.Holder && i.Reachable && !i.Terminating && i.Status.Running && i.Status.Role == agentapi.RoleReplica {
+			running = append(running, i)
+		}
+	}
+	if len(running) == 0 {
+		return "no replica is running and answering"
+	}
+	// Positions are not final yet: ask only whether enough members answer.
+	if _, why := syncFrontier(in.Lease.Sync, running, true); why != "" {
+		return why
+	}
+	return ""
+}
+
+// DecideVacant decides for a Lease that names no holder: wait until the old primary
+// cannot acknowledge anything (I2), then choose among the frozen standbys (I3), or give
+// the Lease back to the old primary.
+func DecideVacant(in Input) Decision {
+	h := in.Lease.Handover
+	if h == nil {
+		h = &primarylease.Handover{}
+	}
+	if until, why := unsafeUntil(in, h); !until.IsZero() {
+		return Decision{Action: Wait, RequeueAfter: until.Sub(in.Now), Reason: why}
+	}
+	old := find(in.Instances, h.From)
+	oldBack := old != nil && old.Reachable && !old.Terminating && old.Pod != nil
+	candidates := frozenStandbys(in.Instances, h.From)
+	waited := in.Now.Sub(in.VacantSince)
+
+	if h.Clean {
+		final, _ := agentapi.ParseLSN(h.FinalLSN)
+		var having []Instance
 		for _, c := range candidates {
-			if slices.Contains(members, c.Name) {
-				answering = append(answering, c)
+			if c.Status.Timeline == h.Timeline && position(c) >= final {
+				having = append(having, c)
 			}
 		}
-		if len(answering) < need {
-			return "", fmt.Sprintf("synchronous mode needs %d of the synchronous standbys [%s] to compare, to be sure no acknowledged write is lost, and %d answer",
-				need, strings.Join(members, ", "), len(answering))
+		if in.Switchover != "" && h.From != in.Switchover {
+			if t := find(having, in.Switchover); t != nil {
+				return Decision{Action: Move, Target: t.Name, Reason: fmt.Sprintf("switchover from %s: %s has its final WAL (%s)", h.From, t.Name, h.FinalLSN)}
+			}
+			if waited < SwitchoverCatchUp {
+				return Decision{Action: Wait, RequeueAfter: 100 * time.Millisecond,
+					Reason: fmt.Sprintf("switchover: waiting for %s to receive %s's final WAL (%s)", in.Switchover, h.From, h.FinalLSN)}
+			}
+			if oldBack {
+				return Decision{Action: GiveBack, Target: h.From, Reason: fmt.Sprintf("switchover aborted: %s did not receive %s's final WAL (%s) within %s", in.Switchover, h.From, h.FinalLSN, SwitchoverCatchUp)}
+			}
 		}
-		candidates = answering
+		if len(having) > 0 {
+			best := mostAdvanced(having)
+			return Decision{Action: Move, Target: best.Name, Reason: fmt.Sprintf("%s stopped and handed over (%s); %s has its final WAL (%s)", h.From, h.Reason, best.Name, h.FinalLSN)}
+		}
+		if oldBack {
+			return Decision{Action: GiveBack, Target: h.From, Reason: fmt.Sprintf("no standby has %s's final WAL (%s); it is back and takes the Lease again", h.From, h.FinalLSN)}
+		}
+		if waited < HandoverTimeout {
+			return Decision{Action: Wait, RequeueAfter: 200 * time.Millisecond,
+				Reason: fmt.Sprintf("waiting for a standby with %s's final WAL (%s), or for %s to come back", h.From, h.FinalLSN, h.From)}
+		}
 	}
 	if len(candidates) == 0 {
-		return "", "no replica is running and answering"
+		if oldBack {
+			return Decision{Action: GiveBack, Target: h.From, Reason: fmt.Sprintf("no standby can take over; %s is back", h.From)}
+		}
+		return Decision{Action: Blocked, Reason: fmt.Sprintf("the Lease names no primary (%s left it: %s) and no frozen standby answers", orUnknown(h.From), h.Reason)}
 	}
-	best := slices.MaxFunc(candidates, func(a, b Instance) int {
-		ra, _ := agentapi.ParseLSN(a.Status.ReceivedLSN)
-		rb, _ := agentapi.ParseLSN(b.Status.ReceivedLSN)
-		if ra != rb {
-			return compare(ra, rb)
+	required, why := syncFrontier(in.Lease.Sync, candidates, false)
+	if why != "" {
+		if oldBack {
+			return Decision{Action: GiveBack, Target: h.From, Reason: fmt.Sprintf("%s; %s is back", why, h.From)}
 		}
-		pa, _ := agentapi.ParseLSN(a.Status.ReplayedLSN)
-		pb, _ := agentapi.ParseLSN(b.Status.ReplayedLSN)
-		if pa != pb {
-			return compare(pa, pb)
+		return Decision{Action: Blocked, Reason: why}
+	}
+	best := mostAdvanced(candidates)
+	if position(best) < required {
+		return Decision{Action: Blocked, Reason: fmt.Sprintf("synchronous mode: no standby has every acknowledged commit (%s needed, %s is at %s)",
+			agentapi.FormatLSN(required), best.Name, best.Status.Position)}
+	}
+	if in.Switchover != "" && in.Switchover != best.Name {
+		if t := find(candidates, in.Switchover); t != nil && position(*t) >= position(best) {
+			best = *t
 		}
-		return strings.Compare(b.Name, a.Name) // the lower name wins a tie
+	}
+	d := Decision{Action: Move, Target: best.Name, Reason: fmt.Sprintf("%s left the Lease (%s); %s has the most WAL (%s, timeline %d)",
+		orUnknown(h.From), h.Reason, best.Name, best.Status.Position, best.Status.Timeline)}
+	if in.Lease.Sync == nil || in.Lease.Sync.K == 0 {
+		d.Lost = "asynchronous replication: commits the old primary had not sent are lost"
+	}
+	return d
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "an unknown primary"
+	}
+	return s
+}
+
+// unsafeUntil is, while the old primary may still acknowledge a commit (I2), when that
+// ends at the latest, and why; zero when it cannot.
+func unsafeUntil(in Input, h *primarylease.Handover) (time.Time, string) {
+	if h.Released {
+		return time.Time{}, "" // it stopped before it released the Lease
+	}
+	if old := find(in.Instances, h.From); old != nil && old.Reachable && !old.Status.Running && (old.Status.Fenced || old.Status.Term > h.Term) {
+		return time.Time{}, "" // its agent says postgres is down and stays down
+	}
+	until := in.RenewSeen.Add(primarylease.Duration + primarylease.Margin)
+	reason := fmt.Sprintf("waiting until %s cannot acknowledge commits: T + margin after its last renewal", orUnknown(h.From))
+	if fs := failsafeUntil(in, h); fs.After(until) {
+		until = fs
+		reason = fmt.Sprintf("waiting until %s cannot acknowledge commits: T + margin after the last failsafe confirmation of a frozen standby", orUnknown(h.From))
+	}
+	if !until.After(in.Now) {
+		return time.Time{}, ""
+	}
+	return until, reason
+}
+
+// failsafeUntil bounds the old primary's failsafe confirmations: a round succeeded
+// only when every other instance confirmed it after the round began, so no round began
+// after the latest confirmation a frozen standby gave it in its term (frozen, it gives
+// no more). Zero when none gave one.
+func failsafeUntil(in Input, h *primarylease.Handover) time.Time {
+	var latest time.Time
+	for _, c := range frozenStandbys(in.Instances, h.From) {
+		fc := c.Status.FailsafeConfirmed
+		if fc == nil || fc.Primary != h.From || fc.Term != h.Term {
+			continue
+		}
+		if at := in.Now.Add(-time.Duration(fc.AgoMillis) * time.Millisecond); at.After(latest) {
+			latest = at
+		}
+	}
+	if latest.IsZero() {
+		return time.Time{}
+	}
+	return latest.Add(primarylease.Duration + primarylease.Margin)
+}
+
+// frozenStandbys are the standbys whose position is final: running, frozen, answering,
+// staying (not being deleted).
+func frozenStandbys(instances []Instance, except string) []Instance {
+	var out []Instance
+	for _, i := range instances {
+		if i.Name != except && i.Reachable && !i.Terminating && i.Status.Running && i.Status.Role == agentapi.RoleReplica && i.Status.Frozen {
+			if _, err := agentapi.ParseLSN(i.Status.Position); err == nil {
+				out = append(out, i)
+			}
+		}
+	}
+	return out
+}
+
+func position(i Instance) uint64 {
+	p, _ := agentapi.ParseLSN(i.Status.Position)
+	return p
+}
+
+// mostAdvanced is the candidate with the highest timeline, then position, then the
+// lower name.
+func mostAdvanced(candidates []Instance) Instance {
+	return slices.MaxFunc(candidates, func(a, b Instance) int {
+		if a.Status.Timeline != b.Status.Timeline {
+			return compare(uint64(a.Status.Timeline), uint64(b.Status.Timeline))
+		}
+		if c := compare(position(a), position(b)); c != 0 {
+			return c
+		}
+		return strings.Compare(b.Name, a.Name)
 	})
-	return best.Name, fmt.Sprintf("the replica with the most WAL (received %s)", best.Status.ReceivedLSN)
+}
+
+// infinite stands for the frontier of a member that cannot be compared.
+const infinite = ^uint64(0)
+
+// syncFrontier is the position a target must have to hold every acknowledged commit:
+// the k-th highest of the members' frontiers (a compared member's position, an
+// uncompared one's bound, or infinite). With reachability only (positions not final),
+// it only checks that the frontier is finite. An error says why no target can be safe.
+func syncFrontier(set *primarylease.SyncSet, candidates []Instance, reachabilityOnly bool) (uint64, string) {
+	if set == nil || set.K == 0 {
+		return 0, ""
+	}
+	var frontiers []uint64
+	var unknown []string
+	for name, bound := range set.Members {
+		f := infinite
+		if c := find(candidates, name); c != nil {
+			f = position(*c)
+		}
+		if bound != "" {
+			if b, err := agentapi.ParseLSN(bound); err == nil && b < f {
+				f = b
+			}
+		}
+		if f == infinite {
+			unknown = append(unknown, name)
+		}
+		frontiers = append(frontiers, f)
+	}
+	if len(frontiers) < set.K {
+		return 0, fmt.Sprintf("synchronous mode: the synchronous set records %d standbys for %d synchronous replicas", len(frontiers), set.K)
+	}
+	slices.Sort(frontiers)
+	slices.Reverse(frontiers)
+	kth := frontiers[set.K-1]
+	if kth == infinite {
+		slices.Sort(unknown)
+		return 0, fmt.Sprintf("synchronous mode: every acknowledged commit is on %d of [%s]; %s cannot be compared, so no standby is proven to have them all",
+			set.K, strings.Join(sortedMembers(set), ", "), strings.Join(unknown, ", "))
+	}
+	if reachabilityOnly {
+		return 0, ""
+	}
+	return kth, ""
+}
+
+func sortedMembers(set *primarylease.SyncSet) []string {
+	var out []string
+	for m := range set.Members {
+		out = append(out, m)
+	}
+	slices.Sort(out)
+	return out
 }
 
 func compare(a, b uint64) int {
@@ -204,15 +447,7 @@ func CheckSwitchover(holder, target string, instances []Instance) string {
 	if target == holder {
 		return fmt.Sprintf("%s is already the primary", target)
 	}
-	var primary, candidate *Instance
-	for i := range instances {
-		switch instances[i].Name {
-		case holder:
-			primary = &instances[i]
-		case target:
-			candidate = &instances[i]
-		}
-	}
+	primary, candidate := find(instances, holder), find(instances, target)
 	switch {
 	case candidate == nil:
 		return fmt.Sprintf("%s is not an instance of this cluster", target)
@@ -220,11 +455,13 @@ func CheckSwitchover(holder, target string, instances []Instance) string {
 		return fmt.Sprintf("the primary %s is not healthy; a failover, not a switchover, will replace it", holder)
 	case !candidate.Reachable:
 		return fmt.Sprintf("%s's agent does not answer", target)
+	case candidate.Terminating:
+		return fmt.Sprintf("%s is being deleted", target)
 	case candidate.Status.Role != agentapi.RoleReplica || !candidate.Status.Ready:
 		return fmt.Sprintf("%s is %s, not a ready replica", target, candidate.Status.Role)
 	}
 	write, err1 := agentapi.ParseLSN(primary.Status.WriteLSN)
-	received, err2 := agentapi.ParseLSN(candidate.Status.ReceivedLSN)
+	received, err2 := agentapi.ParseLSN(candidate.Status.Position)
 	if err1 != nil || err2 != nil {
 		return fmt.Sprintf("cannot compare %s's WAL position with the primary's", target)
 	}

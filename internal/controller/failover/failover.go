@@ -2,12 +2,8 @@ package failover
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -17,78 +13,84 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
-	"github.com/pgpilot/pgpilot/internal/controller/credentials"
+	"github.com/pgpilot/pgpilot/internal/fleet"
+	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
 
 // PollPeriod is how often each cluster's agents are asked for their status.
 const PollPeriod = time.Second
 
-// Event reasons.
-const (
-	ReasonPrimaryFailed     = "PrimaryFailed"
-	ReasonFailoverBlocked   = "FailoverBlocked"
-	ReasonFailoverStarted   = "FailoverStarted"
-	ReasonFailoverCompleted = "FailoverCompleted"
-	ReasonUnfenced          = "Unfenced"
-	ReasonSwitchoverRefused = "SwitchoverRefused"
-	ReasonSwitchedOver      = "SwitchedOver"
-)
-
-// FailoverReconciler watches every instance of every cluster and promotes a replica
-// when the primary fails.
+// FailoverReconciler watches every instance of every cluster and keeps one writer: it
+// creates the primary Lease, revokes it from a failed primary, moves it after a
+// handover, runs switchovers, and labels the pods by role (the only writer of that
+// label).
 type FailoverReconciler struct {
 	client   client.Client
+	reader   client.Reader // uncached, for reads that must see the latest Lease
 	recorder record.EventRecorder
 	clock    clock.PassiveClock
-	http     *http.Client
-	// agentURL is the base URL of a pod's agent.
-	agentURL func(pod *corev1.Pod) string
+	fleet    *fleet.Fleet
 
 	mu     sync.Mutex
 	memory map[types.NamespacedName]*memory
 }
 
-// memory is what a cluster's decisions need from earlier observations. It is lost on
-// a restart, which only delays a failover by the configured delay.
+// memory is what decisions need from earlier observations. It is lost on a restart,
+// which only makes the controller wait longer (RenewSeen and VacantSince start again).
 type memory struct {
-	failedSince  time.Time
-	syncStandbys []string
-	lastReason   string
+	failedSince time.Time
+	lastReason  string
+	// renewTime is the holder's last renewal seen, and renewSeen when it was seen.
+	renewTime time.Time
+	renewSeen time.Time
+	// vacantTerm is the term in which the Lease was first seen vacant, at vacantSince.
+	vacantTerm  int32
+	vacantSince time.Time
 }
 
-// NewFailoverReconciler returns a FailoverReconciler. agentURL nil means
-// http://<pod IP>:8008.
-func NewFailoverReconciler(c client.Client, recorder record.EventRecorder, clk clock.PassiveClock, agentURL func(*corev1.Pod) string) *FailoverReconciler {
-	if agentURL == nil {
-		agentURL = func(p *corev1.Pod) string {
-			return "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(agentapi.Port))
-		}
-	}
+// NewFailoverReconciler returns a FailoverReconciler. reader reads uncached (the
+// manager's API reader); agentURL nil means http://<pod IP>:8008.
+func NewFailoverReconciler(c client.Client, reader client.Reader, recorder record.EventRecorder, clk clock.PassiveClock, agentURL func(*corev1.Pod) string) *FailoverReconciler {
 	return &FailoverReconciler{
-		client: c, recorder: recorder, clock: clk, agentURL: agentURL,
-		http:   &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: time.Minute}},
+		client: c, reader: reader, recorder: recorder, clock: clk, fleet: fleet.New(c, agentURL),
 		memory: map[types.NamespacedName]*memory{},
 	}
 }
 
 // +kubebuilder:rbac:groups=db.example.com,resources=postgresclusters,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
-// Reconcile observes the cluster's instances, decides, acts, and comes back after
-// PollPeriod.
+// cycle is one reconcile of one cluster.
+type cycle struct {
+	r         *FailoverReconciler
+	cluster   *dbv1.PostgresCluster
+	store     primarylease.Store
+	lease     *coordinationv1.Lease
+	pods      []corev1.Pod
+	instances []Instance
+	token     string
+	mem       *memory
+	log       func(msg string, kv ...any)
+}
+
+// Reconcile observes the cluster's instances, decides, acts, labels, and comes back
+// after PollPeriod at the latest.
 func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var cluster dbv1.PostgresCluster
 	if err := r.client.Get(ctx, req.NamespacedName, &cluster); err != nil {
@@ -101,329 +103,361 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		r.forget(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
-	var lease coordinationv1.Lease
-	if err := r.client.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.PrimaryLeaseName()}, &lease); err != nil {
-		return ctrl.Result{RequeueAfter: PollPeriod}, client.IgnoreNotFound(err)
+	logger := log.FromContext(ctx)
+	c := &cycle{r: r, cluster: &cluster, mem: r.remember(req.NamespacedName), log: logger.Info,
+		store: primarylease.ClientStore{Reader: r.client, Writer: r.client, Namespace: cluster.Namespace, Name: cluster.PrimaryLeaseName()}}
+	lease, err := c.ensureLease(ctx)
+	if err != nil || lease == nil {
+		return ctrl.Result{RequeueAfter: PollPeriod}, err
 	}
-	var secret corev1.Secret
-	if err := r.client.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.AgentTokenSecretName()}, &secret); err != nil {
-		return ctrl.Result{RequeueAfter: PollPeriod}, client.IgnoreNotFound(err)
-	}
-	token := string(secret.Data[credentials.KeyToken])
-	pods, err := clusterpods.List(ctx, r.client, &cluster)
+	c.lease = lease
+	c.noteRenewal(primarylease.Parse(lease))
+	token, err := r.fleet.Token(ctx, &cluster)
 	if err != nil {
+		return ctrl.Result{RequeueAfter: PollPeriod}, client.IgnoreNotFound(err)
+	}
+	c.token = token
+	if c.pods, err = clusterpods.List(ctx, r.client, &cluster); err != nil {
 		return ctrl.Result{}, err
 	}
-	instances := r.observe(ctx, pods, token)
-
-	mem := r.remember(req.NamespacedName)
-	holder := ""
-	if lease.Spec.HolderIdentity != nil {
-		holder = *lease.Spec.HolderIdentity
+	c.instances = r.fleet.Observe(ctx, c.pods, token, PollPeriod)
+	if err := c.markBootstrapped(ctx); err != nil {
+		return ctrl.Result{}, err
 	}
-	// The synchronous set since the last failover: every standby seen in it, so one that
-	// dropped out between two observations still counts (more members only makes a
-	// failover wait for more of them to answer).
-	for _, i := range instances {
-		if i.Name == holder && i.Reachable && i.Status.Role == agentapi.RolePrimary && i.Status.Ready {
-			for _, name := range syncStandbys(i.Status) {
-				if !slices.Contains(mem.syncStandbys, name) {
-					mem.syncStandbys = append(mem.syncStandbys, name)
-				}
+	requeue, err := c.decideAndAct(ctx)
+	if lerr := c.label(ctx); lerr != nil && err == nil {
+		err = lerr
+	}
+	if requeue <= 0 || requeue > PollPeriod {
+		requeue = PollPeriod
+	}
+	return ctrl.Result{RequeueAfter: requeue}, err
+}
+
+// ensureLease returns the Lease, creating it naming the first instance for a new
+// cluster. The Lease has no owner reference on purpose: like the volumes, it outlives
+// the cluster, so a cluster created again on the kept volumes resumes with the
+// instance that had the newest data as primary.
+func (c *cycle) ensureLease(ctx context.Context) (*coordinationv1.Lease, error) {
+	l, err := c.store.Get(ctx)
+	if err == nil {
+		return l, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	holder := c.cluster.InstanceName(0)
+	l = primarylease.New(c.cluster.Namespace, c.cluster.PrimaryLeaseName(), c.cluster.Name, holder, c.r.clock.Now())
+	if err := c.r.client.Create(ctx, l); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("creating Lease %s: %w", l.Name, err)
+	}
+	c.log("Designated the first primary", "lease", l.Name, "primary", holder)
+	c.r.recorder.Eventf(c.cluster, corev1.EventTypeNormal, dbv1.ReasonPrimaryDesignated,
+		"Designated %s as the first primary (Lease %s)", holder, l.Name)
+	return nil, nil
+}
+
+// noteRenewal records when the holder's renewal was first seen (I2 measures from it).
+func (c *cycle) noteRenewal(rec primarylease.Record) {
+	c.r.mu.Lock()
+	defer c.r.mu.Unlock()
+	if c.mem.renewSeen.IsZero() || !rec.RenewTime.Equal(c.mem.renewTime) {
+		c.mem.renewTime, c.mem.renewSeen = rec.RenewTime, c.r.clock.Now()
+	}
+}
+
+// markBootstrapped annotates the Lease once its holder is Ready for the first time: from
+// then on an agent whose volume is empty must not initialise a new database.
+func (c *cycle) markBootstrapped(ctx context.Context) error {
+	rec := primarylease.Parse(c.lease)
+	if rec.Bootstrapped || rec.Holder == "" {
+		return nil
+	}
+	for i := range c.pods {
+		if c.pods[i].Name == rec.Holder && clusterpods.IsReady(&c.pods[i]) {
+			l, err := c.apply(ctx, primarylease.SetAnnotation(dbv1.AnnotationBootstrapped, "true"))
+			if err != nil {
+				return fmt.Errorf("marking the Lease bootstrapped: %w", err)
 			}
+			c.lease = l
+			c.log("Marked the cluster bootstrapped", "primary", rec.Holder)
 		}
 	}
-	if err := r.unfence(ctx, &cluster, pods, instances, holder); err != nil {
-		return ctrl.Result{}, err
-	}
+	return nil
+}
 
-	if target, ok := cluster.Annotations[dbv1.AnnotationSwitchoverTo]; ok {
-		return ctrl.Result{RequeueAfter: PollPeriod}, r.switchover(ctx, &cluster, &lease, pods, instances, holder, target, token)
-	}
+func (c *cycle) apply(ctx context.Context, change primarylease.Change) (*coordinationv1.Lease, error) {
+	return primarylease.Apply(ctx, c.store, c.lease, c.r.clock.Now, change)
+}
 
-	d := Decide(Input{
-		Holder: holder, Instances: instances, Enabled: cluster.FailoverEnabled(), Delay: cluster.FailoverDelay(),
-		SynchronousReplicas: int(cluster.Spec.PostgreSQL.SynchronousReplicas), SyncStandbys: mem.syncStandbys,
-		FailedSince: mem.failedSince, Now: r.clock.Now(),
-	})
-	mem.failedSince = d.FailedSince
-	logger := log.FromContext(ctx)
-	if d.Action != Blocked {
-		if err := r.setBlocked(ctx, &lease, ""); err != nil {
-			return ctrl.Result{}, err
+func (c *cycle) input(rec primarylease.Record) Input {
+	c.r.mu.Lock()
+	defer c.r.mu.Unlock()
+	if rec.Holder == "" && (c.mem.vacantSince.IsZero() || c.mem.vacantTerm != rec.Term) {
+		c.mem.vacantTerm, c.mem.vacantSince = rec.Term, c.r.clock.Now()
+	}
+	return Input{
+		Lease: rec, Instances: c.instances, Enabled: c.cluster.FailoverEnabled(), Delay: c.cluster.FailoverDelay(),
+		StartTimeout: c.cluster.FailoverStartTimeout(), SynchronousReplicas: int(c.cluster.Spec.PostgreSQL.SynchronousReplicas),
+		Switchover: c.cluster.Annotations[dbv1.AnnotationSwitchoverTo], FailedSince: c.mem.failedSince,
+		RenewSeen: c.mem.renewSeen, VacantSince: c.mem.vacantSince, Now: c.r.clock.Now(),
+	}
+}
+
+// decideAndAct takes the cluster one step; it returns when to come back.
+func (c *cycle) decideAndAct(ctx context.Context) (time.Duration, error) {
+	rec := primarylease.Parse(c.lease)
+	if rec.Holder == "" {
+		return c.vacant(ctx)
+	}
+	d := Decide(c.input(rec))
+	c.r.mu.Lock()
+	c.mem.failedSince = d.FailedSince
+	c.r.mu.Unlock()
+	if d.Action != Blocked && d.Action != Wait {
+		if err := c.setBlocked(ctx, ""); err != nil {
+			return 0, err
 		}
 	}
 	switch d.Action {
 	case None:
-		mem.lastReason = ""
+		c.report("", "", "")
 	case Wait:
-		if mem.lastReason == "" {
-			logger.Info("Primary failed", "reason", d.Reason)
-			r.recorder.Event(&cluster, corev1.EventTypeWarning, ReasonPrimaryFailed, d.Reason)
-		}
-		mem.lastReason = d.Reason
-		return ctrl.Result{RequeueAfter: min(d.RequeueAfter, PollPeriod)}, nil
+		c.report(dbv1.ReasonPrimaryFailed, d.Reason, "Primary failed")
+		return d.RequeueAfter, nil
 	case Blocked:
-		if d.Reason != mem.lastReason {
-			logger.Info("Failover blocked", "reason", d.Reason)
-			r.recorder.Event(&cluster, corev1.EventTypeWarning, ReasonFailoverBlocked, d.Reason)
+		c.report(dbv1.ReasonFailoverBlocked, d.Reason, "Failover blocked")
+		return 0, c.setBlocked(ctx, d.Reason)
+	case RefuseSwitchover:
+		c.log("Switchover refused", "to", d.Target, "reason", d.Reason)
+		c.r.recorder.Eventf(c.cluster, corev1.EventTypeWarning, dbv1.ReasonSwitchoverRefused, "Switchover to %s refused: %s", d.Target, d.Reason)
+		return 0, c.clearSwitchover(ctx)
+	case Demote:
+		return c.demote(ctx, rec, d)
+	case Revoke:
+		c.log("Failing over: revoking the primary Lease", "from", rec.Holder, "reason", d.Reason)
+		c.r.recorder.Event(c.cluster, corev1.EventTypeWarning, dbv1.ReasonFailoverStarted, d.Reason)
+		l, err := c.apply(ctx, primarylease.Revoke(rec.Holder, rec.Term, d.Reason))
+		if err != nil {
+			return 0, fmt.Errorf("revoking the primary Lease: %w", err)
 		}
-		mem.lastReason = d.Reason
-		if err := r.setBlocked(ctx, &lease, d.Reason); err != nil {
-			return ctrl.Result{}, err
-		}
-	case Promote:
-		if err := r.failover(ctx, &cluster, &lease, pods, holder, d, token); err != nil {
-			return ctrl.Result{}, err
-		}
-		// Until the new primary is observed, its synchronous set is at most the
-		// replicas streaming now: the fenced old primary cannot acknowledge anything on
-		// the new timeline before it has been rewound.
-		mem.failedSince, mem.lastReason, mem.syncStandbys = time.Time{}, "", streamingReplicas(instances, holder, d.Target)
+		c.lease = l
+		return c.vacant(ctx)
 	}
-	return ctrl.Result{RequeueAfter: PollPeriod}, nil
+	return 0, nil
 }
 
-// observe asks every pod's agent for its status, all at once, each within a second.
-func (r *FailoverReconciler) observe(ctx context.Context, pods []corev1.Pod, token string) []Instance {
-	out := make([]Instance, len(pods))
+// report emits reason's event and log line once per distinct message ("" resets).
+func (c *cycle) report(reason, msg, logMsg string) {
+	c.r.mu.Lock()
+	same := c.mem.lastReason == msg
+	c.mem.lastReason = msg
+	c.r.mu.Unlock()
+	if msg == "" || same {
+		return
+	}
+	c.log(logMsg, "reason", msg)
+	c.r.recorder.Event(c.cluster, corev1.EventTypeWarning, reason, msg)
+}
+
+// demote runs a switchover's handover: the holder's agent stops acknowledging, stops
+// cleanly and releases the Lease with its final position; the vacant step then promotes
+// the target once it has that position, or gives the Lease back.
+func (c *cycle) demote(ctx context.Context, rec primarylease.Record, d Decision) (time.Duration, error) {
+	c.log("Switching over: demoting the primary", "from", rec.Holder, "to", d.Target)
+	old := find(c.instances, rec.Holder)
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	_, err := c.r.fleet.Client(old.Pod, c.token).Demote(dctx)
+	cancel()
+	if err != nil {
+		c.r.recorder.Eventf(c.cluster, corev1.EventTypeWarning, dbv1.ReasonSwitchoverRefused, "Switchover to %s failed: demoting %s: %v", d.Target, rec.Holder, err)
+		return 0, c.clearSwitchover(ctx)
+	}
+	l, err := primarylease.ClientStore{Reader: c.r.reader, Namespace: c.cluster.Namespace, Name: c.cluster.PrimaryLeaseName()}.Get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	c.lease = l
+	c.instances = c.r.fleet.Observe(ctx, c.pods, c.token, PollPeriod)
+	return c.vacant(ctx)
+}
+
+// vacant handles a Lease that names no holder: fence the old primary if it still runs,
+// freeze the standbys, then decide.
+func (c *cycle) vacant(ctx context.Context) (time.Duration, error) {
+	rec := primarylease.Parse(c.lease)
+	c.prepare(ctx, rec)
+	in := c.input(rec)
+	d := DecideVacant(in)
+	switch d.Action {
+	case Wait:
+		c.report(dbv1.ReasonPrimaryFailed, d.Reason, "Waiting")
+		return d.RequeueAfter, nil
+	case Blocked:
+		c.report(dbv1.ReasonFailoverBlocked, d.Reason, "Failover blocked")
+		return 0, c.setBlocked(ctx, d.Reason)
+	case Move, GiveBack:
+		return 0, c.move(ctx, rec, in, d)
+	}
+	return 0, nil
+}
+
+// prepare fences the old primary if its postgres still runs, and freezes every running
+// standby that is not frozen, all at once; their answers replace their observations.
+func (c *cycle) prepare(ctx context.Context, rec primarylease.Record) {
+	from := ""
+	if rec.Handover != nil {
+		from = rec.Handover.From
+	}
 	var wg sync.WaitGroup
-	for i := range pods {
-		out[i].Name = pods[i].Name
-		if pods[i].Status.PodIP == "" || !pods[i].DeletionTimestamp.IsZero() {
+	for i := range c.instances {
+		in := &c.instances[i]
+		if !in.Reachable || !in.Status.Running {
+			continue
+		}
+		var act func(context.Context) (agentapi.Status, error)
+		client := c.r.fleet.Client(in.Pod, c.token)
+		switch {
+		case in.Name == from || in.Status.Role == agentapi.RolePrimary:
+			act = client.Fence
+		case in.Status.Role == agentapi.RoleReplica && !in.Status.Frozen:
+			act = client.Freeze
+		default:
 			continue
 		}
 		wg.Add(1)
-		go func(i int) {
+		go func() {
 			defer wg.Done()
-			pctx, cancel := context.WithTimeout(ctx, PollPeriod)
+			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			st, err := r.agent(&pods[i], token).Status(pctx)
-			if err == nil {
-				out[i].Reachable, out[i].Status = true, st
+			if st, err := act(actx); err == nil {
+				in.Status = st
+			} else {
+				c.log("Could not fence or freeze an instance", "pod", in.Name, "error", err.Error())
 			}
-		}(i)
+		}()
 	}
 	wg.Wait()
-	return out
 }
 
-// streamingReplicas are the running replicas other than the old and new primary.
-func streamingReplicas(instances []Instance, oldPrimary, newPrimary string) []string {
-	out := []string{}
-	for _, i := range instances {
-		if i.Name != oldPrimary && i.Name != newPrimary && i.Reachable && i.Status.Role == agentapi.RoleReplica && i.Status.Running {
-			out = append(out, i.Name)
+// move makes d.Target the primary: the Lease names it in a new term with the
+// synchronous set it starts with (the frozen standbys), then it is asked to promote.
+func (c *cycle) move(ctx context.Context, rec primarylease.Record, in Input, d Decision) error {
+	sync := &primarylease.SyncSet{K: in.SynchronousReplicas, Members: map[string]string{}}
+	if sync.K > 0 {
+		for _, s := range frozenStandbys(c.instances, d.Target) {
+			sync.Members[s.Name] = ""
 		}
 	}
-	return out
-}
-
-// syncStandbys are the standbys a primary reports in sync or quorum state.
-func syncStandbys(st agentapi.Status) []string {
-	var out []string
-	for _, r := range st.Replicas {
-		if r.SyncState == "sync" || r.SyncState == "quorum" {
-			out = append(out, r.Name)
-		}
+	from := ""
+	if rec.Handover != nil {
+		from = rec.Handover.From
 	}
-	return out
-}
-
-// failover fences the old primary, moves the Lease and promotes the target.
-func (r *FailoverReconciler) failover(ctx context.Context, c *dbv1.PostgresCluster, lease *coordinationv1.Lease,
-	pods []corev1.Pod, holder string, d Decision, token string) error {
-	logger := log.FromContext(ctx)
-	start := r.clock.Now()
-	logger.Info("Failing over", "from", holder, "to", d.Target, "reason", d.Reason)
-	r.recorder.Event(c, corev1.EventTypeWarning, ReasonFailoverStarted, d.Reason)
-
-	// 1. Fence: out of the read-write Service at once, and told to stop if it answers.
-	for i := range pods {
-		if pods[i].Name == holder {
-			if err := r.label(ctx, &pods[i], dbv1.RoleFenced); err != nil {
-				return err
-			}
+	switchover := in.Switchover != "" && d.Target == in.Switchover
+	var failover *dbv1.FailoverRecord
+	if !switchover && d.Action == Move {
+		since := c.mem.failedSince
+		if since.IsZero() {
+			since = in.VacantSince
 		}
+		failover = &dbv1.FailoverRecord{From: from, To: d.Target, Time: metav1.NewTime(c.r.clock.Now()),
+			Duration: c.r.clock.Since(since).Round(time.Millisecond).String(), Reason: d.Reason}
 	}
-	for i := range pods {
-		if pods[i].Name == holder && pods[i].Status.PodIP != "" {
-			fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			_, err := r.agent(&pods[i], token).Fence(fctx)
-			cancel()
-			if err != nil {
-				logger.Info("Could not fence the old primary through its agent; the Lease and the label fence it", "pod", holder, "error", err.Error())
-			}
-		}
-	}
-
-	// 2. The Lease names the new primary, with the record of this failover.
-	err := r.moveLease(ctx, lease, d.Target, func(now metav1.Time) error {
-		record, err := json.Marshal(dbv1.FailoverRecord{From: holder, To: d.Target, Time: now,
-			Duration: r.clock.Since(d.FailedSince).Round(time.Millisecond).String(), Reason: d.Reason})
-		if err != nil {
-			return err
-		}
-		metav1.SetMetaDataAnnotation(&lease.ObjectMeta, dbv1.AnnotationLastFailover, string(record))
-		delete(lease.Annotations, dbv1.AnnotationFailoverBlocked)
-		return nil
-	})
+	l, err := c.apply(ctx, primarylease.Move(rec.Term, d.Target, sync, failover))
 	if err != nil {
-		return err
+		return fmt.Errorf("moving the primary Lease to %s: %w", d.Target, err)
 	}
-
-	// 3. Promote.
-	r.promote(ctx, pods, d.Target, token)
-	msg := fmt.Sprintf("Promoted %s in place of %s in %s", d.Target, holder, r.clock.Since(start).Round(time.Millisecond))
-	logger.Info("Failed over", "from", holder, "to", d.Target, "took", r.clock.Since(start).String())
-	r.recorder.Event(c, corev1.EventTypeNormal, ReasonFailoverCompleted, msg)
+	c.lease = l
+	c.r.mu.Lock()
+	c.mem.failedSince, c.mem.lastReason = time.Time{}, ""
+	c.r.mu.Unlock()
+	c.log("Moved the primary Lease", "from", from, "to", d.Target, "action", d.Action.String(), "reason", d.Reason)
+	if d.Lost != "" {
+		c.r.recorder.Eventf(c.cluster, corev1.EventTypeWarning, dbv1.ReasonFailoverCompleted, "%s: %s", d.Reason, d.Lost)
+	}
+	c.promote(ctx, d.Target)
+	switch {
+	case d.Action == GiveBack && in.Switchover != "":
+		c.r.recorder.Event(c.cluster, corev1.EventTypeWarning, dbv1.ReasonSwitchoverAborted, d.Reason)
+	case d.Action == GiveBack:
+		c.r.recorder.Event(c.cluster, corev1.EventTypeNormal, dbv1.ReasonHandedBack, d.Reason)
+	case switchover:
+		c.r.recorder.Eventf(c.cluster, corev1.EventTypeNormal, dbv1.ReasonSwitchedOver, "Switched over from %s to %s in %s",
+			from, d.Target, c.r.clock.Since(in.VacantSince).Round(time.Millisecond))
+	case d.Lost == "":
+		c.r.recorder.Eventf(c.cluster, corev1.EventTypeNormal, dbv1.ReasonFailoverCompleted, "Promoted %s in place of %s: %s", d.Target, orUnknown(from), d.Reason)
+	}
+	if in.Switchover != "" {
+		return c.clearSwitchover(ctx)
+	}
 	return nil
+}
+
+// promote asks the new holder's agent to promote (it would on seeing the Lease too: the
+// call only makes it sooner), and takes in its answer for the labels.
+func (c *cycle) promote(ctx context.Context, target string) {
+	in := find(c.instances, target)
+	if in == nil || in.Pod == nil || !in.Reachable {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	st, err := c.r.fleet.Client(in.Pod, c.token).Promote(pctx)
+	if err != nil {
+		c.log("The promote call failed; the agent promotes itself from the Lease", "pod", target, "error", err.Error())
+		return
+	}
+	in.Status = st
 }
 
 // setBlocked records on the Lease why no failover can happen ("" when one can), for the
 // status controller's FailoverReady condition; it writes only on change.
-func (r *FailoverReconciler) setBlocked(ctx context.Context, lease *coordinationv1.Lease, reason string) error {
-	if lease.Annotations[dbv1.AnnotationFailoverBlocked] == reason {
+func (c *cycle) setBlocked(ctx context.Context, reason string) error {
+	if primarylease.Parse(c.lease).FailoverBlocked == reason {
 		return nil
 	}
-	patch := client.MergeFrom(lease.DeepCopy())
-	if reason == "" {
-		delete(lease.Annotations, dbv1.AnnotationFailoverBlocked)
-	} else {
-		metav1.SetMetaDataAnnotation(&lease.ObjectMeta, dbv1.AnnotationFailoverBlocked, reason)
+	l, err := c.apply(ctx, primarylease.SetAnnotation(dbv1.AnnotationFailoverBlocked, reason))
+	if err != nil {
+		return client.IgnoreNotFound(err)
 	}
-	return client.IgnoreNotFound(r.client.Patch(ctx, lease, patch))
-}
-
-// switchover hands the primary role to target: the holder is demoted first (a clean
-// shutdown sends every WAL record to the connected standbys), then the Lease moves and
-// target is promoted. The request annotation is removed when done or refused.
-func (r *FailoverReconciler) switchover(ctx context.Context, c *dbv1.PostgresCluster, lease *coordinationv1.Lease,
-	pods []corev1.Pod, instances []Instance, holder, target, token string) error {
-	logger := log.FromContext(ctx)
-	if why := CheckSwitchover(holder, target, instances); why != "" {
-		logger.Info("Switchover refused", "to", target, "reason", why)
-		r.recorder.Eventf(c, corev1.EventTypeWarning, ReasonSwitchoverRefused, "Switchover to %s refused: %s", target, why)
-		return r.clearSwitchover(ctx, c)
-	}
-	start := r.clock.Now()
-	for i := range pods {
-		if pods[i].Name == holder {
-			if err := r.label(ctx, &pods[i], dbv1.RoleFenced); err != nil {
-				return err
-			}
-			dctx, cancel := context.WithTimeout(ctx, time.Minute)
-			_, err := r.agent(&pods[i], token).Demote(dctx)
-			cancel()
-			if err != nil {
-				// Not demoted: it may still accept writes. Put it back and report.
-				_ = r.label(ctx, &pods[i], dbv1.RolePrimary)
-				r.recorder.Eventf(c, corev1.EventTypeWarning, ReasonSwitchoverRefused, "Switchover to %s failed: demoting %s: %v", target, holder, err)
-				return r.clearSwitchover(ctx, c)
-			}
-		}
-	}
-	if err := r.moveLease(ctx, lease, target, func(metav1.Time) error { return nil }); err != nil {
-		return err
-	}
-	r.promote(ctx, pods, target, token)
-	took := r.clock.Since(start).Round(time.Millisecond)
-	logger.Info("Switched over", "from", holder, "to", target, "took", took.String())
-	r.recorder.Eventf(c, corev1.EventTypeNormal, ReasonSwitchedOver, "Switched over from %s to %s in %s", holder, target, took)
-	return r.clearSwitchover(ctx, c)
-}
-
-// agent is a client of pod's agent API.
-func (r *FailoverReconciler) agent(pod *corev1.Pod, token string) *agentapi.Client {
-	return agentapi.NewClient(r.agentURL(pod), token, r.http)
-}
-
-// moveLease makes target the Lease's holder, the single source of truth for who is
-// primary, written with optimistic concurrency so that two operators can never both
-// move it; annotate adds to the same write.
-func (r *FailoverReconciler) moveLease(ctx context.Context, lease *coordinationv1.Lease, target string, annotate func(now metav1.Time) error) error {
-	now := metav1.NewMicroTime(r.clock.Now())
-	lease.Spec.HolderIdentity = &target
-	lease.Spec.AcquireTime, lease.Spec.RenewTime = &now, &now
-	transitions := int32(1)
-	if lease.Spec.LeaseTransitions != nil {
-		transitions += *lease.Spec.LeaseTransitions
-	}
-	lease.Spec.LeaseTransitions = &transitions
-	if err := annotate(metav1.NewTime(now.Time)); err != nil {
-		return err
-	}
-	if err := r.client.Update(ctx, lease); err != nil {
-		return fmt.Errorf("moving the primary Lease to %s: %w", target, err)
-	}
+	c.lease = l
 	return nil
 }
 
-// promote asks target's agent to promote. The agent also promotes itself once it sees
-// the Lease name it; the call only makes that sooner, so a failed call is logged only.
-func (r *FailoverReconciler) promote(ctx context.Context, pods []corev1.Pod, target, token string) {
-	for i := range pods {
-		if pods[i].Name != target {
-			continue
-		}
-		pctx, cancel := context.WithTimeout(ctx, time.Minute)
-		_, err := r.agent(&pods[i], token).Promote(pctx)
-		cancel()
-		if err != nil {
-			log.FromContext(ctx).Info("The promote call failed; the agent promotes itself from the Lease", "pod", target, "error", err.Error())
-		}
-	}
+func (c *cycle) clearSwitchover(ctx context.Context) error {
+	patch := client.MergeFrom(c.cluster.DeepCopy())
+	delete(c.cluster.Annotations, dbv1.AnnotationSwitchoverTo)
+	return client.IgnoreNotFound(c.r.client.Patch(ctx, c.cluster, patch))
 }
 
-func (r *FailoverReconciler) clearSwitchover(ctx context.Context, c *dbv1.PostgresCluster) error {
-	patch := client.MergeFrom(c.DeepCopy())
-	delete(c.Annotations, dbv1.AnnotationSwitchoverTo)
-	return client.IgnoreNotFound(r.client.Patch(ctx, c, patch))
-}
-
-// unfence relabels a fenced pod once its agent reports it healthy in a role: a replica
-// that rejoined, or the Lease's holder serving as primary (a fence whose Lease move
-// failed, from which the old primary recovered), which would otherwise leave the
-// read-write Service without an endpoint.
-func (r *FailoverReconciler) unfence(ctx context.Context, c *dbv1.PostgresCluster, pods []corev1.Pod, instances []Instance, holder string) error {
-	for i := range pods {
-		p := &pods[i]
-		if p.Labels[dbv1.LabelRole] != dbv1.RoleFenced {
+// label gives every pod the role label Label says, from the Lease as it is now.
+func (c *cycle) label(ctx context.Context) error {
+	holder := primarylease.Parse(c.lease).Holder
+	var errs []error
+	for i := range c.pods {
+		p := &c.pods[i]
+		role, change := Label(p, holder, find(c.instances, p.Name))
+		if !change {
 			continue
 		}
-		st := instances[i]
-		if p.Name == holder {
-			if st.Reachable && st.Status.Role == agentapi.RolePrimary && st.Status.Ready {
-				if err := r.label(ctx, p, dbv1.RolePrimary); err != nil {
-					return err
-				}
-				r.recorder.Eventf(c, corev1.EventTypeNormal, ReasonUnfenced, "%s serves as primary again and holds the Lease", p.Name)
+		patch := client.MergeFrom(p.DeepCopy())
+		if p.Labels == nil {
+			p.Labels = map[string]string{}
+		}
+		was := p.Labels[dbv1.LabelRole]
+		p.Labels[dbv1.LabelRole] = role
+		if err := c.r.client.Patch(ctx, p, patch); err != nil {
+			if !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("labelling %s %s: %w", p.Name, role, err))
 			}
 			continue
 		}
-		if st.Reachable && st.Status.Role == agentapi.RoleReplica && st.Status.Ready {
-			if err := r.label(ctx, p, dbv1.RoleReplica); err != nil {
-				return err
-			}
-			r.recorder.Eventf(c, corev1.EventTypeNormal, ReasonUnfenced, "%s rejoined as a replica", p.Name)
+		c.log("Labelled pod", "pod", p.Name, "role", role, "was", was)
+		if was == dbv1.RoleFenced {
+			c.r.recorder.Eventf(c.cluster, corev1.EventTypeNormal, dbv1.ReasonUnfenced, "%s serves as %s again", p.Name, role)
 		}
 	}
-	return nil
-}
-
-func (r *FailoverReconciler) label(ctx context.Context, p *corev1.Pod, role string) error {
-	if p.Labels[dbv1.LabelRole] == role {
-		return nil
-	}
-	patch := client.MergeFrom(p.DeepCopy())
-	if p.Labels == nil {
-		p.Labels = map[string]string{}
-	}
-	p.Labels[dbv1.LabelRole] = role
-	if err := r.client.Patch(ctx, p, patch); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("labelling %s %s: %w", p.Name, role, err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func (r *FailoverReconciler) remember(key types.NamespacedName) *memory {
@@ -443,15 +477,66 @@ func (r *FailoverReconciler) forget(key types.NamespacedName) {
 	delete(r.memory, key)
 }
 
-// SetupWithManager reconciles each cluster when it, its pods or its Lease change, and
-// every PollPeriod.
+// leaseEvents records every renewal the moment the watch delivers it, and wakes the
+// cluster's reconcile only when something other than a renewal changed: its holder,
+// term or annotations.
+func (r *FailoverReconciler) leaseEvents() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	enqueue := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		for _, req := range clusterpods.ClusterOf(context.Background(), o) {
+			q.Add(req)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(e.Object, q)
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(e.Object, q)
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			oldL, okOld := e.ObjectOld.(*coordinationv1.Lease)
+			newL, okNew := e.ObjectNew.(*coordinationv1.Lease)
+			if !okOld || !okNew {
+				return
+			}
+			for _, req := range clusterpods.ClusterOf(context.Background(), newL) {
+				mem := r.remember(req.NamespacedName)
+				rec := primarylease.Parse(newL)
+				r.mu.Lock()
+				if !rec.RenewTime.Equal(mem.renewTime) {
+					mem.renewTime, mem.renewSeen = rec.RenewTime, r.clock.Now()
+				}
+				r.mu.Unlock()
+			}
+			was, is := primarylease.Parse(oldL), primarylease.Parse(newL)
+			if was.Holder != is.Holder || was.Term != is.Term || !equalAnnotations(oldL.Annotations, newL.Annotations) {
+				enqueue(newL, q)
+			}
+		},
+	}
+}
+
+func equalAnnotations(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// SetupWithManager reconciles each cluster when it or its pods change, when its Lease
+// changes other than by a renewal, and every PollPeriod.
 func (r *FailoverReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	byLabel := handler.EnqueueRequestsFromMapFunc(clusterpods.ClusterOf)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("failover").
 		For(&dbv1.PostgresCluster{}).
 		Watches(&corev1.Pod{}, byLabel).
-		Watches(&coordinationv1.Lease{}, byLabel).
+		Watches(&coordinationv1.Lease{}, r.leaseEvents()).
 		// Each reconcile waits up to PollPeriod for the agents: enough workers that a
 		// slow cluster does not hold up the others.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 8}).

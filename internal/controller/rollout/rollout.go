@@ -18,6 +18,7 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
+	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
 
 // Event reasons.
@@ -64,10 +65,7 @@ func (r *RolloutReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.client.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.PrimaryLeaseName()}, &lease); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	primary := ""
-	if lease.Spec.HolderIdentity != nil {
-		primary = *lease.Spec.HolderIdentity
-	}
+	primary := primarylease.Parse(&lease).Holder
 	pods, err := clusterpods.List(ctx, r.client, &cluster)
 	if err != nil {
 		return ctrl.Result{}, err

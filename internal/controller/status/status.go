@@ -24,6 +24,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/controller/backup"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
 	"github.com/pgpilot/pgpilot/internal/controller/credentials"
+	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
 
 // StatusReconciler writes the observed state of a cluster into its status.
@@ -93,20 +94,12 @@ func (r *StatusReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster)
 	err = r.client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.PrimaryLeaseName()}, &lease)
 	switch {
 	case err == nil:
-		if lease.Spec.HolderIdentity != nil {
-			obs.Primary = *lease.Spec.HolderIdentity
-		}
-		obs.FailoverBlocked = lease.Annotations[dbv1.AnnotationFailoverBlocked]
-		if raw, ok := lease.Annotations[dbv1.AnnotationArchiving]; ok {
-			var rec backup.ArchivingRecord
-			if json.Unmarshal([]byte(raw), &rec) == nil {
-				obs.Archiving = &ArchivingHealth{OK: rec.OK, Message: rec.Message}
-			}
-		}
-		if raw, ok := lease.Annotations[dbv1.AnnotationLastFailover]; ok {
-			var rec dbv1.FailoverRecord
-			if json.Unmarshal([]byte(raw), &rec) == nil {
-				obs.LastFailover = &rec
+		rec := primarylease.Parse(&lease)
+		obs.Primary, obs.FailoverBlocked, obs.LastFailover = rec.Holder, rec.FailoverBlocked, rec.LastFailover
+		if rec.Archiving != "" {
+			var a backup.ArchivingRecord
+			if json.Unmarshal([]byte(rec.Archiving), &a) == nil {
+				obs.Archiving = &ArchivingHealth{OK: a.OK, Message: a.Message}
 			}
 		}
 	case err != nil && !apierrors.IsNotFound(err):

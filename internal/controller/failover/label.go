@@ -1,0 +1,45 @@
+package failover
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/agentapi"
+)
+
+// Label is the role label pod should carry when holder is the primary ("" while the
+// Lease names none) and obs is its last observation (nil when none), and whether the
+// label must change. The Services select on it, so:
+//   - primary only for the holder, once its agent reports it a primary (a standby the
+//     Lease just named is still read-only until it promoted);
+//   - a pod labelled primary that no longer holds the Lease becomes fenced, never
+//     replica: until its agent has rewound it, it is not a replica of anything;
+//   - fenced or unlabelled pods become replica once their agent reports them a ready
+//     standby; an unlabelled pod that is not the holder starts as replica.
+func Label(pod *corev1.Pod, holder string, obs *Instance) (string, bool) {
+	current := pod.Labels[dbv1.LabelRole]
+	switch current {
+	case dbv1.RolePrimary, dbv1.RoleReplica, dbv1.RoleFenced:
+	default:
+		current = "" // unknown: someone else's
+	}
+	var st agentapi.Status
+	if obs != nil && obs.Reachable {
+		st = obs.Status
+	}
+	want := current
+	switch {
+	case pod.Name == holder && st.Role == agentapi.RolePrimary:
+		want = dbv1.RolePrimary
+	case pod.Name == holder && current == "" && st.Role != agentapi.RoleReplica:
+		want = dbv1.RolePrimary // a new cluster's first primary
+	case pod.Name == holder:
+	case st.Role == agentapi.RoleReplica && st.Ready:
+		want = dbv1.RoleReplica
+	case current == dbv1.RolePrimary:
+		want = dbv1.RoleFenced
+	case current == "":
+		want = dbv1.RoleReplica
+	}
+	return want, want != pod.Labels[dbv1.LabelRole]
+}

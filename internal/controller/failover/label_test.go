@@ -1,0 +1,83 @@
+package failover
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/agentapi"
+)
+
+type podOption func(*corev1.Pod)
+
+// newPod returns an instance pod of cluster db labelled only with its cluster, as changed
+// by opts.
+func newPod(name string, opts ...podOption) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Name: name, Namespace: "prod",
+		Labels: map[string]string{dbv1.LabelCluster: "db"},
+	}}
+	for _, opt := range opts {
+		opt(p)
+	}
+	return p
+}
+
+func withRole(r string) podOption {
+	return func(p *corev1.Pod) { p.Labels[dbv1.LabelRole] = r }
+}
+
+func withoutLabels(p *corev1.Pod) { p.Labels = nil }
+
+func seen(role string, ready bool) *Instance {
+	return &Instance{Reachable: true, Status: agentapi.Status{Role: role, Running: true, Ready: ready}}
+}
+
+func TestLabel(t *testing.T) {
+	type result struct {
+		Role   string
+		Change bool
+	}
+	cases := []struct {
+		name   string
+		pod    *corev1.Pod
+		holder string
+		obs    *Instance
+		want   result
+	}{
+		{"a new cluster's holder without a role becomes primary", newPod("db-0"), "db-0", nil, result{dbv1.RolePrimary, true}},
+		{"holder labelled replica stays so until it promoted", newPod("db-1", withRole(dbv1.RoleReplica)), "db-1", seen(agentapi.RoleReplica, true), result{dbv1.RoleReplica, false}},
+		{"holder that promoted becomes primary", newPod("db-1", withRole(dbv1.RoleReplica)), "db-1", seen(agentapi.RolePrimary, true), result{dbv1.RolePrimary, true}},
+		{"holder already primary", newPod("db-0", withRole(dbv1.RolePrimary)), "db-0", seen(agentapi.RolePrimary, true), result{dbv1.RolePrimary, false}},
+		{"holder already primary, unreachable, stays primary", newPod("db-0", withRole(dbv1.RolePrimary)), "db-0", nil, result{dbv1.RolePrimary, false}},
+		{"fenced holder serving again becomes primary", newPod("db-2", withRole(dbv1.RoleFenced)), "db-2", seen(agentapi.RolePrimary, true), result{dbv1.RolePrimary, true}},
+		{"fenced holder not serving stays fenced", newPod("db-2", withRole(dbv1.RoleFenced)), "db-2", seen(agentapi.RoleStopped, false), result{dbv1.RoleFenced, false}},
+		{"non-holder without a role becomes replica", newPod("db-1"), "db-0", nil, result{dbv1.RoleReplica, true}},
+		{"former primary is fenced, not a replica", newPod("db-0", withRole(dbv1.RolePrimary)), "db-1", nil, result{dbv1.RoleFenced, true}},
+		{"former primary still running is fenced", newPod("db-0", withRole(dbv1.RolePrimary)), "db-1", seen(agentapi.RolePrimary, false), result{dbv1.RoleFenced, true}},
+		{"primary of a revoked Lease is fenced", newPod("db-0", withRole(dbv1.RolePrimary)), "", seen(agentapi.RoleFenced, false), result{dbv1.RoleFenced, true}},
+		{"non-holder already replica", newPod("db-1", withRole(dbv1.RoleReplica)), "db-0", seen(agentapi.RoleReplica, true), result{dbv1.RoleReplica, false}},
+		{"fenced non-holder stays fenced until it rejoined", newPod("db-1", withRole(dbv1.RoleFenced)), "db-0", seen(agentapi.RoleStarting, false), result{dbv1.RoleFenced, false}},
+		{"fenced non-holder that rejoined is a replica", newPod("db-1", withRole(dbv1.RoleFenced)), "db-0", seen(agentapi.RoleReplica, true), result{dbv1.RoleReplica, true}},
+		{"unknown role is corrected", newPod("db-1", withRole("leader")), "db-0", nil, result{dbv1.RoleReplica, true}},
+		{"no holder: a standby stays a replica", newPod("db-1", withRole(dbv1.RoleReplica)), "", seen(agentapi.RoleReplica, true), result{dbv1.RoleReplica, false}},
+		{"holder with nil labels", newPod("db-0", withoutLabels), "db-0", nil, result{dbv1.RolePrimary, true}},
+		{"non-holder with nil labels", newPod("db-1", withoutLabels), "db-0", nil, result{dbv1.RoleReplica, true}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := tc.pod.DeepCopy()
+			var got result
+			got.Role, got.Change = Label(tc.pod, tc.holder, tc.obs)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("Label(%s, %q) (-want +got):\n%s", tc.pod.Name, tc.holder, diff)
+			}
+			if diff := cmp.Diff(before, tc.pod); diff != "" {
+				t.Errorf("Label modified the pod (-before +after):\n%s", diff)
+			}
+		})
+	}
+}
