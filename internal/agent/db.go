@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +20,11 @@ type DB struct {
 	SocketDir string
 	Port      int
 	User      string
+
+	// receivedTLI is the last timeline a standby's WAL receiver was seen on: once the
+	// receiver stops (a freeze), the only other source, the last restartpoint's
+	// timeline, can lag behind the WAL the standby holds.
+	receivedTLI atomic.Int64
 }
 
 func (d *DB) connect(ctx context.Context) (*pgx.Conn, error) {
@@ -133,13 +139,22 @@ func (d *DB) Observe(ctx context.Context, st *agentapi.Status) error {
 		return err
 	}
 	// A standby's timeline is the one its received WAL is on: the WAL receiver's while
-	// it runs, else the one it replays (its last checkpoint's until it replays more).
-	return conn.QueryRow(ctx, `SELECT coalesce(pg_last_wal_receive_lsn()::text, ''), coalesce(pg_last_wal_replay_lsn()::text, ''),
+	// it runs; once it stopped, the latest of the last one seen and the last
+	// restartpoint's.
+	var received, checkpoint int64
+	if err := conn.QueryRow(ctx, `SELECT coalesce(pg_last_wal_receive_lsn()::text, ''), coalesce(pg_last_wal_replay_lsn()::text, ''),
 		coalesce(pg_wal_lsn_diff(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()), 0)::bigint,
-		coalesce((SELECT received_tli FROM pg_stat_wal_receiver WHERE received_tli > 0),
-			(SELECT timeline_id FROM pg_control_checkpoint()))::bigint,
+		coalesce((SELECT received_tli FROM pg_stat_wal_receiver WHERE received_tli > 0), 0)::bigint,
+		(SELECT timeline_id FROM pg_control_checkpoint())::bigint,
 		coalesce(greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())::text, '')`).
-		Scan(&st.ReceivedLSN, &st.ReplayedLSN, &st.LagBytes, &st.Timeline, &st.Position)
+		Scan(&st.ReceivedLSN, &st.ReplayedLSN, &st.LagBytes, &received, &checkpoint, &st.Position); err != nil {
+		return err
+	}
+	if received > d.receivedTLI.Load() {
+		d.receivedTLI.Store(received)
+	}
+	st.Timeline = max(received, checkpoint, d.receivedTLI.Load())
+	return nil
 }
 
 // FlushLSN is a primary's WAL flush position.
