@@ -236,6 +236,9 @@ func runRound(t *testing.T, c *cluster, f fault, r *row, round int) *cluster {
 	if problems := r.problems(res); len(problems) > 0 {
 		logf("FAILED: %s", strings.Join(problems, "; "))
 		c.dump(t, start)
+	} else if len(res.check.Lost) > 0 || os.Getenv("CHAOS_DUMP") == "1" {
+		// A loss the mode allows (asynchronous, after a crash) still needs explaining.
+		c.dump(t, start)
 	}
 	if res.recoverErr != nil {
 		logf("replacing cluster %s, which did not recover", c.ns)

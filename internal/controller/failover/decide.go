@@ -27,6 +27,9 @@ const (
 	SwitchoverCatchUp = 10 * time.Second
 	// CrashLoop is how many crashes within a minute make a primary failed at once.
 	CrashLoop = 3
+	// RenewingWithin: a holder whose renewal was seen this recently is alive, even when
+	// its agent does not answer the operator (twice the renewal interval).
+	RenewingWithin = 2 * primarylease.RenewInterval
 )
 
 // Input is everything a decision is made from.
@@ -147,8 +150,13 @@ func primaryFailure(in Input) string {
 	switch {
 	case i == nil || i.Pod == nil:
 		return fmt.Sprintf("the primary %s has no pod", h)
+	case !i.Reachable && in.Now.Sub(in.RenewSeen) <= RenewingWithin:
+		// Its agent renews the Lease: alive and confirmed, only slow to answer us (a
+		// loaded node) or cut off from the operator alone. Not a reason to fail over.
+		return ""
 	case !i.Reachable:
-		return fmt.Sprintf("the primary %s's agent does not answer", h)
+		return fmt.Sprintf("the primary %s's agent does not answer and has not renewed the Lease for %s", h,
+			in.Now.Sub(in.RenewSeen).Round(100*time.Millisecond))
 	case i.Terminating:
 		return "" // its agent hands over and releases the Lease
 	}

@@ -32,7 +32,7 @@ func dead(name string) Instance { return Instance{Name: name, Pod: pod(name)} }
 
 func held(instances ...Instance) Input {
 	return Input{Lease: primarylease.Record{Holder: "db-0", Term: 3, Bootstrapped: true}, Instances: instances,
-		Enabled: true, Delay: 3 * time.Second, StartTimeout: time.Minute, RenewSeen: t0, Now: t0}
+		Enabled: true, Delay: 3 * time.Second, StartTimeout: time.Minute, RenewSeen: t0.Add(-10 * time.Second), Now: t0}
 }
 
 // vacant is a Lease revoked from db-0 (term 3) long enough ago that db-0 cannot
@@ -77,6 +77,8 @@ func TestDecideHeld(t *testing.T) {
 	check(t, []decideCase{
 		{"healthy primary", held(primary("db-0"), standby("db-1", "0/5000000", false)), None, "", "is healthy"},
 		{"not bootstrapped: nothing to fail over", with(held(dead("db-0")), func(i *Input) { i.Lease.Bootstrapped = false }), None, "", "first primary"},
+		{"agent does not answer but renews the Lease: alive", with(held(dead("db-0"), standby("db-1", "0/5000000", false)),
+			func(i *Input) { i.RenewSeen = t0.Add(-time.Second) }), None, "", "is healthy"},
 		{"primary just failed: wait for the delay", held(dead("db-0"), standby("db-1", "0/5000000", false)), Wait, "", "failing over after 3s"},
 		{"failed for the delay: revoke", failed(held(dead("db-0"), standby("db-1", "0/5000000", false))), Revoke, "", "does not answer"},
 		{"failover disabled", failed(with(held(dead("db-0"), standby("db-1", "0/1", false)), func(i *Input) { i.Enabled = false })), Blocked, "", "disabled"},

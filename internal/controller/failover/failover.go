@@ -297,7 +297,9 @@ func (c *cycle) vacant(ctx context.Context) (time.Duration, error) {
 		c.report(dbv1.ReasonFailoverBlocked, d.Reason, "Failover blocked")
 		return 0, c.setBlocked(ctx, d.Reason)
 	case Move, GiveBack:
-		return 0, c.move(ctx, rec, in, d)
+		// Come back soon: the target's pod is labelled primary once its agent reports
+		// the promotion.
+		return 100 * time.Millisecond, c.move(ctx, rec, in, d)
 	}
 	return 0, nil
 }
@@ -375,7 +377,7 @@ func (c *cycle) move(ctx context.Context, rec primarylease.Record, in Input, d D
 	if d.Lost != "" {
 		c.r.recorder.Eventf(c.cluster, corev1.EventTypeWarning, dbv1.ReasonFailoverCompleted, "%s: %s", d.Reason, d.Lost)
 	}
-	c.promote(ctx, d.Target)
+	c.promote(d.Target)
 	switch {
 	case d.Action == GiveBack && in.Switchover != "":
 		c.r.recorder.Event(c.cluster, corev1.EventTypeWarning, dbv1.ReasonSwitchoverAborted, d.Reason)
@@ -393,21 +395,23 @@ func (c *cycle) move(ctx context.Context, rec primarylease.Record, in Input, d D
 	return nil
 }
 
-// promote asks the new holder's agent to promote (it would on seeing the Lease too: the
-// call only makes it sooner), and takes in its answer for the labels.
-func (c *cycle) promote(ctx context.Context, target string) {
+// promote asks the new holder's agent to promote, in the background: the agent would on
+// seeing the Lease too, so the call only makes it sooner, and the reconciles that follow
+// label the pod as soon as its status says it is the primary, without waiting for the
+// rest of the agent's step (slots, synchronous rule).
+func (c *cycle) promote(target string) {
 	in := find(c.instances, target)
 	if in == nil || in.Pod == nil || !in.Reachable {
 		return
 	}
-	pctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	st, err := c.r.fleet.Client(in.Pod, c.token).Promote(pctx)
-	if err != nil {
-		c.log("The promote call failed; the agent promotes itself from the Lease", "pod", target, "error", err.Error())
-		return
-	}
-	in.Status = st
+	client, log := c.r.fleet.Client(in.Pod, c.token), c.log
+	go func() {
+		pctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := client.Promote(pctx); err != nil {
+			log("The promote call failed; the agent promotes itself from the Lease", "pod", target, "error", err.Error())
+		}
+	}()
 }
 
 // setBlocked records on the Lease why no failover can happen ("" when one can), for the
