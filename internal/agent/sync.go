@@ -180,13 +180,18 @@ func (a *Agent) applyRule(ctx context.Context, rule []string, as Role, upstream 
 	a.mu.Unlock()
 	in := a.confInput(as, upstream)
 	in.SyncRule = rule
+	want := SynchronousStandbyNames(in.Cluster.SynchronousReplicas, rule)
+	if got, err := a.db.Setting(ctx, "synchronous_standby_names"); err == nil && got == want {
+		// In force already (a standby carries the rule it would have as primary): a
+		// promotion need not wait for a reload.
+		return nil
+	}
 	if err := a.pg.WriteConfig(in); err != nil {
 		return err
 	}
 	if err := a.db.Reload(ctx); err != nil {
 		return err
 	}
-	want := SynchronousStandbyNames(in.Cluster.SynchronousReplicas, rule)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		got, err := a.db.Setting(ctx, "synchronous_standby_names")

@@ -366,7 +366,7 @@ func (c *cluster) dump(t testing.TB, since time.Time) {
 			p.Status.Phase, p.Labels[dbv1.LabelRole], p.DeletionTimestamp != nil)
 		_, raw, err := agentStatus(ctx, p)
 		fmt.Fprintf(&b, "  agent /status: %s %v\n", raw, errOrEmpty(err))
-		containerLogs(ctx, &b, p, 30)
+		containerLogs(ctx, &b, p, 120)
 	}
 	var lease coordinationv1.Lease
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: c.name + "-primary"}, &lease); err != nil {
@@ -404,8 +404,12 @@ func containerLogs(ctx context.Context, b *strings.Builder, p corev1.Pod, lines 
 			previous = []bool{true, false}
 		}
 		for _, prev := range previous {
+			// The writer's and the probe's statements flood the server's log: read far
+			// back, and keep the last lines that are not about them.
+			far := int64(20000)
 			raw, err := clientset.CoreV1().Pods(p.Namespace).GetLogs(p.Name,
-				&corev1.PodLogOptions{Container: cs.Name, TailLines: &lines, Previous: prev}).DoRaw(ctx)
+				&corev1.PodLogOptions{Container: cs.Name, TailLines: &far, Previous: prev}).DoRaw(ctx)
+			raw = []byte(lastLines(relevant(string(raw)), int(lines)))
 			what := "log"
 			if prev {
 				what = "previous container's log"
@@ -489,4 +493,29 @@ func containerID(p corev1.Pod, name string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("pod %s has no running container %s", p.Name, name)
+}
+
+// relevant drops the log lines the writer and the probe cause by the thousand: their
+// failed statements and connections.
+func relevant(log string) string {
+	var keep []string
+	for _, l := range strings.Split(log, "\n") {
+		switch {
+		case strings.Contains(l, "STATEMENT:"), strings.Contains(l, "read-only transaction"),
+			strings.Contains(l, "duplicate key"), strings.Contains(l, "connection to client lost"),
+			strings.Contains(l, "could not send data to client"), strings.Contains(l, "the database system is"),
+			strings.Contains(l, "DETAIL:  Key (id)"):
+			continue
+		}
+		keep = append(keep, l)
+	}
+	return strings.Join(keep, "\n")
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }

@@ -147,10 +147,12 @@ func ppid(pid int) int {
 	return n
 }
 
-// stopped reports whether pid is stopped by a signal (state T), or gone.
+// stopped reports whether pid is stopped by a signal (state T), gone, or a zombie (Z,
+// X): a backend that exited after its postmaster was stopped stays a zombie until the
+// postmaster runs again to reap it, and no signal changes that.
 func stopped(pid int) bool {
 	f := stat(pid)
-	return len(f) == 0 || f[0] == "T"
+	return len(f) == 0 || f[0] == "T" || f[0] == "Z" || f[0] == "X"
 }
 
 // freeze sends SIGSTOP to every process of pod until none is left running: a process

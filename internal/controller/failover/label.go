@@ -10,8 +10,10 @@ import (
 // Label is the role label pod should carry when holder is the primary ("" while the
 // Lease names none) and obs is its last observation (nil when none), and whether the
 // label must change. The Services select on it, so:
-//   - primary only for the holder, once its agent reports it a primary (a standby the
-//     Lease just named is still read-only until it promoted);
+//   - primary only for the holder, once its agent reports it a primary or a running
+//     standby, which it promotes as soon as it sees the Lease: labelling it then lets
+//     the Service's endpoints and the nodes' proxies catch up while it promotes
+//     (clients meanwhile get a read-only error, as they would get no answer otherwise);
 //   - a pod labelled primary that no longer holds the Lease becomes fenced, never
 //     replica: until its agent has rewound it, it is not a replica of anything;
 //   - fenced or unlabelled pods become replica once their agent reports them a ready
@@ -29,7 +31,7 @@ func Label(pod *corev1.Pod, holder string, obs *Instance) (string, bool) {
 	}
 	want := current
 	switch {
-	case pod.Name == holder && st.Role == agentapi.RolePrimary:
+	case pod.Name == holder && (st.Role == agentapi.RolePrimary || st.Role == agentapi.RoleReplica && st.Running):
 		want = dbv1.RolePrimary
 	case pod.Name == holder && current == "" && st.Role != agentapi.RoleReplica:
 		want = dbv1.RolePrimary // a new cluster's first primary

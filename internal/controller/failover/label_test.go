@@ -49,7 +49,8 @@ func TestLabel(t *testing.T) {
 		want   result
 	}{
 		{"a new cluster's holder without a role becomes primary", newPod("db-0"), "db-0", nil, result{dbv1.RolePrimary, true}},
-		{"holder labelled replica stays so until it promoted", newPod("db-1", withRole(dbv1.RoleReplica)), "db-1", seen(agentapi.RoleReplica, true), result{dbv1.RoleReplica, false}},
+		{"holder labelled replica: primary while it promotes", newPod("db-1", withRole(dbv1.RoleReplica)), "db-1", seen(agentapi.RoleReplica, true), result{dbv1.RolePrimary, true}},
+		{"holder whose postgres is stopped keeps its label", newPod("db-1", withRole(dbv1.RoleReplica)), "db-1", seen(agentapi.RoleStopped, false), result{dbv1.RoleReplica, false}},
 		{"holder that promoted becomes primary", newPod("db-1", withRole(dbv1.RoleReplica)), "db-1", seen(agentapi.RolePrimary, true), result{dbv1.RolePrimary, true}},
 		{"holder already primary", newPod("db-0", withRole(dbv1.RolePrimary)), "db-0", seen(agentapi.RolePrimary, true), result{dbv1.RolePrimary, false}},
 		{"holder already primary, unreachable, stays primary", newPod("db-0", withRole(dbv1.RolePrimary)), "db-0", nil, result{dbv1.RolePrimary, false}},
