@@ -84,11 +84,11 @@ s3server: ## Build (once) the versitygw S3 server the backup store's tests run.
 	@bash hack/versitygw.sh >/dev/null
 
 .PHONY: test
-test: test-quick e2e ## Run every test: test-quick, then e2e on a real local Kubernetes node (root).
+test: test-quick e2e chaos-short ## Run every test: test-quick, then e2e and the fault suite's short version on a real local Kubernetes node (root).
 
 .PHONY: test-quick
 test-quick: vet control-plane postgres s3server ## Unit, chart, integration on a real kube-apiserver + etcd, and real PostgreSQL (no root needed once PostgreSQL is installed).
-	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -timeout 20m ./...
+	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -timeout 40m ./...
 
 .PHONY: bench
 bench: bench-quick bench-e2e ## Print every benchmark's figures (no timing assertions); bench-e2e needs root.

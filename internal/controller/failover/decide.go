@@ -233,7 +233,7 @@ func DecideVacant(in Input) Decision {
 	}
 	old := find(in.Instances, h.From)
 	oldBack := old != nil && old.Reachable && !old.Terminating && old.Pod != nil
-	candidates := frozenStandbys(in.Instances, h.From)
+	candidates := finalStandbys(in.Instances, h)
 	waited := in.Now.Sub(in.VacantSince)
 
 	if h.Clean {
@@ -348,12 +348,32 @@ func failsafeUntil(in Input, h *primarylease.Handover) time.Time {
 	return latest.Add(primarylease.Duration + primarylease.Margin)
 }
 
-// frozenStandbys are the standbys whose position is final: running, frozen, answering,
-// staying (not being deleted).
+// finalStandbys are the standbys whose position is final. After a clean handover that
+// is every running standby: the old primary stopped and released the Lease, so no
+// more WAL comes from anywhere and none needs freezing (I3 holds already). Otherwise
+// only frozen ones.
+func finalStandbys(instances []Instance, h *primarylease.Handover) []Instance {
+	if h.Clean && h.Released {
+		return standbys(instances, h.From, false)
+	}
+	return standbys(instances, h.From, true)
+}
+
+// NeedsFreeze says whether the standbys must be frozen before a target is chosen: not
+// after a clean handover (see finalStandbys).
+func NeedsFreeze(h *primarylease.Handover) bool { return h == nil || !h.Clean || !h.Released }
+
+// frozenStandbys are the standbys whose position is final because they were frozen.
 func frozenStandbys(instances []Instance, except string) []Instance {
+	return standbys(instances, except, true)
+}
+
+// standbys are the running standbys but except, answering and staying (not being
+// deleted), frozen ones only when frozen is set.
+func standbys(instances []Instance, except string, frozen bool) []Instance {
 	var out []Instance
 	for _, i := range instances {
-		if i.Name != except && i.Reachable && !i.Terminating && i.Status.Running && i.Status.Role == agentapi.RoleReplica && i.Status.Frozen {
+		if i.Name != except && i.Reachable && !i.Terminating && i.Status.Running && i.Status.Role == agentapi.RoleReplica && (i.Status.Frozen || !frozen) {
 			if _, err := agentapi.ParseLSN(i.Status.Position); err == nil {
 				out = append(out, i)
 			}

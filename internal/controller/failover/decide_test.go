@@ -184,6 +184,10 @@ func TestDecideVacant(t *testing.T) {
 		}(), dead("db-1")), GiveBack, "db-0", "is back"},
 		{"clean handover: a standby with the final LSN", clean(vacant(dead("db-0"), standby("db-1", "0/5000000", true), standby("db-2", "0/4FFFFFF", true)), "0/5000000"),
 			Move, "db-1", "has its final WAL"},
+		{"clean handover: standbys need no freezing", clean(vacant(dead("db-0"), standby("db-1", "0/5000000", false)), "0/5000000"),
+			Move, "db-1", "has its final WAL"},
+		{"revoked, not clean: an unfrozen standby is no candidate", vacant(dead("db-0"), standby("db-1", "0/5000000", false)),
+			Blocked, "", "no frozen standby answers"},
 		{"clean handover: nobody has it yet: wait", clean(vacant(dead("db-0"), standby("db-1", "0/4000000", true)), "0/5000000"),
 			Wait, "", "waiting for a standby with db-0's final WAL"},
 		{"clean handover: the final LSN on another timeline does not count", clean(vacant(dead("db-0"), func() Instance {

@@ -322,7 +322,7 @@ func (c *cycle) prepare(ctx context.Context, rec primarylease.Record) {
 		switch {
 		case in.Name == from || in.Status.Role == agentapi.RolePrimary:
 			act = client.Fence
-		case in.Status.Role == agentapi.RoleReplica && !in.Status.Frozen:
+		case in.Status.Role == agentapi.RoleReplica && !in.Status.Frozen && NeedsFreeze(rec.Handover):
 			act = client.Freeze
 		default:
 			continue
@@ -347,7 +347,11 @@ func (c *cycle) prepare(ctx context.Context, rec primarylease.Record) {
 func (c *cycle) move(ctx context.Context, rec primarylease.Record, in Input, d Decision) error {
 	sync := &primarylease.SyncSet{K: in.SynchronousReplicas, Members: map[string]string{}}
 	if sync.K > 0 {
-		for _, s := range frozenStandbys(c.instances, d.Target) {
+		h := rec.Handover
+		if h == nil {
+			h = &primarylease.Handover{}
+		}
+		for _, s := range finalStandbys(c.instances, &primarylease.Handover{From: d.Target, Clean: h.Clean, Released: h.Released}) {
 			sync.Members[s.Name] = ""
 		}
 	}
