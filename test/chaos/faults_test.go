@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -42,11 +43,17 @@ var controls = []fault{
 
 var faults = []fault{
 	{"graceful-delete", "the primary's pod is deleted (default grace period, 60 s)", func(ctx context.Context, f *faulting) error {
-		return k8s.Delete(ctx, &f.primary)
+		if err := k8s.Delete(ctx, &f.primary); err != nil {
+			return err
+		}
+		return gone(ctx, f.primary)
 	}},
 	{"forced-delete", "the primary's pod is deleted with grace period 0, forced (kubectl delete --force --grace-period=0)",
 		func(ctx context.Context, f *faulting) error {
-			return k8s.Delete(ctx, &f.primary, client.GracePeriodSeconds(0))
+			if err := k8s.Delete(ctx, &f.primary, client.GracePeriodSeconds(0)); err != nil {
+				return err
+			}
+			return gone(ctx, f.primary)
 		}},
 	{"container-kill", "SIGKILL to PID 1 of the primary's postgres container; the kubelet restarts it in the same pod",
 		func(ctx context.Context, f *faulting) error {
@@ -229,4 +236,21 @@ func apiserverCut(ctx context.Context, f *faulting) error {
 		return errors.New("found no address of the API server behind the kubernetes Service")
 	}
 	return cut(ctx, f, rules)
+}
+
+// gone waits until pod (this UID) no longer exists: until then a deleted primary that
+// is still handing over looks healthy, and the round would end before its fault did.
+func gone(ctx context.Context, pod corev1.Pod) error {
+	for {
+		var now corev1.Pod
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(&pod), &now)
+		if apierrors.IsNotFound(err) || err == nil && now.UID != pod.UID {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pod %s was not gone: %w", pod.Name, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
