@@ -23,6 +23,7 @@ import (
 
 	"github.com/pgpilot/pgpilot/internal/agent"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/logging"
 )
 
 func main() {
@@ -110,7 +111,7 @@ func run(args []string) error {
 	tokenFile := fs.String("token-file", "/etc/pgpilot/agent/token", "Bearer token the operator uses for promote/fence/demote; without it those calls are refused.")
 	peers := fs.String("peers", "", "pod=host,... overrides for reaching other instances (tests); default <pod>.<headless Service>.<namespace>.svc.")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for reading the primary Lease; in-cluster config when empty.")
-	zopts := zap.Options{}
+	zopts := logging.Options()
 	zopts.BindFlags(fs)
 	_ = fs.Parse(args)
 	log := zap.New(zap.UseFlagOptions(&zopts)).WithValues("pod", cfg.PodName)

@@ -256,6 +256,11 @@ const walGoneFor = 15 * time.Second
 // there is no archive to restore it from. Without this it would stay a replica that
 // never streams again.
 func (a *Agent) maintainStandby(ctx context.Context, proc *Process, primary string) error {
+	if err := a.keepSlots(ctx, true); err != nil {
+		// The slots only make a later promotion faster: never a reason to stop here.
+		a.log.Info("Could not keep the replication slots on this standby", "error", err.Error())
+		a.slotsDone = time.Now()
+	}
 	if !walRemovedUpstream(proc.tail.String()) {
 		a.walGone = time.Time{}
 		return nil
@@ -394,15 +399,21 @@ func (a *Agent) promote(ctx context.Context, view LeaseView) error {
 		rec.Sync = nil
 	}
 	a.initSync(rec.Sync)
+	// Confirm the Lease while postgres promotes: the gate acknowledges nothing before
+	// the first confirmation in this term, and a renewal is a round trip to the API
+	// server.
+	a.kickLease()
 	a.mu.Lock()
 	upstream := a.upstream
 	a.mu.Unlock()
 	if err := a.applyRule(ctx, a.syncRule(), AsStandby, upstream); err != nil {
 		return err
 	}
+	ruleTook := time.Since(start)
 	if err := a.db.Promote(ctx); err != nil {
 		return fmt.Errorf("promoting: %w", err)
 	}
+	promoteTook := time.Since(start) - ruleTook
 	// Recovery ended: the configuration must not make it a standby at its next start.
 	if err := a.pg.WriteConfig(a.confInput(AsPrimary, "")); err != nil {
 		return err
@@ -410,7 +421,8 @@ func (a *Agent) promote(ctx context.Context, view LeaseView) error {
 	a.startGate()
 	a.kickLease()
 	a.setState(a.process(), agentapi.RolePrimary, "")
-	a.log.Info("Promoted", "took", time.Since(start).Round(time.Millisecond).String())
+	a.log.Info("Promoted", "took", time.Since(start).Round(time.Millisecond).String(),
+		"synchronousRuleTook", ruleTook.Round(time.Millisecond).String(), "pgPromoteTook", promoteTook.Round(time.Millisecond).String())
 	// Until its first checkpoint a promoted server's control file still names the old
 	// timeline, and pg_rewind (before PostgreSQL 16) then finds "no rewind required"
 	// for a former primary that did diverge (waitPromoted waits for it).
@@ -441,20 +453,33 @@ func (a *Agent) follow(ctx context.Context, primary string) error {
 }
 
 // maintainPrimary keeps the commit gate running, the synchronous rule, and a slot for
-// every other instance (every 10 s at most).
+// every other instance.
 func (a *Agent) maintainPrimary(ctx context.Context) error {
 	a.startGate()
 	if err := a.maintainSync(ctx); err != nil {
 		return err
 	}
-	if time.Since(a.slotsDone) < 10*time.Second {
+	return a.keepSlots(ctx, false)
+}
+
+// slotsEvery is how often the replication slots are checked.
+const slotsEvery = 10 * time.Second
+
+// keepSlots keeps a physical slot for every other instance, at most every slotsEvery,
+// and drops pgpilot's slots of instances that are gone. A primary's slots advance with
+// its standbys' feedback. A standby keeps them too, advanced to its replay position,
+// so that the moment it is promoted the other standbys find their slots ready: without
+// them they could not stream, and in synchronous mode no commit could be acknowledged,
+// until the new primary created them after its promotion.
+func (a *Agent) keepSlots(ctx context.Context, standby bool) error {
+	if time.Since(a.slotsDone) < slotsEvery {
 		return nil
 	}
 	var want []string
 	for _, pod := range a.peers() {
 		want = append(want, SlotName(pod))
 	}
-	created, dropped, err := a.db.EnsureSlots(ctx, want)
+	created, dropped, err := a.db.EnsureSlots(ctx, want, standby)
 	if err != nil {
 		return err
 	}

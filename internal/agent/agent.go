@@ -215,6 +215,7 @@ func (a *Agent) postmasterExited() {
 	p := a.process()
 	a.log.Error(p.Err(), "Postgres exited unexpectedly; restarting it", "ranFor", time.Since(p.Started).Round(time.Millisecond).String())
 	p.killGroup()
+	a.db.Reset()
 	a.stopGate()
 	a.crashed()
 	a.setState(nil, agentapi.RoleStopped, "")

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 )
@@ -25,19 +28,56 @@ type DB struct {
 	// receiver stops (a freeze), the only other source, the last restartpoint's
 	// timeline, can lag behind the WAL the standby holds.
 	receivedTLI atomic.Int64
+
+	mu   sync.Mutex
+	pool *pgxpool.Pool
 }
 
-func (d *DB) connect(ctx context.Context) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig("")
+// connect takes a session from the pool: the agent asks postgres something several
+// times a second (the operator's and the kubelet's status calls, the synchronous rule,
+// slots), and a new session costs a fork and catalog loading, which on a busy node
+// delayed a promotion by a second. A session idle for over a second is pinged before
+// use; Reset drops them all when postgres stops.
+func (d *DB) connect(ctx context.Context) (*pgxpool.Conn, error) {
+	pool, err := d.getPool()
 	if err != nil {
 		return nil, err
 	}
-	cfg.Host, cfg.Port, cfg.User, cfg.Database = d.SocketDir, uint16(d.Port), d.User, "postgres"
-	cfg.RuntimeParams["application_name"] = "pgpilot-agent"
+	return pool.Acquire(ctx)
+}
+
+func (d *DB) getPool() (*pgxpool.Pool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.pool != nil {
+		return d.pool, nil
+	}
+	cfg, err := pgxpool.ParseConfig("")
+	if err != nil {
+		return nil, err
+	}
+	cc := cfg.ConnConfig
+	cc.Host, cc.Port, cc.User, cc.Database = d.SocketDir, uint16(d.Port), d.User, "postgres"
+	cc.RuntimeParams["application_name"] = "pgpilot-agent"
 	// The agent's own writes (bootstrap, passwords) must not wait for synchronous
 	// standbys: on a new cluster those cannot connect before the replication role exists.
-	cfg.RuntimeParams["synchronous_commit"] = "local"
-	return pgx.ConnectConfig(ctx, cfg)
+	cc.RuntimeParams["synchronous_commit"] = "local"
+	cfg.MinConns, cfg.MaxConns = 0, 6
+	cfg.MaxConnIdleTime = time.Minute
+	cfg.HealthCheckPeriod = 10 * time.Second
+	if d.pool, err = pgxpool.NewWithConfig(context.Background(), cfg); err != nil {
+		return nil, err
+	}
+	return d.pool, nil
+}
+
+// Reset closes every pooled session: postgres stopped, or is about to.
+func (d *DB) Reset() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.pool != nil {
+		d.pool.Reset()
+	}
 }
 
 // ReplicationConn opens a physical replication connection over the unix socket as
@@ -61,7 +101,7 @@ func (d *DB) Ping(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.Background())
+	defer conn.Release()
 	return conn.Ping(ctx)
 }
 
@@ -71,7 +111,7 @@ func (d *DB) Streaming(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	defer conn.Close(context.Background())
+	defer conn.Release()
 	var n int
 	err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'`).Scan(&n)
 	return n > 0, err
@@ -83,7 +123,7 @@ func (d *DB) InRecovery(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	defer conn.Close(context.Background())
+	defer conn.Release()
 	var r bool
 	err = conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&r)
 	return r, err
@@ -95,7 +135,7 @@ func (d *DB) Observe(ctx context.Context, st *agentapi.Status) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.Background())
+	defer conn.Release()
 	var inRecovery bool
 	if err := conn.QueryRow(ctx, `SELECT pg_is_in_recovery(), current_setting('server_version_num')::int,
 		(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int`).
@@ -157,6 +197,29 @@ func (d *DB) Observe(ctx context.Context, st *agentapi.Status) error {
 	return nil
 }
 
+// StandbyFlushed is the highest WAL position a standby of this primary reported
+// flushed (0 when none streams; the commit gate is not a standby), and the primary's
+// timeline.
+func (d *DB) StandbyFlushed(ctx context.Context) (pglogrepl.LSN, int64, error) {
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer conn.Release()
+	var flushed, walfile string
+	if err := conn.QueryRow(ctx, `SELECT coalesce((SELECT flush_lsn::text FROM pg_stat_replication
+		WHERE application_name <> $1 AND flush_lsn IS NOT NULL ORDER BY flush_lsn DESC LIMIT 1), '0/0'),
+		pg_walfile_name(pg_current_wal_lsn())`, GateName).Scan(&flushed, &walfile); err != nil {
+		return 0, 0, err
+	}
+	lsn, err := pglogrepl.ParseLSN(flushed)
+	if err != nil {
+		return 0, 0, err
+	}
+	tl, err := strconv.ParseInt(walfile[:8], 16, 64)
+	return lsn, tl, err
+}
+
 // FlushLSN is a primary's WAL flush position.
 func (d *DB) FlushLSN(ctx context.Context) (string, error) {
 	return d.text(ctx, "SELECT pg_current_wal_flush_lsn()::text")
@@ -172,7 +235,7 @@ func (d *DB) text(ctx context.Context, query string, args ...any) (string, error
 	if err != nil {
 		return "", err
 	}
-	defer conn.Close(context.Background())
+	defer conn.Release()
 	var v string
 	err = conn.QueryRow(ctx, query, args...).Scan(&v)
 	return v, err
@@ -185,7 +248,7 @@ func (d *DB) StreamingStandbys(ctx context.Context) (map[string]bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close(context.Background())
+	defer conn.Release()
 	rows, err := conn.Query(ctx, `SELECT application_name FROM pg_stat_replication WHERE state = 'streaming' AND application_name <> $1`, GateName)
 	if err != nil {
 		return nil, err
@@ -204,7 +267,7 @@ func (d *DB) ReceiverStopped(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	defer conn.Close(context.Background())
+	defer conn.Release()
 	var n int
 	err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_wal_receiver WHERE pid IS NOT NULL`).Scan(&n)
 	return n == 0, err
@@ -216,7 +279,7 @@ func (d *DB) Archiver(ctx context.Context, a *agentapi.ArchiverStatus) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.Background())
+	defer conn.Release()
 	return conn.QueryRow(ctx, `SELECT archived_count, coalesce(last_archived_wal, ''), last_archived_time,
 		failed_count, coalesce(last_failed_wal, ''), last_failed_time FROM pg_stat_archiver`).
 		Scan(&a.ArchivedCount, &a.LastArchivedWAL, &a.LastArchivedAt, &a.FailedCount, &a.LastFailedWAL, &a.LastFailedAt)
@@ -230,7 +293,7 @@ func (d *DB) Bootstrap(ctx context.Context, b Bootstrap, cs Credentials) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.Background())
+	defer conn.Release()
 	exists := func(query, name string) (bool, error) {
 		var ok bool
 		err := conn.QueryRow(ctx, "SELECT EXISTS ("+query+")", name).Scan(&ok)
@@ -284,7 +347,7 @@ func (d *DB) SyncPasswords(ctx context.Context, cs Credentials) (changed []strin
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close(context.Background())
+	defer conn.Release()
 	for _, c := range []Credential{cs.Superuser, cs.Replication, cs.App} {
 		var current *string
 		err := conn.QueryRow(ctx, "SELECT rolpassword FROM pg_authid WHERE rolname = $1", c.Username).Scan(&current)
@@ -311,13 +374,15 @@ func (d *DB) SyncPasswords(ctx context.Context, cs Credentials) (changed []strin
 }
 
 // EnsureSlots creates the physical slots in want and drops pgpilot's slots that are not
-// in want and not in use, so WAL never piles up for an instance that is gone.
-func (d *DB) EnsureSlots(ctx context.Context, want []string) (created, dropped []string, err error) {
+// in want and not in use, so WAL never piles up for an instance that is gone. On a
+// standby (advance) the unused slots are moved to the replay position, so they hold
+// back no more WAL than the standby replayed since the last call.
+func (d *DB) EnsureSlots(ctx context.Context, want []string, advance bool) (created, dropped []string, err error) {
 	conn, err := d.connect(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer conn.Close(context.Background())
+	defer conn.Release()
 	have := map[string]bool{}
 	rows, err := conn.Query(ctx, `SELECT slot_name::text, active FROM pg_replication_slots WHERE slot_name LIKE 'pgpilot\_%'`)
 	if err != nil {
@@ -352,6 +417,13 @@ func (d *DB) EnsureSlots(ctx context.Context, want []string) (created, dropped [
 			dropped = append(dropped, s)
 		}
 	}
+	if advance {
+		if _, err := conn.Exec(ctx, `SELECT pg_replication_slot_advance(slot_name, pg_last_wal_replay_lsn())
+			FROM pg_replication_slots WHERE slot_name LIKE 'pgpilot\_%' AND slot_type = 'physical' AND NOT active
+			AND restart_lsn < pg_last_wal_replay_lsn()`); err != nil {
+			return created, dropped, fmt.Errorf("advancing the slots: %w", err)
+		}
+	}
 	return created, dropped, nil
 }
 
@@ -361,7 +433,7 @@ func (d *DB) Promote(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.Background())
+	defer conn.Release()
 	var ok bool
 	if err := conn.QueryRow(ctx, "SELECT pg_promote(true, 60)").Scan(&ok); err != nil {
 		return err
@@ -378,7 +450,7 @@ func (d *DB) Checkpoint(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.Background())
+	defer conn.Release()
 	_, err = conn.Exec(ctx, "CHECKPOINT")
 	return err
 }
@@ -389,7 +461,7 @@ func (d *DB) Reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.Background())
+	defer conn.Release()
 	_, err = conn.Exec(ctx, "SELECT pg_reload_conf()")
 	return err
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
 
 func TestDecide(t *testing.T) {
@@ -39,6 +40,10 @@ func TestDecide(t *testing.T) {
 		// The Lease names no holder: a failover or handover is under way.
 		{"vacant, running primary: step down", with(running(agentapi.RolePrimary, ""), view("", 4), nil), StepDown, ""},
 		{"vacant, streaming standby: freeze", with(running(agentapi.RoleReplica, "db-0"), view("", 4), nil), Freeze, ""},
+		{"vacant after a clean release, streaming standby: no freeze", with(running(agentapi.RoleReplica, "db-0"),
+			LeaseView{Known: true, Term: 4, Handover: &primarylease.Handover{From: "db-0", Clean: true, Released: true}}, nil), Idle, ""},
+		{"vacant after an unclean release, streaming standby: freeze", with(running(agentapi.RoleReplica, "db-0"),
+			LeaseView{Known: true, Term: 4, Handover: &primarylease.Handover{From: "db-0", Released: true}}, nil), Freeze, ""},
 		{"vacant, frozen standby: keep", with(running(agentapi.RoleReplica, ""), view("", 4), func(o *Observation) { o.Frozen, o.FrozenTerm = true, 4 }), KeepStandby, ""},
 		{"vacant, stopped standby: start frozen", with(stopped(DataStandby), view("", 4), nil), StartStandby, ""},
 		{"vacant, stopped primary data: nothing", with(stopped(DataPrimary), view("", 4), nil), Idle, ""},

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +42,9 @@ type Gate struct {
 	draining  atomic.Bool
 	connected atomic.Bool
 	confirmed atomic.Uint64
+	// reporting is held while a report is built and sent, so that Drain knows the
+	// last position any report confirmed.
+	reporting sync.Mutex
 }
 
 // Connected reports whether the gate streams from postgres now.
@@ -49,8 +53,16 @@ func (g *Gate) Connected() bool { return g.connected.Load() }
 // Confirmed is the last WAL position the gate confirmed.
 func (g *Gate) Confirmed() uint64 { return g.confirmed.Load() }
 
-// Drain switches to reporting WAL written but not flushed, for a clean shutdown.
-func (g *Gate) Drain() { g.draining.Store(true) }
+// Drain switches to reporting WAL written but not flushed, for a clean shutdown. It
+// returns the last position the gate confirmed as flushed, and whether it streams: once
+// Allowed says no (the caller makes sure of that first), no commit after that position
+// is ever acknowledged while the gate stays connected.
+func (g *Gate) Drain() (confirmed pglogrepl.LSN, connected bool) {
+	g.reporting.Lock()
+	defer g.reporting.Unlock()
+	g.draining.Store(true)
+	return pglogrepl.LSN(g.confirmed.Load()), g.connected.Load()
+}
 
 // Run streams until ctx ends, connecting again (every 100 ms) when the stream breaks:
 // while the gate is away, commits wait.
@@ -89,10 +101,12 @@ func (g *Gate) session(ctx context.Context) error {
 	}
 	g.connected.Store(true)
 	s := gateStream{g: g, conn: conn, received: sys.XLogPos, flushed: sys.XLogPos}
-	if g.Allowed() {
+	g.reporting.Lock()
+	if g.Allowed() && !g.draining.Load() {
 		// Commits that waited for the gate to connect, before sys.XLogPos, may go.
 		g.confirmed.Store(uint64(sys.XLogPos))
 	}
+	g.reporting.Unlock()
 	return s.run(ctx)
 }
 
@@ -185,6 +199,8 @@ func (s *gateStream) handle(ctx context.Context, data []byte) error {
 // gateStatusEvery. The flush position advances only while commits may be acknowledged:
 // Allowed is read right before the message is built.
 func (s *gateStream) report(ctx context.Context, asked bool) error {
+	s.g.reporting.Lock()
+	defer s.g.reporting.Unlock()
 	flushed, written := s.flushed, s.received
 	if s.g.Allowed() {
 		flushed = s.received

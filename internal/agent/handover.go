@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
@@ -49,6 +51,7 @@ func (a *Agent) stopPostgres(mode StopMode) {
 		return
 	}
 	p.Stop(a.cfg.ShutdownTimeout, mode)
+	a.db.Reset()
 	a.stopGate()
 	a.setState(nil, agentapi.RoleStopped, "")
 	a.log.Info("Postgres stopped")
@@ -115,32 +118,117 @@ func (a *Agent) freeze(ctx context.Context) error {
 	return nil
 }
 
-// handover stops a primary the way I4 says: the gate stops acknowledging, postgres
-// stops fast (its final WAL reaches the connected standbys), and the final position is
-// read from the control file. It stays down in the Lease's current term.
-func (a *Agent) handover(ctx context.Context) agentapi.Handover {
+// handover stops a primary the way I4 says (docs/failover.md). The gate stops
+// acknowledging first: every commit ever acknowledged is then at or before the gate's
+// last confirmed position A. With immediate, once a standby has flushed A, postgres is
+// stopped immediately: nothing it could still write was acknowledged, and with its walsenders
+// gone every standby's position is final, so the operator can promote the most
+// advanced one at once. Only when no standby gets A within handoverCatchUp is postgres
+// stopped fast instead, which sends every standby still connected all its WAL (the
+// handover is then clean once the control file records the shutdown checkpoint, and the
+// rest of that stop need not delay the release). stopped is closed once postgres has
+// exited. The instance stays down in the Lease's current term; a stopped former
+// primary rejoins by a rewind when it wrote WAL the new primary does not have.
+//
+// A switchover stops fast (immediate false): the standbys then all end at the same
+// final position, so the target it names is as advanced as any other; after an
+// immediate stop one standby may hold a few more (unacknowledged) records than the
+// target, and could then not follow it. The operator promotes the most advanced
+// standby after a SIGTERM's handover.
+func (a *Agent) handover(ctx context.Context, immediate bool) (h agentapi.Handover, stopped <-chan struct{}) {
 	term := a.lease.View().Term
 	a.handingOver.Store(true)
 	a.mu.Lock()
 	a.fenced, a.fencedTerm = true, term
 	gate := a.gate
 	a.mu.Unlock()
+	h = agentapi.Handover{Term: term}
+	start := time.Now()
+	var acked pglogrepl.LSN
+	streaming := false
 	if gate != nil {
-		gate.Drain()
+		acked, streaming = gate.Drain()
 	}
-	a.stopPostgres(StopFast)
-	h := agentapi.Handover{Term: term}
-	if cd, err := a.pg.ControlData(ctx); err == nil && cd.ShutDown() {
-		h.Clean, h.FinalLSN, h.Timeline = true, cd.Checkpoint, cd.Timeline
+	if streaming && immediate {
+		if tl, ok := a.standbyHas(ctx, acked); ok {
+			a.stopPostgres(StopImmediate)
+			h.Clean, h.FinalLSN, h.Timeline = true, acked.String(), tl
+			a.handedOver(h, "a standby had every acknowledged commit: stopped postgres immediately", start)
+			done := make(chan struct{})
+			close(done)
+			return h, done
+		}
 	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.stopPostgres(StopFast)
+		a.mu.Lock()
+		a.role = agentapi.RoleFenced
+		a.mu.Unlock()
+	}()
+	for {
+		exited := false
+		select {
+		case <-done:
+			exited = true
+		case <-time.After(shutdownPoll):
+		}
+		if cd, err := a.pg.ControlData(ctx); err == nil && cd.ShutDown() {
+			h.Clean, h.FinalLSN, h.Timeline = true, cd.Checkpoint, cd.Timeline
+			break
+		}
+		if exited || ctx.Err() != nil {
+			break
+		}
+	}
+	a.handedOver(h, "stopped postgres fast: it wrote its shutdown checkpoint", start)
+	return h, done
+}
+
+// handedOver records a handover's outcome.
+func (a *Agent) handedOver(h agentapi.Handover, how string, start time.Time) {
 	a.mu.Lock()
 	a.lastHandover, a.role = &h, agentapi.RoleFenced
 	a.mu.Unlock()
-	a.handingOver.Store(false)
 	a.fencedNow.Store(true)
-	a.log.Info("Handed over: stopped acknowledging commits and stopped postgres", "clean", h.Clean, "finalLSN", h.FinalLSN, "timeline", h.Timeline)
-	return h
+	a.log.Info("Handed over: stopped acknowledging commits, "+how, "clean", h.Clean,
+		"finalLSN", h.FinalLSN, "timeline", h.Timeline, "took", time.Since(start).Round(time.Millisecond).String())
 }
+
+// standbyHas waits, within handoverCatchUp, until a standby has flushed lsn; it returns
+// the primary's timeline.
+func (a *Agent) standbyHas(ctx context.Context, lsn pglogrepl.LSN) (int64, bool) {
+	cctx, cancel := context.WithTimeout(ctx, handoverCatchUp)
+	defer cancel()
+	for {
+		flushed, tl, err := a.db.StandbyFlushed(cctx)
+		if err == nil && flushed >= lsn {
+			return tl, true
+		}
+		select {
+		case <-cctx.Done():
+			a.log.Info("No standby has every acknowledged commit yet: stopping postgres fast, which sends them its WAL",
+				"acknowledged", lsn.String(), "standbysFlushed", flushed.String(), "error", errOrNil(err))
+			return 0, false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func errOrNil(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// handoverCatchUp bounds the wait for a standby to flush every acknowledged commit
+// before an immediate stop.
+const handoverCatchUp = 3 * time.Second
+
+// shutdownPoll is how often a handover reads the control file while postgres stops.
+const shutdownPoll = 50 * time.Millisecond
 
 // release gives the Lease up after a handover, with its final position, retrying while
 // ctx lasts.
@@ -164,10 +252,13 @@ func (a *Agent) release(ctx context.Context, h agentapi.Handover, reason string)
 // the final position; if the Lease cannot be released the primary resumes.
 func (a *Agent) demote(ctx context.Context) error {
 	a.checkpointBeforeStop(ctx)
-	h := a.handover(ctx)
+	h, stopped := a.handover(ctx, false)
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := a.release(rctx, h, "switchover"); err != nil {
+	err := a.release(rctx, h, "switchover")
+	<-stopped
+	a.handingOver.Store(false)
+	if err != nil {
 		a.mu.Lock()
 		a.fenced = false
 		a.mu.Unlock()
@@ -215,7 +306,8 @@ func (a *Agent) shutdown() {
 		return
 	}
 	a.checkpointBeforeStop(ctx)
-	h := a.handover(ctx)
+	h, stopped := a.handover(ctx, true)
+	defer func() { <-stopped }()
 	// The stop may have used the whole shutdown timeout; the release gets its own few
 	// seconds (the kubelet's grace period is longer than the stop's bound).
 	rctx, rcancel := context.WithTimeout(context.Background(), releaseTimeout)

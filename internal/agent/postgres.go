@@ -218,6 +218,10 @@ func (p *Postgres) ControlData(ctx context.Context) (ControlData, error) {
 	if err != nil {
 		return ControlData{}, err
 	}
+	if bytes.Contains(out, []byte("untrustworthy")) {
+		// Read while postgres rewrote it (its CRC does not match): read it again.
+		return ControlData{}, fmt.Errorf("pg_controldata: the control file was read while being written")
+	}
 	return ParseControlData(out), nil
 }
 

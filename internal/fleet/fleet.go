@@ -5,6 +5,7 @@ package fleet
 import (
 	"context"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -60,20 +61,31 @@ type Instance struct {
 	Status agentapi.Status
 }
 
-// Observe asks every pod's agent for its status, all at once, each within timeout.
-func (f *Fleet) Observe(ctx context.Context, pods []corev1.Pod, token string, timeout time.Duration) []Instance {
+// TerminatingTimeout bounds the status call to a pod being deleted.
+const TerminatingTimeout = 300 * time.Millisecond
+
+// Observe asks every pod's agent but those named in except for its status, all at
+// once, each within timeout; a pod being deleted within TerminatingTimeout at most:
+// once its address is gone, a question to it waits for the whole timeout, and so would
+// the decision that needs the others' answers. A pod not asked, or not answering, is
+// reported unreachable.
+func (f *Fleet) Observe(ctx context.Context, pods []corev1.Pod, token string, timeout time.Duration, except ...string) []Instance {
 	out := make([]Instance, len(pods))
 	var wg sync.WaitGroup
 	for i := range pods {
 		p := &pods[i]
 		out[i] = Instance{Name: p.Name, Pod: p, Terminating: !p.DeletionTimestamp.IsZero()}
-		if p.Status.PodIP == "" {
+		if p.Status.PodIP == "" || slices.Contains(except, p.Name) {
 			continue
 		}
 		wg.Add(1)
 		go func(in *Instance) {
 			defer wg.Done()
-			sctx, cancel := context.WithTimeout(ctx, timeout)
+			t := timeout
+			if in.Terminating {
+				t = min(t, TerminatingTimeout)
+			}
+			sctx, cancel := context.WithTimeout(ctx, t)
 			defer cancel()
 			st, err := f.Client(in.Pod, token).Status(sctx)
 			if err == nil {

@@ -12,6 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/pgpilot/pgpilot/internal/logging"
 )
 
 // WatchNamespaceEnv lists the namespaces to watch, comma-separated; empty means all.
@@ -36,7 +38,7 @@ func (f *Flags) Register(fs *flag.FlagSet, metricsAddr, probeAddr, leaderElectio
 	fs.StringVar(&f.LeaderElectionID, "leader-election-id", leaderElectionID, "Name of the leader election Lease.")
 	fs.DurationVar(&f.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "How long a leader's Lease is valid.")
 	fs.DurationVar(&f.RenewDeadline, "leader-election-renew-deadline", 10*time.Second, "How long a leader keeps trying to renew before it gives up.")
-	f.Zap = zap.Options{}
+	f.Zap = logging.Options()
 	f.Zap.BindFlags(fs)
 }
 

@@ -77,9 +77,11 @@ type Handover struct {
 	Term int32 `json:"term"`
 	// Reason is for people.
 	Reason string `json:"reason"`
-	// Clean: From stopped cleanly after it stopped acknowledging commits, and FinalLSN
-	// is the end of its WAL (its shutdown checkpoint) on Timeline. A standby that has
-	// it holds every commit From ever acknowledged.
+	// Clean: From stopped after it stopped acknowledging commits, and every commit it
+	// ever acknowledged is at or before FinalLSN on Timeline: the end of its WAL (its
+	// shutdown checkpoint) after a fast stop, or the last position its commit gate
+	// confirmed after an immediate stop, which it made only once a standby had it. A
+	// standby that has FinalLSN holds every commit From ever acknowledged.
 	Clean    bool   `json:"clean"`
 	FinalLSN string `json:"finalLSN,omitempty"`
 	Timeline int64  `json:"timeline,omitempty"`

@@ -210,8 +210,10 @@ func runRound(t *testing.T, c *cluster, f fault, r *row, round int) *cluster {
 	logf := func(format string, args ...any) {
 		t.Logf("%s round %d: %s", time.Now().Format(timeFormat), round, fmt.Sprintf(format, args...))
 	}
+	var faultedLog *followed
 	if res.injectErr = baseline(w, p, primary.Name); res.injectErr == nil {
 		res.faultAt = time.Now()
+		faultedLog = follow(primary)
 		logf("%s: %s", f.name, primary.Name)
 		fctx, cancel := context.WithTimeout(ctx, settings.recoveryTimeout)
 		res.injectErr = f.inject(fctx, &faulting{c: c, primary: primary, logf: logf})
@@ -223,9 +225,15 @@ func runRound(t *testing.T, c *cluster, f fault, r *row, round int) *cluster {
 	res.recovered = time.Now()
 	attempts := w.Stop()
 	probes := p.Stop()
+	var sections []string
+	if faultedLog != nil {
+		sections = append(sections, "the faulted primary's postgres log, followed from the fault on (last 200 lines):\n"+
+			indent(lastLines(faultedLog.stop(), 200)))
+	}
 	c.nextID = w.NextID()
 	res.gap = testutil.Unavailability(attempts, res.faultAt, res.recovered)
 	res.check, res.checkErr = c.checkRows(attempts)
+	sections = append(sections, attemptsAround(attempts, res.gap))
 	res.moments = testutil.TwoWritable(probes, 100*time.Millisecond)
 	res.probes = probeSummary(probes)
 	if now, err := c.primary(ctx); err == nil {
@@ -235,10 +243,10 @@ func runRound(t *testing.T, c *cluster, f fault, r *row, round int) *cluster {
 	logf("%s", res.summary())
 	if problems := r.problems(res); len(problems) > 0 {
 		logf("FAILED: %s", strings.Join(problems, "; "))
-		c.dump(t, start)
+		c.dump(t, start, sections...)
 	} else if len(res.check.Lost) > 0 || os.Getenv("CHAOS_DUMP") == "1" {
 		// A loss the mode allows (asynchronous, after a crash) still needs explaining.
-		c.dump(t, start)
+		c.dump(t, start, sections...)
 	}
 	if res.recoverErr != nil {
 		logf("replacing cluster %s, which did not recover", c.ns)
@@ -246,6 +254,28 @@ func runRound(t *testing.T, c *cluster, f fault, r *row, round int) *cluster {
 		return newCluster(t, c.mode, c.gen+1)
 	}
 	return c
+}
+
+// attemptsAround lists the writers' attempts that ended within the longest gap, or a
+// second before or after it: what each writer saw while writes were unavailable.
+func attemptsAround(attempts []testutil.Attempt, gap testutil.Gap) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "writer attempts around the longest gap (%s to %s):\n", gap.From.Format(timeFormat), gap.To.Format(timeFormat))
+	for _, a := range attempts {
+		if a.End.Before(gap.From.Add(-time.Second)) || a.End.After(gap.To.Add(time.Second)) {
+			continue
+		}
+		result := "acked"
+		if a.Err != nil {
+			result = a.Err.Error()
+			if len(result) > 160 {
+				result = result[:160] + "..."
+			}
+		}
+		fmt.Fprintf(&b, "  %-13s %s → %s (%5dms) %s\n", a.Writer, a.Start.Format(timeFormat), a.End.Format(timeFormat),
+			a.End.Sub(a.Start).Milliseconds(), result)
+	}
+	return b.String()
 }
 
 // baseline waits until writes flow through -rw and the probe has seen primary

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -345,7 +346,7 @@ func agentStatus(ctx context.Context, p corev1.Pod) (status, []byte, error) {
 // containers, its agent's /status and its containers' last log lines (the previous
 // instance's too after a restart), the primary Lease, the operator's logs and the
 // events since since.
-func (c *cluster) dump(t testing.TB, since time.Time) {
+func (c *cluster) dump(t testing.TB, since time.Time, sections ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -367,6 +368,11 @@ func (c *cluster) dump(t testing.TB, since time.Time) {
 		_, raw, err := agentStatus(ctx, p)
 		fmt.Fprintf(&b, "  agent /status: %s %v\n", raw, errOrEmpty(err))
 		containerLogs(ctx, &b, p, 120)
+	}
+	for _, s := range sections {
+		if s != "" {
+			fmt.Fprintln(&b, s)
+		}
 	}
 	var lease coordinationv1.Lease
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: c.name + "-primary"}, &lease); err != nil {
@@ -518,4 +524,55 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// followed is a container's log read as it is written: it survives the pod's deletion,
+// when the API server no longer serves it.
+type followed struct {
+	pod    string
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	b      strings.Builder
+}
+
+// follow reads p's postgres container log from now until stop.
+func follow(p corev1.Pod) *followed {
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &followed{pod: p.Name, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		since := metav1.Now()
+		r, err := clientset.CoreV1().Pods(p.Namespace).GetLogs(p.Name,
+			&corev1.PodLogOptions{Container: "postgres", Follow: true, SinceTime: &since}).Stream(ctx)
+		if err != nil {
+			f.write([]byte(err.Error()))
+			return
+		}
+		defer r.Close()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := r.Read(buf)
+			f.write(buf[:n])
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return f
+}
+
+func (f *followed) write(p []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.b.Write(p)
+}
+
+// stop ends the reading and returns the relevant lines read.
+func (f *followed) stop() string {
+	f.cancel()
+	<-f.done
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return relevant(f.b.String())
 }

@@ -87,6 +87,10 @@ type cycle struct {
 	token     string
 	mem       *memory
 	log       func(msg string, kv ...any)
+	// started is when the reconcile began and observed how long asking the agents took
+	// (logged with a move, to explain a failover's duration).
+	started  time.Time
+	observed time.Duration
 }
 
 // Reconcile observes the cluster's instances, decides, acts, labels, and comes back
@@ -104,7 +108,7 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, nil
 	}
 	logger := log.FromContext(ctx)
-	c := &cycle{r: r, cluster: &cluster, mem: r.remember(req.NamespacedName), log: logger.Info,
+	c := &cycle{r: r, cluster: &cluster, mem: r.remember(req.NamespacedName), log: logger.Info, started: time.Now(),
 		store: primarylease.ClientStore{Reader: r.client, Writer: r.client, Namespace: cluster.Namespace, Name: cluster.PrimaryLeaseName()}}
 	lease, err := c.ensureLease(ctx)
 	if err != nil || lease == nil {
@@ -120,7 +124,7 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if c.pods, err = clusterpods.List(ctx, r.client, &cluster); err != nil {
 		return ctrl.Result{}, err
 	}
-	c.instances = r.fleet.Observe(ctx, c.pods, token, PollPeriod)
+	c.observe(ctx)
 	if err := c.markBootstrapped(ctx); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -132,6 +136,24 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		requeue = PollPeriod
 	}
 	return ctrl.Result{RequeueAfter: requeue}, err
+}
+
+// observe asks the cluster's agents for their status. A primary that is being deleted
+// and released the Lease after a clean stop is not asked: nothing it could answer
+// changes the decision (it does not take the Lease back while it is deleted), and once
+// its pod's address is gone the question would only wait for the timeout.
+func (c *cycle) observe(ctx context.Context) {
+	var except []string
+	if rec := primarylease.Parse(c.lease); rec.Holder == "" && rec.Handover != nil && rec.Handover.Clean && rec.Handover.Released {
+		for i := range c.pods {
+			if c.pods[i].Name == rec.Handover.From && !c.pods[i].DeletionTimestamp.IsZero() {
+				except = append(except, rec.Handover.From)
+			}
+		}
+	}
+	start := time.Now()
+	c.instances = c.r.fleet.Observe(ctx, c.pods, c.token, PollPeriod, except...)
+	c.observed = time.Since(start)
 }
 
 // ensureLease returns the Lease, creating it naming the first instance for a new
@@ -278,7 +300,7 @@ func (c *cycle) demote(ctx context.Context, rec primarylease.Record, d Decision)
 		return 0, err
 	}
 	c.lease = l
-	c.instances = c.r.fleet.Observe(ctx, c.pods, c.token, PollPeriod)
+	c.observe(ctx)
 	return c.vacant(ctx)
 }
 
@@ -320,7 +342,9 @@ func (c *cycle) prepare(ctx context.Context, rec primarylease.Record) {
 		var act func(context.Context) (agentapi.Status, error)
 		client := c.r.fleet.Client(in.Pod, c.token)
 		switch {
-		case in.Name == from || in.Status.Role == agentapi.RolePrimary:
+		case in.Status.Role == agentapi.RolePrimary || in.Name == from && NeedsFreeze(rec.Handover):
+			// After a clean release the old primary wrote its shutdown checkpoint: its
+			// postgres cannot write any more, even while it finishes stopping.
 			act = client.Fence
 		case in.Status.Role == agentapi.RoleReplica && !in.Status.Frozen && NeedsFreeze(rec.Handover):
 			act = client.Freeze
@@ -377,7 +401,8 @@ func (c *cycle) move(ctx context.Context, rec primarylease.Record, in Input, d D
 	c.r.mu.Lock()
 	c.mem.failedSince, c.mem.lastReason = time.Time{}, ""
 	c.r.mu.Unlock()
-	c.log("Moved the primary Lease", "from", from, "to", d.Target, "action", d.Action.String(), "reason", d.Reason)
+	c.log("Moved the primary Lease", "from", from, "to", d.Target, "action", d.Action.String(), "reason", d.Reason,
+		"reconcileTook", time.Since(c.started).Round(time.Millisecond).String(), "agentsAnsweredIn", c.observed.Round(time.Millisecond).String())
 	if d.Lost != "" {
 		c.r.recorder.Eventf(c.cluster, corev1.EventTypeWarning, dbv1.ReasonFailoverCompleted, "%s: %s", d.Reason, d.Lost)
 	}
