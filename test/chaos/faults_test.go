@@ -59,7 +59,10 @@ var faults = []fault{
 		func(ctx context.Context, f *faulting) error {
 			pid, err := killContainer(f.primary, "postgres")
 			f.logf("killed PID 1 (%d) of %s/postgres", pid, f.primary.Name)
-			return err
+			if err != nil {
+				return err
+			}
+			return restarted(ctx, f.primary, "postgres")
 		}},
 	{"crash-loop", "SIGKILL to the primary's postmaster every time one appears (polled every 50 ms), until another pod is primary",
 		crashLoop},
@@ -236,6 +239,33 @@ func apiserverCut(ctx context.Context, f *faulting) error {
 		return errors.New("found no address of the API server behind the kubernetes Service")
 	}
 	return cut(ctx, f, rules)
+}
+
+// restarted waits until the kubelet has seen the killed container exit (its restart
+// count grew, or the pod was replaced): until then the instance's status can still
+// look healthy, and the round would end before its fault did.
+func restarted(ctx context.Context, pod corev1.Pod, container string) error {
+	count := func(p corev1.Pod) int32 {
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.Name == container {
+				return cs.RestartCount
+			}
+		}
+		return 0
+	}
+	before := count(pod)
+	for {
+		var now corev1.Pod
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(&pod), &now)
+		if apierrors.IsNotFound(err) || err == nil && (now.UID != pod.UID || count(now) > before) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("container %s/%s was not restarted: %w", pod.Name, container, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // gone waits until pod (this UID) no longer exists: until then a deleted primary that
