@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/pgpilot/pgpilot/internal/agentapi"
-	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
 
 // Observation is everything one step of the agent decides from: the Lease as last seen
@@ -104,7 +103,7 @@ func decideVacant(o Observation) Decision {
 	switch {
 	case o.Running && o.Role == agentapi.RolePrimary:
 		return Decision{Act: StepDown, Reason: "the Lease was revoked"}
-	case o.Running && o.Role == agentapi.RoleReplica && !o.Frozen && cleanRelease(v.Handover):
+	case o.Running && o.Role == agentapi.RoleReplica && !o.Frozen && v.Handover.CleanRelease():
 		// The old primary stopped before it released the Lease: no more WAL comes, and
 		// a freeze would only delay the promotion the operator is about to ask for.
 		return Decision{Act: Idle, Reason: "the old primary stopped cleanly and released the Lease: no freeze needed"}
@@ -118,10 +117,6 @@ func decideVacant(o Observation) Decision {
 	}
 	return Decision{Act: Idle, Reason: "the Lease names no primary"}
 }
-
-// cleanRelease reports whether the Lease was released by a primary that had stopped
-// cleanly (docs/failover.md, handover).
-func cleanRelease(h *primarylease.Handover) bool { return h != nil && h.Clean && h.Released }
 
 func decideFollower(o Observation) Decision {
 	h := o.View.Holder

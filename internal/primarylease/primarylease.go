@@ -92,6 +92,10 @@ type Handover struct {
 	At metav1.Time `json:"at"`
 }
 
+// CleanRelease reports whether From stopped cleanly and released the Lease itself:
+// no more WAL comes from it, so every standby's position is final without a freeze.
+func (h *Handover) CleanRelease() bool { return h != nil && h.Clean && h.Released }
+
 // SyncSet is every standby that may have acknowledged a commit of the holder since the
 // Lease last moved, for synchronous_standby_names = FIRST K+1 (gate, members).
 type SyncSet struct {

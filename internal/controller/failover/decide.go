@@ -353,7 +353,7 @@ func failsafeUntil(in Input, h *primarylease.Handover) time.Time {
 // more WAL comes from anywhere and none needs freezing (I3 holds already). Otherwise
 // only frozen ones.
 func finalStandbys(instances []Instance, h *primarylease.Handover) []Instance {
-	if h.Clean && h.Released {
+	if h.CleanRelease() {
 		return standbys(instances, h.From, false)
 	}
 	return standbys(instances, h.From, true)
@@ -361,7 +361,7 @@ func finalStandbys(instances []Instance, h *primarylease.Handover) []Instance {
 
 // NeedsFreeze says whether the standbys must be frozen before a target is chosen: not
 // after a clean handover (see finalStandbys).
-func NeedsFreeze(h *primarylease.Handover) bool { return h == nil || !h.Clean || !h.Released }
+func NeedsFreeze(h *primarylease.Handover) bool { return !h.CleanRelease() }
 
 // frozenStandbys are the standbys whose position is final because they were frozen.
 func frozenStandbys(instances []Instance, except string) []Instance {

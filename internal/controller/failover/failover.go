@@ -144,7 +144,7 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 // its pod's address is gone the question would only wait for the timeout.
 func (c *cycle) observe(ctx context.Context) {
 	var except []string
-	if rec := primarylease.Parse(c.lease); rec.Holder == "" && rec.Handover != nil && rec.Handover.Clean && rec.Handover.Released {
+	if rec := primarylease.Parse(c.lease); rec.Holder == "" && rec.Handover.CleanRelease() {
 		for i := range c.pods {
 			if c.pods[i].Name == rec.Handover.From && !c.pods[i].DeletionTimestamp.IsZero() {
 				except = append(except, rec.Handover.From)
@@ -244,12 +244,8 @@ func (c *cycle) decideAndAct(ctx context.Context) (time.Duration, error) {
 	switch d.Action {
 	case None:
 		c.report("", "", "")
-	case Wait:
-		c.report(dbv1.ReasonPrimaryFailed, d.Reason, "Primary failed")
-		return d.RequeueAfter, nil
-	case Blocked:
-		c.report(dbv1.ReasonFailoverBlocked, d.Reason, "Failover blocked")
-		return 0, c.setBlocked(ctx, d.Reason)
+	case Wait, Blocked:
+		return c.hold(ctx, d, "Primary failed")
 	case RefuseSwitchover:
 		c.log("Switchover refused", "to", d.Target, "reason", d.Reason)
 		c.r.recorder.Eventf(c.cluster, corev1.EventTypeWarning, dbv1.ReasonSwitchoverRefused, "Switchover to %s refused: %s", d.Target, d.Reason)
@@ -267,6 +263,17 @@ func (c *cycle) decideAndAct(ctx context.Context) (time.Duration, error) {
 		return c.vacant(ctx)
 	}
 	return 0, nil
+}
+
+// hold reports a decision to wait (logged as waitMsg) or a blocked failover, and
+// returns when to come back.
+func (c *cycle) hold(ctx context.Context, d Decision, waitMsg string) (time.Duration, error) {
+	if d.Action == Wait {
+		c.report(dbv1.ReasonPrimaryFailed, d.Reason, waitMsg)
+		return d.RequeueAfter, nil
+	}
+	c.report(dbv1.ReasonFailoverBlocked, d.Reason, "Failover blocked")
+	return 0, c.setBlocked(ctx, d.Reason)
 }
 
 // report emits reason's event and log line once per distinct message ("" resets).
@@ -312,12 +319,8 @@ func (c *cycle) vacant(ctx context.Context) (time.Duration, error) {
 	in := c.input(rec)
 	d := DecideVacant(in)
 	switch d.Action {
-	case Wait:
-		c.report(dbv1.ReasonPrimaryFailed, d.Reason, "Waiting")
-		return d.RequeueAfter, nil
-	case Blocked:
-		c.report(dbv1.ReasonFailoverBlocked, d.Reason, "Failover blocked")
-		return 0, c.setBlocked(ctx, d.Reason)
+	case Wait, Blocked:
+		return c.hold(ctx, d, "Waiting")
 	case Move, GiveBack:
 		// Come back soon: the target's pod is labelled primary once its agent reports
 		// the promotion.
