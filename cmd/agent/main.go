@@ -106,6 +106,7 @@ func run(args []string) error {
 	fs.StringVar(&cfg.SecretsDir, "secrets", env("PGPILOT_SECRETS", "/etc/pgpilot/secrets"), "Directory of the mounted credentials Secrets.")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 40*time.Second, "How long a stop may take (fast, then immediate); with the Lease's release it must fit the pod's grace period.")
 	fs.IntVar(&cfg.AgentPort, "peer-agent-port", agentapi.Port, "The other instances' agent API port.")
+	linger := fs.Duration("linger", 5*time.Second, "How long the agent stays up after postgres stopped on SIGTERM, so that the pod's address refuses connections (instead of dropping them) until every node's proxy stopped sending them here. Shutdown timeout, release and linger must fit the pod's grace period.")
 	leaseProbe := fs.Duration("lease-probe", 5*time.Second, "How often the primary Lease is read besides the watch (API server liveness).")
 	apiAddr := fs.String("api-address", fmt.Sprintf(":%d", agentapi.Port), "Address of the agent's HTTP API.")
 	tokenFile := fs.String("token-file", "/etc/pgpilot/agent/token", "Bearer token the operator uses for promote/fence/demote; without it those calls are refused.")
@@ -186,6 +187,15 @@ func run(args []string) error {
 
 	log.Info("Agent started", "pgdata", cfg.PGData, "binDir", cfg.BinDir, "api", *apiAddr)
 	runErr := a.Run(ctx)
+	if runErr == nil && *linger > 0 {
+		// Postgres is down and the Lease released. The Services dropped this pod when
+		// it was deleted or relabelled, but every node's proxy applies that a second or
+		// more later; until then a connection sent here must meet a closed port (refused
+		// at once, and retried elsewhere), not a pod address that is gone (a client waits
+		// for its connect timeout, 3 s in the chaos suite, minutes by default).
+		log.Info("Postgres stopped; the pod's address keeps refusing connections while the proxies catch up", "linger", linger.String())
+		time.Sleep(*linger)
+	}
 	stopServing()
 	if err := <-serverDone; err != nil && runErr == nil {
 		runErr = err

@@ -370,7 +370,7 @@ func (a *Agent) start(ctx context.Context) error {
 		}
 		select {
 		case <-proc.Done():
-			proc.killGroup()
+			proc.killAll()
 			a.setState(nil, agentapi.RoleStopped, "")
 			if why := proc.Complaint(); why != "" {
 				return fmt.Errorf("postgres exited while starting: %s", why)

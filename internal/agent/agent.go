@@ -214,7 +214,7 @@ func (a *Agent) crashed() {
 func (a *Agent) postmasterExited() {
 	p := a.process()
 	a.log.Error(p.Err(), "Postgres exited unexpectedly; restarting it", "ranFor", time.Since(p.Started).Round(time.Millisecond).String())
-	p.killGroup()
+	p.killAll()
 	a.db.Reset()
 	a.stopGate()
 	a.crashed()
@@ -426,8 +426,9 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 		st.Confirmation = a.conf.status(view.Term, now)
 		st.Gate = gateState(gate, a.allowed())
 	}
+	var arch agentapi.ArchiverStatus
 	if st.Running && (st.Role == agentapi.RolePrimary || st.Role == agentapi.RoleReplica) {
-		if err := a.db.Observe(ctx, &st); err != nil {
+		if err := a.db.Observe(ctx, &st, &arch, st.Role == agentapi.RolePrimary); err != nil {
 			st.Error = strings.TrimPrefix(st.Error+"; "+err.Error(), "; ")
 		} else {
 			st.Ready = st.Role == agentapi.RoleReplica || st.Gate == agentapi.GateAcking
@@ -438,7 +439,7 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 		}
 	}
 	if st.Ready {
-		a.archiver(ctx, &st)
+		a.archiver(&arch, &st)
 	}
 	return st
 }

@@ -68,13 +68,10 @@ func (a *Agent) commands() Commands {
 }
 
 // archiver reports continuous archiving on a primary.
-func (a *Agent) archiver(ctx context.Context, st *agentapi.Status) {
+func (a *Agent) archiver(arch *agentapi.ArchiverStatus, st *agentapi.Status) {
 	a.mu.Lock()
-	arch := &agentapi.ArchiverStatus{Enabled: a.cluster.Backup != nil}
+	arch.Enabled = a.cluster.Backup != nil
 	a.mu.Unlock()
-	if err := a.db.Archiver(ctx, arch); err != nil {
-		return
-	}
 	if ready, err := filepath.Glob(filepath.Join(a.cfg.PGData, "pg_wal", "archive_status", "*.ready")); err == nil {
 		arch.Pending = len(ready)
 	}

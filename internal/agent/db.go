@@ -129,72 +129,107 @@ func (d *DB) InRecovery(ctx context.Context) (bool, error) {
 	return r, err
 }
 
-// Observe fills the database's part of st: role, timeline, positions, replicas.
-func (d *DB) Observe(ctx context.Context, st *agentapi.Status) error {
+// Observe fills the database's part of st (role, timeline, positions, slots,
+// replicas) and arch's counters from pg_stat_archiver, in one round trip: on a busy
+// node every round trip waits for two processes to be scheduled, and the operator
+// reads every instance before it moves the Lease. asPrimary is what the caller
+// believes the role is; when postgres says otherwise, the role's own queries run again.
+func (d *DB) Observe(ctx context.Context, st *agentapi.Status, arch *agentapi.ArchiverStatus, asPrimary bool) error {
 	conn, err := d.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Release()
-	var inRecovery bool
-	if err := conn.QueryRow(ctx, `SELECT pg_is_in_recovery(), current_setting('server_version_num')::int,
+	b := &pgx.Batch{}
+	var inRecovery, answered bool
+	b.Queue(`SELECT pg_is_in_recovery(), current_setting('server_version_num')::int,
 		(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int`).
-		Scan(&inRecovery, &st.PostgresVersion, &st.Connections); err != nil {
-		return err
-	}
-	slots, err := conn.Query(ctx, `SELECT slot_name::text, active,
+		QueryRow(func(r pgx.Row) error {
+			err := r.Scan(&inRecovery, &st.PostgresVersion, &st.Connections)
+			answered = err == nil
+			return err
+		})
+	b.Queue(`SELECT slot_name::text, active,
 		coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END, restart_lsn), 0)::bigint
-		FROM pg_replication_slots ORDER BY slot_name`)
-	if err != nil {
+		FROM pg_replication_slots ORDER BY slot_name`).Query(func(rows pgx.Rows) (err error) {
+		st.Slots, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (agentapi.SlotStatus, error) {
+			var s agentapi.SlotStatus
+			err := r.Scan(&s.Name, &s.Active, &s.RetainedBytes)
+			return s, err
+		})
+		return err
+	})
+	b.Queue(`SELECT archived_count, coalesce(last_archived_wal, ''), last_archived_time,
+		failed_count, coalesce(last_failed_wal, ''), last_failed_time FROM pg_stat_archiver`).
+		QueryRow(func(r pgx.Row) error {
+			return r.Scan(&arch.ArchivedCount, &arch.LastArchivedWAL, &arch.LastArchivedAt, &arch.FailedCount, &arch.LastFailedWAL, &arch.LastFailedAt)
+		})
+	// Last: on a standby the primary's queries fail, and end the batch.
+	if asPrimary {
+		d.queuePrimary(b, st)
+	} else {
+		d.queueStandby(b, st)
+	}
+	err = conn.SendBatch(ctx, b).Close()
+	if !answered || inRecovery == !asPrimary {
 		return err
 	}
-	if st.Slots, err = pgx.CollectRows(slots, func(r pgx.CollectableRow) (agentapi.SlotStatus, error) {
-		var s agentapi.SlotStatus
-		err := r.Scan(&s.Name, &s.Active, &s.RetainedBytes)
-		return s, err
-	}); err != nil {
-		return err
+	// The role changed since the caller looked; the first three answered before it.
+	b = &pgx.Batch{}
+	if inRecovery {
+		d.queueStandby(b, st)
+	} else {
+		d.queuePrimary(b, st)
 	}
-	if !inRecovery {
+	return conn.SendBatch(ctx, b).Close()
+}
+
+// queuePrimary queues a primary's part of Observe: its position and its standbys.
+func (d *DB) queuePrimary(b *pgx.Batch, st *agentapi.Status) {
+	b.Queue(`SELECT pg_current_wal_lsn()::text, pg_walfile_name(pg_current_wal_lsn()),
+		(SELECT timeline_id FROM pg_control_checkpoint())::bigint`).QueryRow(func(r pgx.Row) error {
 		var walfile string
-		if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text, pg_walfile_name(pg_current_wal_lsn()),
-			(SELECT timeline_id FROM pg_control_checkpoint())::bigint`).
-			Scan(&st.WriteLSN, &walfile, &st.CheckpointTimeline); err != nil {
+		if err := r.Scan(&st.WriteLSN, &walfile, &st.CheckpointTimeline); err != nil {
 			return err
 		}
 		st.Timeline, _ = strconv.ParseInt(walfile[:8], 16, 64)
 		st.Position = st.WriteLSN
-		rows, err := conn.Query(ctx, `SELECT application_name, state, sync_state,
-			coalesce(sent_lsn::text, ''), coalesce(flush_lsn::text, ''), coalesce(replay_lsn::text, ''),
-			coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), flush_lsn), 0)::bigint
-			FROM pg_stat_replication WHERE application_name <> $1 ORDER BY application_name`, GateName)
-		if err != nil {
+		return nil
+	})
+	b.Queue(`SELECT application_name, state, sync_state,
+		coalesce(sent_lsn::text, ''), coalesce(flush_lsn::text, ''), coalesce(replay_lsn::text, ''),
+		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), flush_lsn), 0)::bigint
+		FROM pg_stat_replication WHERE application_name <> $1 ORDER BY application_name`, GateName).
+		Query(func(rows pgx.Rows) (err error) {
+			st.Replicas, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (agentapi.ReplicaStatus, error) {
+				var rs agentapi.ReplicaStatus
+				err := r.Scan(&rs.Name, &rs.State, &rs.SyncState, &rs.SentLSN, &rs.FlushLSN, &rs.ReplayLSN, &rs.LagBytes)
+				return rs, err
+			})
 			return err
-		}
-		st.Replicas, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (agentapi.ReplicaStatus, error) {
-			var rs agentapi.ReplicaStatus
-			err := r.Scan(&rs.Name, &rs.State, &rs.SyncState, &rs.SentLSN, &rs.FlushLSN, &rs.ReplayLSN, &rs.LagBytes)
-			return rs, err
 		})
-		return err
-	}
-	// A standby's timeline is the one its received WAL is on: the WAL receiver's while
-	// it runs; once it stopped, the latest of the last one seen and the last
-	// restartpoint's.
-	var received, checkpoint int64
-	if err := conn.QueryRow(ctx, `SELECT coalesce(pg_last_wal_receive_lsn()::text, ''), coalesce(pg_last_wal_replay_lsn()::text, ''),
+}
+
+// queueStandby queues a standby's part of Observe. A standby's timeline is the one its
+// received WAL is on: the WAL receiver's while it runs; once it stopped, the latest of
+// the last one seen and the last restartpoint's.
+func (d *DB) queueStandby(b *pgx.Batch, st *agentapi.Status) {
+	b.Queue(`SELECT coalesce(pg_last_wal_receive_lsn()::text, ''), coalesce(pg_last_wal_replay_lsn()::text, ''),
 		coalesce(pg_wal_lsn_diff(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()), 0)::bigint,
 		coalesce((SELECT received_tli FROM pg_stat_wal_receiver WHERE received_tli > 0), 0)::bigint,
 		(SELECT timeline_id FROM pg_control_checkpoint())::bigint,
 		coalesce(greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())::text, '')`).
-		Scan(&st.ReceivedLSN, &st.ReplayedLSN, &st.LagBytes, &received, &checkpoint, &st.Position); err != nil {
-		return err
-	}
-	if received > d.receivedTLI.Load() {
-		d.receivedTLI.Store(received)
-	}
-	st.Timeline = max(received, checkpoint, d.receivedTLI.Load())
-	return nil
+		QueryRow(func(r pgx.Row) error {
+			var received, checkpoint int64
+			if err := r.Scan(&st.ReceivedLSN, &st.ReplayedLSN, &st.LagBytes, &received, &checkpoint, &st.Position); err != nil {
+				return err
+			}
+			if received > d.receivedTLI.Load() {
+				d.receivedTLI.Store(received)
+			}
+			st.Timeline = max(received, checkpoint, d.receivedTLI.Load())
+			return nil
+		})
 }
 
 // StandbyFlushed is the highest WAL position a standby of this primary reported
@@ -271,18 +306,6 @@ func (d *DB) ReceiverStopped(ctx context.Context) (bool, error) {
 	var n int
 	err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_wal_receiver WHERE pid IS NOT NULL`).Scan(&n)
 	return n == 0, err
-}
-
-// Archiver reads pg_stat_archiver.
-func (d *DB) Archiver(ctx context.Context, a *agentapi.ArchiverStatus) error {
-	conn, err := d.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	return conn.QueryRow(ctx, `SELECT archived_count, coalesce(last_archived_wal, ''), last_archived_time,
-		failed_count, coalesce(last_failed_wal, ''), last_failed_time FROM pg_stat_archiver`).
-		Scan(&a.ArchivedCount, &a.LastArchivedWAL, &a.LastArchivedAt, &a.FailedCount, &a.LastFailedWAL, &a.LastFailedAt)
 }
 
 // Bootstrap creates, on a new cluster's first primary, the replication role (with the
@@ -427,21 +450,37 @@ func (d *DB) EnsureSlots(ctx context.Context, want []string, advance bool) (crea
 	return created, dropped, nil
 }
 
-// Promote ends recovery and waits for it.
+// Promote ends recovery and waits for it. pg_promote's own wait looks every 100 ms;
+// this one every 10 ms, on the same session.
 func (d *DB) Promote(ctx context.Context) error {
 	conn, err := d.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Release()
-	var ok bool
-	if err := conn.QueryRow(ctx, "SELECT pg_promote(true, 60)").Scan(&ok); err != nil {
+	var signalled bool
+	if err := conn.QueryRow(ctx, "SELECT pg_promote(false)").Scan(&signalled); err != nil {
 		return err
 	}
-	if !ok {
-		return fmt.Errorf("pg_promote did not finish within 60 s")
+	if !signalled {
+		return fmt.Errorf("pg_promote could not signal the startup process")
 	}
-	return nil
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		var inRecovery bool
+		if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil {
+			return fmt.Errorf("waiting for the promotion: %w", err)
+		}
+		if !inRecovery {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the promotion did not finish within a minute: %w", ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // Checkpoint runs CHECKPOINT.

@@ -64,16 +64,26 @@ func (g *Gate) Drain() (confirmed pglogrepl.LSN, connected bool) {
 	return pglogrepl.LSN(g.confirmed.Load()), g.connected.Load()
 }
 
-// Run streams until ctx ends, connecting again (every 100 ms) when the stream breaks:
-// while the gate is away, commits wait.
+// Run streams until ctx ends, connecting again when the stream breaks (after 10 ms,
+// doubling up to gateRetryMax): while the gate is away, commits wait, so a new
+// primary's first commits wait for its first connection.
 func (g *Gate) Run(ctx context.Context) {
 	defer g.connected.Store(false)
 	lastErr := ""
+	down, attempts := time.Now(), 0
+	retry := gateRetryMin
 	for ctx.Err() == nil {
-		err := g.session(ctx)
+		attempts++
+		err := g.session(ctx, func() {
+			g.Log.Info("The commit gate streams", "after", time.Since(down).Round(time.Millisecond).String(), "attempts", attempts)
+			lastErr, attempts, retry = "", 0, gateRetryMin
+		})
 		g.connected.Store(false)
 		if ctx.Err() != nil {
 			return
+		}
+		if attempts == 0 {
+			down = time.Now()
 		}
 		if msg := err.Error(); msg != lastErr {
 			g.Log.Info("The commit gate lost its stream; connecting again", "error", msg)
@@ -81,12 +91,20 @@ func (g *Gate) Run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(retry):
 		}
+		retry = min(2*retry, gateRetryMax)
 	}
 }
 
-func (g *Gate) session(ctx context.Context) error {
+// The commit gate's waits between connection attempts.
+const (
+	gateRetryMin = 10 * time.Millisecond
+	gateRetryMax = 100 * time.Millisecond
+)
+
+// session streams once; streaming is called once the stream started.
+func (g *Gate) session(ctx context.Context, streaming func()) error {
 	conn, err := g.Connect(ctx)
 	if err != nil {
 		return err
@@ -100,6 +118,7 @@ func (g *Gate) session(ctx context.Context) error {
 		return fmt.Errorf("START_REPLICATION: %w", err)
 	}
 	g.connected.Store(true)
+	streaming()
 	s := gateStream{g: g, conn: conn, received: sys.XLogPos, flushed: sys.XLogPos}
 	g.reporting.Lock()
 	if g.Allowed() && !g.draining.Load() {

@@ -57,14 +57,14 @@ func (a *Agent) stopPostgres(mode StopMode) {
 	a.log.Info("Postgres stopped")
 }
 
-// fence stops acknowledging commits at once, stops postgres immediately, and keeps it
+// fence stops acknowledging commits at once, kills postgres, and keeps it
 // down while the Lease stays in term (I2 in docs/failover.md).
 func (a *Agent) fence(term int32) {
 	a.fencedNow.Store(true)
 	a.mu.Lock()
 	a.fenced, a.fencedTerm = true, term
 	a.mu.Unlock()
-	a.stopPostgres(StopImmediate)
+	a.stopPostgres(StopKill)
 	a.mu.Lock()
 	a.role = agentapi.RoleFenced
 	a.mu.Unlock()
@@ -121,7 +121,7 @@ func (a *Agent) freeze(ctx context.Context) error {
 // handover stops a primary the way I4 says (docs/failover.md). The gate stops
 // acknowledging first: every commit ever acknowledged is then at or before the gate's
 // last confirmed position A. With immediate, once a standby has flushed A, postgres is
-// stopped immediately: nothing it could still write was acknowledged, and with its walsenders
+// killed (StopKill): nothing it could still write was acknowledged, and with its walsenders
 // gone every standby's position is final, so the operator can promote the most
 // advanced one at once. Only when no standby gets A within handoverCatchUp is postgres
 // stopped fast instead, which sends every standby still connected all its WAL (the
@@ -151,9 +151,9 @@ func (a *Agent) handover(ctx context.Context, immediate bool) (h agentapi.Handov
 	}
 	if streaming && immediate {
 		if tl, ok := a.standbyHas(ctx, acked); ok {
-			a.stopPostgres(StopImmediate)
+			a.stopPostgres(StopKill)
 			h.Clean, h.FinalLSN, h.Timeline = true, acked.String(), tl
-			a.handedOver(h, "a standby had every acknowledged commit: stopped postgres immediately", start)
+			a.handedOver(h, "a standby had every acknowledged commit: killed postgres", start)
 			done := make(chan struct{})
 			close(done)
 			return h, done

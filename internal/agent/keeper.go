@@ -20,13 +20,15 @@ type confirmation struct {
 	via   string
 }
 
-func (c *confirmation) confirm(term int32, sent time.Time, via string) {
+func (c *confirmation) confirm(term int32, sent time.Time, via string) (first bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	until := sent.Add(primarylease.Duration)
-	if term != c.term || until.After(c.until) {
+	first = term != c.term || c.until.IsZero()
+	if first || until.After(c.until) {
 		c.term, c.until, c.via = term, until, via
 	}
+	return first
 }
 
 // drop ends the confirmation at once: the Lease moved on.
@@ -37,6 +39,13 @@ func (c *confirmation) drop() {
 }
 
 // valid reports whether commits may be acknowledged in term now.
+// confirmedIn reports whether any confirmation was given in term.
+func (c *confirmation) confirmedIn(term int32) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.term == term && !c.until.IsZero()
+}
+
 func (c *confirmation) valid(term int32, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -93,7 +102,10 @@ func (a *Agent) confirmOnce(ctx context.Context) {
 	cancel()
 	switch {
 	case err == nil:
-		a.conf.confirm(view.Term, sent, "api")
+		if a.conf.confirm(view.Term, sent, "api") {
+			a.log.Info("Confirmed the primary Lease in a new term: commits may be acknowledged", "term", view.Term,
+				"via", "api", "renewalTook", time.Since(sent).Round(time.Millisecond).String())
+		}
 	case errors.Is(err, primarylease.ErrNotHolder):
 		a.conf.drop()
 		a.log.Info("The primary Lease moved on: stopped acknowledging commits")
@@ -101,10 +113,13 @@ func (a *Agent) confirmOnce(ctx context.Context) {
 	default:
 		sent = time.Now()
 		if a.failsafe(ctx, view) {
-			a.conf.confirm(view.Term, sent, "peers")
+			if a.conf.confirm(view.Term, sent, "peers") {
+				a.log.Info("Confirmed the primary Lease in a new term: commits may be acknowledged", "term", view.Term,
+					"via", "peers", "renewalError", err.Error())
+			}
 			return
 		}
-		if a.conf.valid(view.Term, time.Now()) {
+		if a.conf.valid(view.Term, time.Now()) || !a.conf.confirmedIn(view.Term) {
 			a.log.Info("Cannot renew the primary Lease and not every other instance confirms this primary", "error", err.Error())
 		}
 	}

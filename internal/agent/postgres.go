@@ -283,6 +283,8 @@ type Process struct {
 	done chan struct{}
 	err  error
 	tail *tailBuffer
+	// dataDir is the data directory: the working directory of every postgres process.
+	dataDir string
 	// Started is when the postmaster was started.
 	Started time.Time
 }
@@ -303,7 +305,7 @@ func (p *Postgres) Start() (*Process, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting postgres: %w", err)
 	}
-	proc := &Process{cmd: cmd, done: make(chan struct{}), Started: time.Now(), tail: tail}
+	proc := &Process{cmd: cmd, done: make(chan struct{}), Started: time.Now(), tail: tail, dataDir: p.PGData}
 	go func() {
 		proc.err = cmd.Wait()
 		close(proc.done)
@@ -375,22 +377,28 @@ const (
 	// acknowledged), writes the shutdown checkpoint and sends all WAL to the connected
 	// standbys before it exits.
 	StopFast StopMode = iota
-	// StopImmediate makes every process exit at once; the next start recovers.
-	StopImmediate
+	// StopKill kills every process of postgres at once (SIGKILL, see killAll); the next
+	// start recovers from the crash. For the data it is PostgreSQL's immediate
+	// shutdown, without waiting for each process to take SIGQUIT and the postmaster to
+	// collect them, which takes hundreds of milliseconds on a busy node. A process with
+	// a SIGKILL pending runs none of its code again: once the signal is sent, nothing
+	// of this postgres commits or sends WAL.
+	StopKill
 )
 
 // Stop shuts the postmaster down in mode within timeout, escalating (fast, then
-// immediate, then SIGKILL), and kills whatever of its process group is left: backends
-// orphaned by a killed postmaster could otherwise still commit.
+// immediate, then SIGKILL of every postgres process).
 func (pr *Process) Stop(timeout time.Duration, mode StopMode) {
+	if mode == StopKill {
+		pr.killAll()
+		<-pr.done
+		return
+	}
 	steps := []struct {
 		sig syscall.Signal
 		d   time.Duration
 	}{{syscall.SIGINT, timeout * 3 / 4}, {syscall.SIGQUIT, timeout / 4}}
-	if mode == StopImmediate {
-		steps = steps[1:]
-	}
-	defer pr.killGroup()
+	defer pr.killAll()
 	for _, s := range steps {
 		_ = pr.cmd.Process.Signal(s.sig)
 		select {
@@ -399,11 +407,72 @@ func (pr *Process) Stop(timeout time.Duration, mode StopMode) {
 		case <-time.After(s.d):
 		}
 	}
-	_ = pr.cmd.Process.Kill()
+	pr.killAll()
 	<-pr.done
 }
 
-// killGroup kills every process left in the postmaster's process group.
-func (pr *Process) killGroup() {
-	_ = syscall.Kill(-pr.cmd.Process.Pid, syscall.SIGKILL)
+// killAll kills the postmaster and every process it started. Each of those leads a
+// process group and a session of its own (PostgreSQL's InitPostmasterChild calls
+// setsid), so a signal to the postmaster's group reaches the postmaster alone, and a
+// backend orphaned by a dead postmaster runs on until it notices: one with
+// synchronous_commit off or local could still acknowledge a commit. They are found by
+// their working directory, the data directory (the postmaster moves there first and its
+// children inherit it), which also finds the orphans of a postmaster that already
+// died. A live postmaster is stopped (SIGSTOP) first, so that it starts nothing between
+// the listing and the kill.
+//
+// The postmaster is signalled through os.Process, which refuses once it has been
+// waited for (its PID may then be another process's).
+func (pr *Process) killAll() {
+	pm := pr.cmd.Process
+	if pm.Signal(syscall.SIGSTOP) == nil {
+		for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if state, err := procState(pm.Pid); err != nil || state == 'T' || state == 'Z' {
+				break
+			}
+		}
+	}
+	for _, p := range processesIn(pr.dataDir) {
+		if p != pm.Pid {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+	}
+	_ = pm.Signal(syscall.SIGKILL)
+}
+
+// procState is the state letter of /proc/<pid>/stat (R, S, T, Z ...).
+func procState(pid int) (byte, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses; it ends at the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, b)
+	}
+	return b[i+2], nil
+}
+
+// processesIn lists the processes, other than this one, whose working directory is dir.
+func processesIn(dir string) []int {
+	want, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil || p == os.Getpid() {
+			continue
+		}
+		if cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", p)); err == nil && cwd == want {
+			pids = append(pids, p)
+		}
+	}
+	return pids
 }

@@ -87,7 +87,7 @@ func Setup(mgr ctrl.Manager, opts Options) ([]watches.Watch, error) {
 		if err != nil {
 			return nil, fmt.Errorf("creating the Helm reconciler for %s: %w", w.GroupVersionKind, err)
 		}
-		if err := r.SetupWithManager(mgr); err != nil {
+		if err := r.SetupWithManager(statusBlind(mgr, w.GroupVersionKind)); err != nil {
 			return nil, fmt.Errorf("setting up the Helm reconciler for %s: %w", w.GroupVersionKind, err)
 		}
 		log.Info("Configured watch", "gvk", w.GroupVersionKind.String(), "chart", w.ChartPath,

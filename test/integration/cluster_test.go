@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 )
@@ -210,18 +211,14 @@ func TestStatusFollowsThePods(t *testing.T) {
 // back after the Helm manager's status write replaces the whole status.
 func TestSpecChangeRollsAndStatusSurvivesHelm(t *testing.T) {
 	ns := newNamespace(t)
-	create(t, newCluster(ns, "grow"))
-	var sts appsv1.StatefulSet
-	testutil.Eventually(t, timeout, func() error { return get(ns, "grow", &sts) })
-	startPods(t, &sts)
-	waitForStatus(t, ns, "grow", dbv1.PhaseHealthy, 3)
+	sts := startHealthy(t, newCluster(ns, "grow"))
 
 	if err := update(ns, "grow", func(c *dbv1.PostgresCluster) { c.Spec.Replicas = 5 }); err != nil {
 		t.Fatal(err)
 	}
 	var c dbv1.PostgresCluster
 	testutil.Eventually(t, timeout, func() error {
-		if err := get(ns, "grow", &sts); err != nil {
+		if err := get(ns, "grow", sts); err != nil {
 			return err
 		}
 		if *sts.Spec.Replicas != 5 {
@@ -251,6 +248,89 @@ func TestSpecChangeRollsAndStatusSurvivesHelm(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A write of a cluster's status alone does not reconcile its Helm release (the
+// operator's controllers write status at every change of the instances, a failover's
+// included); a change of the spec or the metadata still does.
+func TestStatusWritesDoNotReconcileTheRelease(t *testing.T) {
+	ns := newNamespace(t)
+	startHealthy(t, newCluster(ns, "quiet"))
+	before := quietHelm(t)
+
+	const writes = 10
+	for i := range writes {
+		var c dbv1.PostgresCluster
+		if err := get(ns, "quiet", &c); err != nil {
+			t.Fatal(err)
+		}
+		old := c.DeepCopy()
+		c.Status.Conditions = append(c.Status.Conditions, dbv1.Condition{Type: fmt.Sprintf("IntegrationProbe%d", i), Status: metav1.ConditionTrue,
+			Reason: "Probe", Message: fmt.Sprint(i), LastTransitionTime: metav1.Now()})
+		if err := k8s.Status().Patch(context.Background(), &c, client.MergeFrom(old)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	// Another test's cluster may reconcile meanwhile; ten status writes would have
+	// reconciled this one about ten times.
+	if n := helmReconciles(t) - before; n > 2 {
+		t.Errorf("%d status writes were followed by %v reconciles of the Helm release", writes, n)
+	}
+
+	before = helmReconciles(t)
+	if err := update(ns, "quiet", func(c *dbv1.PostgresCluster) {
+		metav1.SetMetaDataAnnotation(&c.ObjectMeta, "example.com/touched", "yes")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, timeout, func() error {
+		if helmReconciles(t) == before {
+			return fmt.Errorf("a change of the annotations did not reconcile the Helm release")
+		}
+		return nil
+	})
+}
+
+// helmReconciles is how many reconciles the Helm reconciler of PostgresCluster has
+// finished in this process, from controller-runtime's metrics.
+func helmReconciles(t *testing.T) float64 {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == "postgrescluster-controller" {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
+}
+
+// quietHelm waits until the Helm reconciler has finished no reconcile for a second,
+// and returns its count.
+func quietHelm(t *testing.T) float64 {
+	t.Helper()
+	var n float64
+	testutil.Eventually(t, timeout, func() error {
+		n = helmReconciles(t)
+		time.Sleep(time.Second)
+		if m := helmReconciles(t); m != n {
+			return fmt.Errorf("the Helm reconciler is still busy (%v reconciles in the last second)", m-n)
+		}
+		return nil
+	})
+	return n
 }
 
 // Invalid specs are refused by the API server with a message that says what to fix.
@@ -462,6 +542,18 @@ func TestMonitoringRendersAPodMonitor(t *testing.T) {
 		u.SetKind("PodMonitor")
 		return get(ns, "mon", u)
 	})
+}
+
+// startHealthy creates c, starts its pods and waits until it is Healthy; it returns
+// its StatefulSet.
+func startHealthy(t *testing.T, c *dbv1.PostgresCluster) *appsv1.StatefulSet {
+	t.Helper()
+	create(t, c)
+	var sts appsv1.StatefulSet
+	testutil.Eventually(t, timeout, func() error { return get(c.Namespace, c.Name, &sts) })
+	startPods(t, &sts)
+	waitForStatus(t, c.Namespace, c.Name, dbv1.PhaseHealthy, c.Spec.Replicas)
+	return &sts
 }
 
 func waitForStatus(t *testing.T, ns, name string, phase dbv1.Phase, ready int32) *dbv1.PostgresCluster {

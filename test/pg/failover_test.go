@@ -141,9 +141,22 @@ func TestGracefulStopHandsOverWithoutLoss(t *testing.T) {
 	}
 	w := testutil.StartWriter(rw, testutil.WriterOptions{Table: "acked", FirstID: 1, Interval: 5 * time.Millisecond,
 		PerStatementInterval: 100 * time.Millisecond})
+	// A backend busy with a long query never looks whether its postmaster is still
+	// alive: the handover must kill it too, or it outlives the agent.
+	busy, err := old.conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close(context.Background())
+	go func() {
+		_, _ = busy.Exec(context.Background(), "SELECT count(*) FROM generate_series(1, 1e11::bigint)")
+	}()
 	time.Sleep(2 * time.Second)
 	stopped := time.Now()
 	old.stop()
+	if left := old.leftovers(); len(left) > 0 {
+		t.Errorf("postgres processes of %s outlived its handover: %v", old.pod, left)
+	}
 	var next *instance
 	testutil.Eventually(t, time.Minute, func() error {
 		if next = c.readWrite(); next == nil || next == old {

@@ -17,6 +17,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -359,7 +360,7 @@ func (in *instance) start() {
 		"--config", filepath.Join(in.c.dir, "config.json"), "--secrets", filepath.Join(in.c.dir, "secrets"),
 		"--api-address", in.ip+":8008", "--token-file", filepath.Join(in.c.dir, "token"),
 		"--peers", in.c.peers(), "--kubeconfig", filepath.Join(in.dir, "kubeconfig"), "--shutdown-timeout", "20s",
-		"--lease-probe", "500ms")
+		"--lease-probe", "500ms", "--linger", "0s")
 	in.cmd.Stdout, in.cmd.Stderr = syncWriter(in.log), syncWriter(in.log)
 	in.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: pgUID, Gid: pgGID}, Pdeathsig: syscall.SIGKILL}
 	in.cmd.Env = append(os.Environ(), "HOME="+in.dir, "LC_ALL=C.UTF-8")
@@ -417,6 +418,24 @@ func (in *instance) stop() {
 	case <-time.After(40 * time.Second):
 		in.kill9()
 	}
+}
+
+// leftovers lists the processes still working in the instance's data directory (every
+// postgres process does).
+func (in *instance) leftovers() []string {
+	dir, err := filepath.EvalSymlinks(filepath.Join(in.dir, "pgdata"))
+	if err != nil {
+		return nil
+	}
+	entries, _ := os.ReadDir("/proc")
+	var left []string
+	for _, e := range entries {
+		if cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd")); err == nil && cwd == dir {
+			cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+			left = append(left, e.Name()+" "+strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " ")))
+		}
+	}
+	return left
 }
 
 func (c *cluster) stopAll() {

@@ -1,0 +1,92 @@
+package helmmanager
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	toolscache "k8s.io/client-go/tools/cache"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// statusBlind is mgr as a Helm reconciler of gvk sees it: an update of a custom
+// resource of gvk that changed its status only (and so neither the chart's values
+// nor anything the reconciler acts on) reaches none of its watches.
+//
+// helm-operator-plugins watches its custom resource with no predicate but a label
+// selector, so every status write enqueued a whole reconcile: the chart rendered, a
+// dry-run upgrade, and a Get of every object of the release. pgpilot's controllers
+// write a cluster's status at every change of its instances; during a failover that
+// was a reconcile every 400 ms, on the same CPUs as the promotion. A spec change
+// still reconciles at once, a change of labels, annotations, finalizers, owners or
+// the deletion timestamp too, and the reconcile period repairs drift as before.
+func statusBlind(mgr ctrl.Manager, gvk schema.GroupVersionKind) ctrl.Manager {
+	return statusBlindManager{Manager: mgr, cache: statusBlindCache{Cache: mgr.GetCache(), gvk: gvk}}
+}
+
+type statusBlindManager struct {
+	ctrl.Manager
+	cache cache.Cache
+}
+
+func (m statusBlindManager) GetCache() cache.Cache { return m.cache }
+
+type statusBlindCache struct {
+	cache.Cache
+	gvk schema.GroupVersionKind
+}
+
+func (c statusBlindCache) GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error) {
+	i, err := c.Cache.GetInformer(ctx, obj, opts...)
+	if err != nil {
+		return i, err
+	}
+	// The reconciler watches its kind as unstructured, which carries its kind.
+	if obj.GetObjectKind().GroupVersionKind() != c.gvk {
+		return i, nil
+	}
+	return statusBlindInformer{Informer: i}, nil
+}
+
+type statusBlindInformer struct {
+	cache.Informer
+}
+
+func (i statusBlindInformer) AddEventHandler(h toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error) {
+	return i.Informer.AddEventHandler(statusBlindHandler{h})
+}
+
+func (i statusBlindInformer) AddEventHandlerWithResyncPeriod(h toolscache.ResourceEventHandler, resync time.Duration) (toolscache.ResourceEventHandlerRegistration, error) {
+	return i.Informer.AddEventHandlerWithResyncPeriod(statusBlindHandler{h}, resync)
+}
+
+type statusBlindHandler struct {
+	toolscache.ResourceEventHandler
+}
+
+func (h statusBlindHandler) OnUpdate(oldObj, newObj any) {
+	if statusOnly(oldObj, newObj) {
+		return
+	}
+	h.ResourceEventHandler.OnUpdate(oldObj, newObj)
+}
+
+// statusOnly reports whether an update changed nothing of the object but its status
+// (and the metadata every write changes). A resync (same resourceVersion) is not an
+// update of the status: it passes.
+func statusOnly(oldObj, newObj any) bool {
+	o, ok1 := oldObj.(client.Object)
+	n, ok2 := newObj.(client.Object)
+	if !ok1 || !ok2 || o.GetResourceVersion() == n.GetResourceVersion() {
+		return false
+	}
+	return o.GetGeneration() == n.GetGeneration() &&
+		equality.Semantic.DeepEqual(o.GetLabels(), n.GetLabels()) &&
+		equality.Semantic.DeepEqual(o.GetAnnotations(), n.GetAnnotations()) &&
+		equality.Semantic.DeepEqual(o.GetFinalizers(), n.GetFinalizers()) &&
+		equality.Semantic.DeepEqual(o.GetOwnerReferences(), n.GetOwnerReferences()) &&
+		equality.Semantic.DeepEqual(o.GetDeletionTimestamp(), n.GetDeletionTimestamp())
+}
