@@ -77,7 +77,15 @@ func (a *Agent) confInput(role Role, upstream string) ConfInput {
 		PassFile: a.passFile(), ReplicationUser: a.creds.Replication.Username,
 		Commands: a.commands(), Recovery: a.recovery,
 	}
-	in.SyncRule = StandbyRule(a.cluster, a.cfg.PodName)
+	// A frozen standby (no upstream) keeps the rule of a standby of the primary it
+	// last followed.
+	primary := upstream
+	if primary == "" {
+		a.mu.Lock()
+		primary = a.upstream
+		a.mu.Unlock()
+	}
+	in.SyncRule = StandbyRule(a.cluster, a.cfg.PodName, primary)
 	if role == AsPrimary {
 		in.SyncRule = a.syncRule()
 	}
@@ -401,8 +409,16 @@ func (a *Agent) promote(ctx context.Context, view LeaseView) error {
 	a.initSync(rec.Sync)
 	// Confirm the Lease while postgres promotes: the gate acknowledges nothing before
 	// the first confirmation in this term, and a renewal is a round trip to the API
-	// server.
+	// server. The gate connects now too, to the standby, and follows it onto the new
+	// timeline (Gate.nextTimeline): the first commits need not wait for a connection.
 	a.kickLease()
+	a.startGate()
+	promoted := false
+	defer func() {
+		if !promoted {
+			a.stopGate()
+		}
+	}()
 	a.mu.Lock()
 	upstream := a.upstream
 	a.mu.Unlock()
@@ -413,6 +429,7 @@ func (a *Agent) promote(ctx context.Context, view LeaseView) error {
 	if err := a.db.Promote(ctx); err != nil {
 		return fmt.Errorf("promoting: %w", err)
 	}
+	promoted = true
 	promoteTook := time.Since(start) - ruleTook
 	// Recovery ended: the configuration must not make it a standby at its next start.
 	if err := a.pg.WriteConfig(a.confInput(AsPrimary, "")); err != nil {

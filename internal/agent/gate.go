@@ -185,9 +185,36 @@ func (s *gateStream) run(ctx context.Context) error {
 		case *pgproto3.ErrorResponse:
 			return pgconn.ErrorResponseToPgError(m)
 		case *pgproto3.CopyDone:
-			return errors.New("the server ended the stream (timeline switch or shutdown)")
+			if err := s.nextTimeline(ctx); err != nil {
+				return err
+			}
 		}
 	}
+}
+
+// nextTimeline follows a timeline switch on the same connection. The gate of a standby
+// being promoted connects before the promotion (a new connection costs a process and
+// an authentication, half a second on a busy node, while commits wait for the gate):
+// at the promotion its walsender ends the old timeline, and the gate asks for the new
+// one from where it begins. A server that shuts down ends the stream instead.
+func (s *gateStream) nextTimeline(ctx context.Context) error {
+	next, err := pglogrepl.SendStandbyCopyDone(ctx, s.conn)
+	if err != nil {
+		return fmt.Errorf("ending the stream: %w", err)
+	}
+	if next == nil || next.Timeline == 0 {
+		return errors.New("the server ended the stream (shutdown)")
+	}
+	if err := startPhysical(ctx, s.conn, next.LSN, next.Timeline); err != nil {
+		return fmt.Errorf("START_REPLICATION on timeline %d: %w", next.Timeline, err)
+	}
+	s.g.reporting.Lock()
+	// The new timeline starts at next.LSN, which may be before what was received on the
+	// old one (its invalid tail is discarded).
+	s.received, s.flushed, s.written = next.LSN, next.LSN, next.LSN
+	s.g.reporting.Unlock()
+	s.g.Log.Info("The commit gate follows the new timeline", "timeline", next.Timeline, "from", next.LSN.String())
+	return nil
 }
 
 func (s *gateStream) handle(ctx context.Context, data []byte) error {

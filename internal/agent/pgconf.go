@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -169,13 +170,16 @@ func SynchronousStandbyNames(k int, standbys []string) string {
 	return fmt.Sprintf("FIRST %d (%s)", k+1, strings.Join(names, ", "))
 }
 
-// StandbyRule is the synchronous rule a standby carries: in synchronous mode every
-// other configured instance.
-func StandbyRule(c ClusterConfig, pod string) []string {
+// StandbyRule is the synchronous rule a standby of primary carries (it has no effect
+// before a promotion): in synchronous mode every other configured instance but
+// primary. That is the rule it starts with when the Lease moves to it while those
+// instances stream (the operator records them as the synchronous set of the new term),
+// so a promotion usually finds it in force and need not wait for a reload.
+func StandbyRule(c ClusterConfig, pod, primary string) []string {
 	if c.SynchronousReplicas == 0 {
 		return nil
 	}
-	return otherInstances(c, pod)
+	return slices.DeleteFunc(otherInstances(c, pod), func(p string) bool { return p == primary })
 }
 
 // otherInstances are the configured instances but pod, in ordinal order.

@@ -138,10 +138,11 @@ func TestSynchronousStandbyNames(t *testing.T) {
 			}
 		})
 	}
-	// A standby already carries a rule with the gate and every other instance.
+	// A standby already carries the rule it would start with as primary: the gate and
+	// every other instance but its primary.
 	c := ClusterConfig{ClusterName: "db", Replicas: 3, SynchronousReplicas: 1}
-	in := ConfInput{Cluster: c, Pod: "db-1", Role: AsStandby, PrimaryHost: "db-0.svc", SyncRule: StandbyRule(c, "db-1")}
-	if !strings.Contains(PostgresqlConf(in), `synchronous_standby_names = 'FIRST 2 ("pgpilot_gate", "db-0", "db-2")'`) {
+	in := ConfInput{Cluster: c, Pod: "db-1", Role: AsStandby, PrimaryHost: "db-0.svc", SyncRule: StandbyRule(c, "db-1", "db-0")}
+	if !strings.Contains(PostgresqlConf(in), `synchronous_standby_names = 'FIRST 2 ("pgpilot_gate", "db-2")'`) {
 		t.Error("a standby's configuration does not carry the synchronous rule for its promotion")
 	}
 	// A primary's is its rule.
