@@ -272,8 +272,12 @@ func attemptsAround(attempts []testutil.Attempt, gap testutil.Gap) string {
 				result = result[:160] + "..."
 			}
 		}
-		fmt.Fprintf(&b, "  %-13s %s → %s (%5dms) %s\n", a.Writer, a.Start.Format(timeFormat), a.End.Format(timeFormat),
-			a.End.Sub(a.Start).Milliseconds(), result)
+		connected := ""
+		if !a.Connected.IsZero() {
+			connected = fmt.Sprintf(" connected after %dms;", a.Connected.Sub(a.Start).Milliseconds())
+		}
+		fmt.Fprintf(&b, "  %-13s %s → %s (%5dms)%s %s\n", a.Writer, a.Start.Format(timeFormat), a.End.Format(timeFormat),
+			a.End.Sub(a.Start).Milliseconds(), connected, result)
 	}
 	return b.String()
 }

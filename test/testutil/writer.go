@@ -32,6 +32,10 @@ type Attempt struct {
 	// Start is when the attempt began (before connecting, for a new connection), End
 	// when its answer (or error) arrived.
 	Start, End time.Time
+	// Connected is when a new connection the attempt opened was ready for its insert
+	// (zero when it reused one or did not connect): reports tell a slow connection from
+	// a slow commit.
+	Connected time.Time
 	// Err is nil when the commit was acknowledged.
 	Err error
 	// SyncWarning is set when the commit was acknowledged with PostgreSQL's WARNING that
@@ -158,7 +162,9 @@ func (w *Writer) persistent(ctx context.Context) {
 		actx, cancel := context.WithTimeout(ctx, w.opts.Timeout)
 		if conn == nil {
 			warns = &syncWarnings{}
-			conn, a.Err = w.open(actx, warns)
+			if conn, a.Err = w.open(actx, warns); a.Err == nil {
+				a.Connected = time.Now()
+			}
 		}
 		if a.Err == nil {
 			warns.take()
@@ -186,6 +192,7 @@ func (w *Writer) perStatement(ctx context.Context) {
 		warns := &syncWarnings{}
 		conn, err := w.open(actx, warns)
 		if err == nil {
+			a.Connected = time.Now()
 			_, err = conn.Exec(actx, w.insertSQL(), a.ID)
 			a.SyncWarning = warns.take()
 			// The commit's answer is in: closing is not part of the attempt.
