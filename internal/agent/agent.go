@@ -410,8 +410,9 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 		st.StartedAt = &started
 	}
 	for _, c := range a.crashTimes {
-		if now.Sub(c) < time.Minute {
+		if ago := now.Sub(c); ago < time.Minute {
 			st.RecentCrashes++
+			st.FirstRecentCrashMillisAgo = max(st.FirstRecentCrashMillisAgo, ago.Milliseconds())
 		}
 	}
 	if !a.downSince.IsZero() {

@@ -102,6 +102,9 @@ type Status struct {
 	FailsafeConfirmed *FailsafeConfirmation `json:"failsafeConfirmed,omitempty"`
 	// RecentCrashes counts postmaster exits and failed starts in the last minute.
 	RecentCrashes int `json:"recentCrashes,omitempty"`
+	// FirstRecentCrashMillisAgo is how long ago the oldest of RecentCrashes happened:
+	// how long a crash loop has lasted.
+	FirstRecentCrashMillisAgo int64 `json:"firstRecentCrashMillisAgo,omitempty"`
 	// DownForMillis is how long postgres has not been ready in a role; 0 when it is.
 	DownForMillis int64 `json:"downForMillis,omitempty"`
 	// Handover is this instance's last clean stop as primary: its final WAL position.

@@ -121,6 +121,13 @@ func Decide(in Input) Decision {
 	if since.IsZero() {
 		since = in.Now
 	}
+	// A crash loop is seen as one only at its CrashLoop-th crash, but the primary has
+	// been failing since its first: the delay counts from there.
+	if i := find(in.Instances, in.Lease.Holder); i != nil && i.Reachable && i.Status.RecentCrashes >= CrashLoop {
+		if first := in.Now.Add(-time.Duration(i.Status.FirstRecentCrashMillisAgo) * time.Millisecond); first.Before(since) {
+			since = first
+		}
+	}
 	d := Decision{FailedSince: since}
 	if !in.Enabled {
 		d.Action, d.Reason = Blocked, fmt.Sprintf("%s; automatic failover is disabled (spec.failover.enabled)", failure)

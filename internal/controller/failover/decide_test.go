@@ -120,6 +120,18 @@ func TestDecideHeld(t *testing.T) {
 			p.Status.Role, p.Status.Running, p.Status.Ready, p.Status.RecentCrashes = agentapi.RoleStopped, false, false, 3
 			return p
 		}(), standby("db-1", "0/1", false))), Revoke, "", "crashed 3 times"},
+		{"crash loop: the delay counts from the first crash", held(func() Instance {
+			p := primary("db-0")
+			p.Status.Role, p.Status.Running, p.Status.Ready = agentapi.RoleStopped, false, false
+			p.Status.RecentCrashes, p.Status.FirstRecentCrashMillisAgo = 3, 3500
+			return p
+		}(), standby("db-1", "0/1", false)), Revoke, "", "crashed 3 times"},
+		{"crash loop shorter than the delay: wait", held(func() Instance {
+			p := primary("db-0")
+			p.Status.Role, p.Status.Running, p.Status.Ready = agentapi.RoleStopped, false, false
+			p.Status.RecentCrashes, p.Status.FirstRecentCrashMillisAgo = 3, 1000
+			return p
+		}(), standby("db-1", "0/1", false)), Wait, "", "failing over after 3s"},
 		{"synchronous: the only sync member is down: blocked", failed(with(held(dead("db-0"), standby("db-1", "0/1", false), dead("db-2")), func(i *Input) {
 			i.Lease.Sync = &primarylease.SyncSet{K: 1, Members: map[string]string{"db-2": ""}}
 		})), Blocked, "", "db-2 cannot be compared"},
