@@ -140,7 +140,7 @@ func (a *Agent) startPrimary(ctx context.Context, state DataState, view LeaseVie
 		}
 		fresh = true
 	case DataStandby:
-		a.log.Info("Starting a former replica as primary")
+		return a.startFormerStandby(ctx)
 	case DataPrimary:
 		if a.pg.Recovering() && a.cluster.Restore != nil {
 			a.log.Info("Resuming the recovery from the backup")
@@ -443,13 +443,45 @@ func (a *Agent) promote(ctx context.Context, view LeaseView) error {
 	// Until its first checkpoint a promoted server's control file still names the old
 	// timeline, and pg_rewind (before PostgreSQL 16) then finds "no rewind required"
 	// for a former primary that did diverge (waitPromoted waits for it).
+	a.checkpointAfterPromotion()
+	a.slotsDone = time.Time{}
+	return a.maintainPrimary(ctx)
+}
+
+// checkpointAfterPromotion runs the first checkpoint on the new timeline in the
+// background.
+func (a *Agent) checkpointAfterPromotion() {
 	go func() {
 		if err := a.db.Checkpoint(a.runCtx); err != nil {
 			a.log.Error(err, "The checkpoint after the promotion failed")
 		}
 	}()
-	a.slotsDone = time.Time{}
-	return a.maintainPrimary(ctx)
+}
+
+// startFormerStandby starts as the primary a standby that stopped before its
+// promotion chose a new timeline (killed while promoting, or named by the Lease while
+// down). Started without recovery it would carry on writing the old timeline after
+// its own replay position, and the old primary, which wrote that timeline further,
+// would find "no rewind required" and then wait forever for WAL it already has
+// (make chaos, back-to-back: a new primary killed while it promoted). So it recovers
+// as a standby of nobody and is promoted: a new timeline, from which every other
+// instance rewinds or follows.
+func (a *Agent) startFormerStandby(ctx context.Context) error {
+	a.log.Info("Starting a former replica as primary: recovering as a standby, then promoting it onto a new timeline")
+	if err := a.pg.WriteConfig(a.confInput(AsStandby, "")); err != nil {
+		return err
+	}
+	if err := a.start(ctx); err != nil {
+		return err
+	}
+	if err := a.db.Promote(ctx); err != nil {
+		return fmt.Errorf("promoting: %w", err)
+	}
+	if err := a.pg.WriteConfig(a.confInput(AsPrimary, "")); err != nil {
+		return err
+	}
+	a.checkpointAfterPromotion()
+	return a.finishPrimaryStart(ctx, false)
 }
 
 // follow points a running standby at a new primary; primary_conninfo reloads without a

@@ -129,6 +129,40 @@ func TestFailoverAndRejoin(t *testing.T) {
 	}
 }
 
+// A standby that is down when the Lease moves to it (or that was killed while it
+// promoted) starts as the primary on a new timeline: started without recovery it would
+// write the old primary's timeline further from its own position, and the old primary,
+// which wrote that timeline further, would find "no rewind required" and never follow.
+func TestStoppedStandbyNamedPrimaryStartsANewTimeline(t *testing.T) {
+	c := newCluster(t, 2)
+	c.startAll()
+	old, next := c.instances[0], c.instances[1]
+	if err := old.exec("CREATE TABLE t (id bigserial PRIMARY KEY, v text)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.exec("INSERT INTO t (v) SELECT 'before' FROM generate_series(1, 50)"); err != nil {
+		t.Fatal(err)
+	}
+	next.waitCount("t", 50, 30*time.Second)
+	next.stop()
+	// The old primary writes on after its standby stopped: WAL the standby lacks.
+	if err := old.exec("INSERT INTO t (v) SELECT 'lost' FROM generate_series(1, 10)"); err != nil {
+		t.Fatal(err)
+	}
+	old.kill9()
+
+	c.setLease(next.pod, true)
+	next.start()
+	next.waitRole(agentapi.RolePrimary, 2, upTimeout)
+	if err := next.exec("INSERT INTO t (v) SELECT 'after' FROM generate_series(1, 5)"); err != nil {
+		t.Fatalf("write on the new primary: %v", err)
+	}
+	// The old primary rewinds onto the new timeline and follows.
+	old.start()
+	old.waitRole(agentapi.RoleReplica, 2, upTimeout)
+	old.waitCount("t", 55, 30*time.Second)
+}
+
 // A postmaster that dies (kill -9, the agent alive) is restarted by the agent, as the
 // same primary, with its data.
 func TestCrashedPostmasterIsRestarted(t *testing.T) {
