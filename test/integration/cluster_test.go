@@ -273,9 +273,9 @@ func TestStatusWritesDoNotReconcileTheRelease(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	time.Sleep(time.Second)
-	// Another test's cluster may reconcile meanwhile; ten status writes would have
-	// reconciled this one about ten times.
-	if n := helmReconciles(t) - before; n > 2 {
+	// The count is the process's: another test's cluster may reconcile meanwhile.
+	// Without the filter ten status writes reconcile this one about ten times.
+	if n := helmReconciles(t) - before; n > writes/2 {
 		t.Errorf("%d status writes were followed by %v reconciles of the Helm release", writes, n)
 	}
 
@@ -317,16 +317,16 @@ func helmReconciles(t *testing.T) float64 {
 	return n
 }
 
-// quietHelm waits until the Helm reconciler has finished no reconcile for a second,
+// quietHelm waits until the Helm reconciler has finished no reconcile for 2 s,
 // and returns its count.
 func quietHelm(t *testing.T) float64 {
 	t.Helper()
 	var n float64
 	testutil.Eventually(t, timeout, func() error {
 		n = helmReconciles(t)
-		time.Sleep(time.Second)
+		time.Sleep(2 * time.Second)
 		if m := helmReconciles(t); m != n {
-			return fmt.Errorf("the Helm reconciler is still busy (%v reconciles in the last second)", m-n)
+			return fmt.Errorf("the Helm reconciler is still busy (%v reconciles in the last 2 s)", m-n)
 		}
 		return nil
 	})
