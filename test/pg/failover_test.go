@@ -440,7 +440,7 @@ func TestNewPrimaryKilledRightAfterFailover(t *testing.T) {
 		// then records that transaction as running, and a hot standby shows its row
 		// only once a later running-transactions record says it ended, which an idle
 		// primary writes at its next checkpoint.
-		if err := third.exec("CHECKPOINT"); err != nil {
+		if err := third.superExec("CHECKPOINT"); err != nil {
 			t.Fatal(err)
 		}
 		in.waitCount("t", 2, time.Minute)
