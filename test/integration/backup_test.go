@@ -78,7 +78,14 @@ func TestScheduledBackupsFireAtTheirTick(t *testing.T) {
 	c := newCluster(ns, "sched", withS3Backup("0 3 * * *"))
 	create(t, c)
 	created := c.CreationTimestamp.UTC()
-	day := created.Truncate(24 * time.Hour).Add(24 * time.Hour) // the next midnight, UTC
+	// The first 03:00 UTC tick at least a minute after the cluster was created: the
+	// tick before it precedes the cluster (with the next midnight instead, a cluster
+	// created between 00:00 and 03:00 UTC had a missed tick that day).
+	tick := created.Truncate(24 * time.Hour).Add(3 * time.Hour)
+	for !tick.Add(-time.Minute).After(created) {
+		tick = tick.Add(24 * time.Hour)
+	}
+	day := tick.Add(-3 * time.Hour) // that tick's midnight
 	clk := clocktesting.NewFakeClock(day.Add(3*time.Hour - time.Minute))
 	startScheduler(t, clk)
 	poke := func() {
