@@ -31,7 +31,13 @@ func main() {
 		log.Error(err, "Failed to build the scheme")
 		os.Exit(1)
 	}
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), f.Options(scheme))
+	cfg := ctrl.GetConfigOrDie()
+	mopts, err := f.Options(scheme, cfg)
+	if err != nil {
+		log.Error(err, "Invalid manager settings")
+		os.Exit(1)
+	}
+	mgr, err := ctrl.NewManager(cfg, mopts)
 	if err != nil {
 		log.Error(err, "Failed to create the manager")
 		os.Exit(1)

@@ -27,9 +27,14 @@ func main() {
 		log.Error(err, "Failed to build the scheme")
 		os.Exit(1)
 	}
-	opts := f.Options(scheme)
+	cfg := ctrl.GetConfigOrDie()
+	opts, err := f.Options(scheme, cfg)
+	if err != nil {
+		log.Error(err, "Invalid manager settings")
+		os.Exit(1)
+	}
 	opts.Cache.ByObject = sidecar.CacheOptions().ByObject
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), opts)
+	mgr, err := ctrl.NewManager(cfg, opts)
 	if err != nil {
 		log.Error(err, "Failed to create the manager")
 		os.Exit(1)

@@ -2,10 +2,12 @@ package managerflags_test
 
 import (
 	"flag"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/pgpilot/pgpilot/internal/managerflags"
@@ -47,7 +49,10 @@ func TestOptionsWatchNamespaces(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv(managerflags.WatchNamespaceEnv, tc.env)
 			var f managerflags.Flags
-			opts := f.Options(nil)
+			opts, err := f.Options(nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
 			// cmp tells a nil map (all namespaces) from an empty one.
 			if diff := cmp.Diff(tc.want, opts.Cache.DefaultNamespaces); diff != "" {
 				t.Errorf("Cache.DefaultNamespaces (-want +got):\n%s", diff)
@@ -58,13 +63,15 @@ func TestOptionsWatchNamespaces(t *testing.T) {
 
 func TestOptionsFromFlags(t *testing.T) {
 	t.Setenv(managerflags.WatchNamespaceEnv, "")
-	var f managerflags.Flags
-	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
-	f.Register(fs, ":8080", ":8081", "pgpilot-sidecar")
-	if err := fs.Parse([]string{"--leader-elect", "--metrics-bind-address=0", "--leader-election-lease-duration=30s"}); err != nil {
+	t.Setenv(managerflags.PodNameEnv, "")
+	f := parse(t, "--leader-elect", "--metrics-bind-address=0", "--leader-election-lease-duration=30s")
+	opts, err := f.Options(nil, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	opts := f.Options(nil)
+	if opts.LeaderElectionResourceLockInterface != nil {
+		t.Errorf("without $%s the lock is controller-runtime's default, got one for %q", managerflags.PodNameEnv, opts.LeaderElectionResourceLockInterface.Identity())
+	}
 	type settings struct {
 		Metrics, Probe, LeaderElectionID string
 		LeaderElection, ReleaseOnCancel  bool
@@ -88,4 +95,42 @@ func TestOptionsFromFlags(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("options (-want +got):\n%s", diff)
 	}
+}
+
+func TestLeaderElectionIdentityIsThePodName(t *testing.T) {
+	t.Setenv(managerflags.PodNameEnv, "pgpilot-controller-manager-7d9f-abcde")
+	t.Setenv(managerflags.PodNamespaceEnv, "pgpilot-system")
+	f := parse(t, "--leader-elect")
+	opts, err := f.Options(nil, &rest.Config{Host: "https://127.0.0.1:6443"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock := opts.LeaderElectionResourceLockInterface
+	if lock == nil {
+		t.Fatal("no lock of its own: a restarted container would wait for its own Lease to expire")
+	}
+	if got, want := lock.Identity(), "pgpilot-controller-manager-7d9f-abcde"; got != want {
+		t.Errorf("identity %q, want the pod's name %q", got, want)
+	}
+	if got, want := lock.Describe(), "pgpilot-system/pgpilot-sidecar"; got != want {
+		t.Errorf("lock %q, want %q", got, want)
+	}
+
+	// Without a namespace, and not in a pod, it says what is missing.
+	t.Setenv(managerflags.PodNamespaceEnv, "")
+	if _, err := f.Options(nil, &rest.Config{Host: "https://127.0.0.1:6443"}); err == nil || !strings.Contains(err.Error(), managerflags.PodNamespaceEnv) {
+		t.Errorf("without a namespace: got %v, want an error naming $%s", err, managerflags.PodNamespaceEnv)
+	}
+}
+
+// parse registers the flags with the sidecar's defaults, as cmd/sidecar does, and parses args.
+func parse(t *testing.T, args ...string) *managerflags.Flags {
+	t.Helper()
+	var f managerflags.Flags
+	fs := flag.NewFlagSet("sidecar", flag.ContinueOnError)
+	f.Register(fs, ":8080", ":8081", "pgpilot-sidecar")
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return &f
 }
