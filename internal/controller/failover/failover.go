@@ -468,14 +468,13 @@ func (c *cycle) clearSwitchover(ctx context.Context) error {
 
 // label gives every pod the role label Label says, from the Lease as it is now.
 func (c *cycle) label(ctx context.Context) error {
-	holder := primarylease.Parse(c.lease).Holder
-	var errs []error
+	byName := make(map[string]*corev1.Pod, len(c.pods))
 	for i := range c.pods {
-		p := &c.pods[i]
-		role, change := Label(p, holder, find(c.instances, p.Name))
-		if !change {
-			continue
-		}
+		byName[c.pods[i].Name] = &c.pods[i]
+	}
+	var errs []error
+	for _, l := range Relabels(c.pods, primarylease.Parse(c.lease).Holder, c.instances) {
+		p, role := byName[l.Pod], l.Role
 		patch := client.MergeFrom(p.DeepCopy())
 		if p.Labels == nil {
 			p.Labels = map[string]string{}

@@ -82,3 +82,55 @@ func TestLabel(t *testing.T) {
 		})
 	}
 }
+
+func TestRelabelsJoinBeforeTheyLeave(t *testing.T) {
+	pods := func(ps ...*corev1.Pod) []corev1.Pod {
+		var out []corev1.Pod
+		for _, p := range ps {
+			out = append(out, *p)
+		}
+		return out
+	}
+	named := func(name string, i *Instance) Instance {
+		i.Name = name
+		return *i
+	}
+	cases := []struct {
+		name      string
+		pods      []corev1.Pod
+		holder    string
+		instances []Instance
+		want      []Relabel
+	}{
+		{
+			// One pass after the move: the old primary (listed first) is fenced only
+			// after the new one joined -rw, or -rw has no endpoint for a proxy sync.
+			name:   "handover: the new primary before the old one is fenced",
+			pods:   pods(newPod("db-0", withRole(dbv1.RolePrimary)), newPod("db-1", withRole(dbv1.RoleReplica)), newPod("db-2", withRole(dbv1.RoleReplica))),
+			holder: "db-1",
+			instances: []Instance{named("db-0", &Instance{}), named("db-1", seen(agentapi.RoleReplica, true)),
+				named("db-2", seen(agentapi.RoleReplica, true))},
+			want: []Relabel{{Pod: "db-1", Role: dbv1.RolePrimary}, {Pod: "db-0", Role: dbv1.RoleFenced}},
+		},
+		{
+			name:      "a rejoined replica and a fenced former primary",
+			pods:      pods(newPod("db-0", withRole(dbv1.RolePrimary)), newPod("db-2", withRole(dbv1.RoleFenced))),
+			holder:    "db-1",
+			instances: []Instance{named("db-2", seen(agentapi.RoleReplica, true))},
+			want:      []Relabel{{Pod: "db-2", Role: dbv1.RoleReplica}, {Pod: "db-0", Role: dbv1.RoleFenced}},
+		},
+		{
+			name:      "nothing to change",
+			pods:      pods(newPod("db-0", withRole(dbv1.RolePrimary)), newPod("db-1", withRole(dbv1.RoleReplica))),
+			holder:    "db-0",
+			instances: []Instance{named("db-0", seen(agentapi.RolePrimary, true)), named("db-1", seen(agentapi.RoleReplica, true))},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, Relabels(tc.pods, tc.holder, tc.instances)); diff != "" {
+				t.Errorf("Relabels (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
