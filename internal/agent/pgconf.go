@@ -154,8 +154,13 @@ func managed(in ConfInput) map[string]string {
 // managed settings a user parameter overrides them.
 var defaults = map[string]string{
 	// A standby whose primary vanished retries every 5 s by default: after a failover
-	// the other replicas would wait that long before following the new primary.
-	"wal_retrieve_retry_interval": "500ms",
+	// the other replicas would wait that long before following the new primary. The
+	// wait also follows every change of primary_conninfo (the receiver is stopped and
+	// counts as failed), so with 500 ms a standby re-pointed at a new primary streamed
+	// from it 0.45 s later (make chaos dumps); in synchronous mode the new primary's
+	// first commits wait for exactly that. A retry costs a process and a connection
+	// attempt, ten a second at most while no primary answers.
+	"wal_retrieve_retry_interval": "100ms",
 }
 
 // SynchronousStandbyNames is "FIRST k+1 (gate, standbys...)": the commit gate, always
