@@ -347,7 +347,7 @@ func wantStatefulSet() *appsv1.StatefulSet {
 							{Name: "PGPILOT_SECRETS", Value: "/etc/pgpilot/secrets"},
 						},
 						SecurityContext: restrictedContainerContext(),
-						StartupProbe:    agentProbe("/healthz", 10, 0, 360),
+						StartupProbe:    agentProbe("/healthz", 2, 0, 1800),
 						LivenessProbe:   agentProbe("/healthz", 10, 5, 3),
 						ReadinessProbe:  agentProbe("/readyz", 5, 3, 3),
 						VolumeMounts: []corev1.VolumeMount{
@@ -604,6 +604,7 @@ func TestServices(t *testing.T) {
 	}{
 		{name: name + "-rw", want: corev1.ServiceSpec{
 			Type: corev1.ServiceTypeClusterIP, Selector: roleSelector(name, "primary"), Ports: []corev1.ServicePort{postgresql},
+			PublishNotReadyAddresses: true,
 		}},
 		{name: name + "-ro", want: corev1.ServiceSpec{
 			Type: corev1.ServiceTypeClusterIP, Selector: roleSelector(name, "replica"), Ports: []corev1.ServicePort{postgresql},
