@@ -168,6 +168,14 @@ func primaryFailure(in Input) string {
 		return "" // its agent hands over and releases the Lease
 	}
 	st := i.Status
+	// Three crashes within a minute is a crash loop, even when the last restart is up
+	// for a moment: a primary that flaps would otherwise look healthy whenever an
+	// observation caught it between crashes (make chaos, crash-loop: once restarts got
+	// fast enough to reach ready, a minute of no writes until startTimeout). A handover
+	// in progress (gate draining) or a standby being promoted is left alone.
+	if st.RecentCrashes >= CrashLoop && st.Role != agentapi.RoleReplica && st.Gate != agentapi.GateDraining {
+		return withError(fmt.Sprintf("the primary %s crashed %d times within a minute", h, st.RecentCrashes), st.Error)
+	}
 	switch st.Role {
 	case agentapi.RolePrimary:
 		if st.Ready || st.Gate == agentapi.GateDraining {
@@ -182,8 +190,6 @@ func primaryFailure(in Input) string {
 	// Stopped or starting.
 	down := time.Duration(st.DownForMillis) * time.Millisecond
 	switch {
-	case st.RecentCrashes >= CrashLoop:
-		return withError(fmt.Sprintf("the primary %s crashed %d times within a minute", h, st.RecentCrashes), st.Error)
 	case in.SynchronousReplicas > 0:
 		// A synchronous standby has every acknowledged commit: nothing to wait for.
 		return withError(fmt.Sprintf("the primary %s is %s", h, st.Role), st.Error)

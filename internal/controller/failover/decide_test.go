@@ -120,6 +120,11 @@ func TestDecideHeld(t *testing.T) {
 			p.Status.Role, p.Status.Running, p.Status.Ready, p.Status.RecentCrashes = agentapi.RoleStopped, false, false, 3
 			return p
 		}(), standby("db-1", "0/1", false))), Revoke, "", "crashed 3 times"},
+		{"crash loop: failed even while the last restart is up for a moment", held(func() Instance {
+			p := primary("db-0")
+			p.Status.RecentCrashes, p.Status.FirstRecentCrashMillisAgo = 3, 3500
+			return p
+		}(), standby("db-1", "0/1", false)), Revoke, "", "crashed 3 times"},
 		{"crash loop: the delay counts from the first crash", held(func() Instance {
 			p := primary("db-0")
 			p.Status.Role, p.Status.Running, p.Status.Ready = agentapi.RoleStopped, false, false
