@@ -51,19 +51,32 @@ func (a *Agent) checkMajor(ctx context.Context) error {
 	if err != nil {
 		return nil // no data directory yet
 	}
-	out, err := exec.CommandContext(ctx, a.pg.bin("postgres"), "--version").Output()
+	bin, err := a.binMajor(ctx)
 	if err != nil {
-		return fmt.Errorf("running postgres --version: %w", err)
+		return err
 	}
-	fields := strings.Fields(string(out)) // "postgres (PostgreSQL) 15.10 (Debian 15.10-0+deb12u1)"
-	if len(fields) < 3 {
-		return fmt.Errorf("cannot read the version from %q", out)
-	}
-	bin := strings.SplitN(fields[2], ".", 2)[0]
 	if bin != data {
 		return fmt.Errorf("the data directory is PostgreSQL %s but this image runs PostgreSQL %s: in-place major version upgrades are not supported yet; set spec.version back to %q", data, bin, data)
 	}
 	return nil
+}
+
+// binMajor is the binaries' major version. The binaries do not change while the agent
+// runs, so it is read once; a failed read is tried again at the next start.
+func (a *Agent) binMajor(ctx context.Context) (string, error) {
+	if a.binVersion != "" {
+		return a.binVersion, nil
+	}
+	out, err := exec.CommandContext(ctx, a.pg.bin("postgres"), "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("running postgres --version: %w", err)
+	}
+	fields := strings.Fields(string(out)) // "postgres (PostgreSQL) 15.10 (Debian 15.10-0+deb12u1)"
+	if len(fields) < 3 {
+		return "", fmt.Errorf("cannot read the version from %q", out)
+	}
+	a.binVersion = strings.SplitN(fields[2], ".", 2)[0]
+	return a.binVersion, nil
 }
 
 func (a *Agent) confInput(role Role, upstream string) ConfInput {
@@ -93,7 +106,16 @@ func (a *Agent) confInput(role Role, upstream string) ConfInput {
 }
 
 // startInstance starts postgres in the role d gives it.
-func (a *Agent) startInstance(ctx context.Context, d Decision, view LeaseView) error {
+func (a *Agent) startInstance(ctx context.Context, d Decision, view LeaseView) (err error) {
+	// Every failed start counts towards a crash loop, whatever step failed: a start that
+	// fails before the postmaster runs (reading the data directory, the version check)
+	// must not leave an asynchronous primary waiting out spec.failover.startTimeout
+	// while the operator sees a single crash (make chaos, crash-loop: 65 s rounds).
+	defer func() {
+		if err != nil && ctx.Err() == nil {
+			a.crashed()
+		}
+	}()
 	if err := a.checkMajor(ctx); err != nil {
 		return err
 	}
@@ -108,17 +130,9 @@ func (a *Agent) startInstance(ctx context.Context, d Decision, view LeaseView) e
 	a.setState(nil, agentapi.RoleStarting, "")
 	if d.Act == StartPrimary {
 		a.initSync(a.lease.Record().Sync)
-		if err := a.startPrimary(ctx, state, view); err != nil {
-			a.crashed()
-			return err
-		}
-		return nil
+		return a.startPrimary(ctx, state, view)
 	}
-	if err := a.startStandby(ctx, state, d.Target); err != nil {
-		a.crashed()
-		return err
-	}
-	return nil
+	return a.startStandby(ctx, state, d.Target)
 }
 
 func (a *Agent) startPrimary(ctx context.Context, state DataState, view LeaseView) error {

@@ -66,6 +66,7 @@ type Agent struct {
 	lastErr       string
 	crashes       int         // consecutive failed steps, for the backoff
 	crashTimes    []time.Time // postmaster exits and failed starts
+	binVersion    string      // the binaries' major version, once read
 	downSince     time.Time
 	lastAct       Act
 	slotsDone     time.Time

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -445,4 +448,64 @@ func TestNewPrimaryKilledRightAfterFailover(t *testing.T) {
 		}
 		in.waitCount("t", 2, time.Minute)
 	}
+}
+
+// A primary whose restarts keep failing before a postmaster runs (here its data
+// directory cannot be read as one) is in a crash loop like one whose postmaster keeps
+// dying: in asynchronous mode the operator fails over after three failed starts, not
+// after spec.failover.startTimeout (set to ten minutes here, so that only the crash
+// count can explain a failover); once the fault is gone the old primary rejoins.
+func TestPrimaryWhoseStartsFailIsFailedOver(t *testing.T) {
+	c := newOperatedCluster(t, 3, func(p *dbv1.PostgresCluster) {
+		p.Spec.Failover.StartTimeout = &metav1.Duration{Duration: 10 * time.Minute}
+	})
+	startOperated(t, c)
+	old := c.instances[0]
+	if err := c.writeThroughRW("CREATE TABLE t AS SELECT generate_series(1, 10) AS id"); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range c.instances[1:] {
+		r.waitCount("t", 10, 30*time.Second)
+	}
+
+	version := filepath.Join(old.dir, "pgdata", "PG_VERSION")
+	aside := filepath.Join(old.dir, "PG_VERSION.aside")
+	if err := os.Rename(version, aside); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(old.postmasterPid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var next *instance
+	testutil.Eventually(t, 2*time.Minute, func() error {
+		next = c.readWrite()
+		if next == nil || next == old {
+			return fmt.Errorf("the read-write Service routes to %v", next)
+		}
+		return c.writeThroughRW("INSERT INTO t VALUES (11)")
+	})
+	if msg := c.eventMessage(dbv1.ReasonFailoverStarted); !strings.Contains(msg, "crashed 3 times") {
+		t.Errorf("FailoverStarted event %q, want it to name the crash loop", msg)
+	}
+
+	if err := os.Rename(aside, version); err != nil {
+		t.Fatal(err)
+	}
+	old.waitRole(agentapi.RoleReplica, 2, 2*time.Minute)
+	old.waitCount("t", 11, 30*time.Second)
+}
+
+// eventMessage is the message of the cluster's latest event with reason, "" when none.
+func (c *cluster) eventMessage(reason string) string {
+	var events corev1.EventList
+	if err := k8s.List(context.Background(), &events, client.InNamespace(c.namespace)); err != nil {
+		return ""
+	}
+	msg, last := "", time.Time{}
+	for _, e := range events.Items {
+		if e.Reason == reason && e.InvolvedObject.Name == c.name && !e.LastTimestamp.Time.Before(last) {
+			msg, last = e.Message, e.LastTimestamp.Time
+		}
+	}
+	return msg
 }
