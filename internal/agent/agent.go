@@ -65,7 +65,7 @@ type Agent struct {
 	lastHandover  *agentapi.Handover
 	lastErr       string
 	crashes       int         // consecutive failed steps, for the backoff
-	crashTimes    []time.Time // postmaster exits and failed starts
+	crashTimes    []crash     // postmaster exits and failed starts
 	binVersion    string      // the binaries' major version, once read
 	downSince     time.Time
 	lastAct       Act
@@ -202,12 +202,19 @@ func (a *Agent) setState(p *Process, role, upstream string) {
 }
 
 // crashed records a postmaster exit or a failed start.
+// crash is a postmaster exit or a failed start, and the Lease's term at that moment.
+type crash struct {
+	at   time.Time
+	term int32
+}
+
 func (a *Agent) crashed() {
+	term := a.lease.View().Term
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := time.Now()
-	a.crashTimes = append(a.crashTimes, now)
-	for len(a.crashTimes) > 0 && now.Sub(a.crashTimes[0]) > time.Minute {
+	a.crashTimes = append(a.crashTimes, crash{at: now, term: term})
+	for len(a.crashTimes) > 0 && now.Sub(a.crashTimes[0].at) > time.Minute {
 		a.crashTimes = a.crashTimes[1:]
 	}
 }
@@ -410,8 +417,13 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 		started := a.proc.Started
 		st.StartedAt = &started
 	}
+	// Only this term's crashes: they tell whether the instance can hold the role the
+	// Lease gives it now. A standby promoted right after a crash loop of its own as the
+	// previous primary would otherwise be failed at once for crashes of another role
+	// (make chaos, crash-loop: the third round's new primary had crashed 30 times in the
+	// first round, 30 s before, and every instance in turn was failed over).
 	for _, c := range a.crashTimes {
-		if ago := now.Sub(c); ago < time.Minute {
+		if ago := now.Sub(c.at); ago < time.Minute && c.term == view.Term {
 			st.RecentCrashes++
 			st.FirstRecentCrashMillisAgo = max(st.FirstRecentCrashMillisAgo, ago.Milliseconds())
 		}

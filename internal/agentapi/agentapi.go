@@ -100,7 +100,8 @@ type Status struct {
 	// FailsafeConfirmed is the last time this standby confirmed its primary to it while
 	// that primary could not reach the API server.
 	FailsafeConfirmed *FailsafeConfirmation `json:"failsafeConfirmed,omitempty"`
-	// RecentCrashes counts postmaster exits and failed starts in the last minute.
+	// RecentCrashes counts postmaster exits and failed starts in the last minute, in
+	// the Lease's current term (Term): crashes in an earlier role do not count.
 	RecentCrashes int `json:"recentCrashes,omitempty"`
 	// FirstRecentCrashMillisAgo is how long ago the oldest of RecentCrashes happened:
 	// how long a crash loop has lasted.
