@@ -64,9 +64,9 @@ type Agent struct {
 	failsafeGiven failsafeGiven
 	lastHandover  *agentapi.Handover
 	lastErr       string
-	crashes       int         // consecutive failed steps, for the backoff
-	crashTimes    []crash     // postmaster exits and failed starts
-	binVersion    string      // the binaries' major version, once read
+	crashes       int     // consecutive failed steps, for the backoff
+	crashTimes    []crash // postmaster exits and failed starts
+	binVersion    string  // the binaries' major version, once read
 	downSince     time.Time
 	lastAct       Act
 	slotsDone     time.Time
