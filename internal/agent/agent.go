@@ -146,6 +146,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		if p := a.process(); p != nil {
 			procDone = p.Done()
 		}
+		// A retry happens when its backoff ends, not at the next tick: in a crash loop
+		// the tick's slack added up to a second to every backoff.
+		var retry <-chan time.Time
+		var timer *time.Timer
+		if wait := time.Until(retryAt); wait > 0 {
+			timer = time.NewTimer(wait)
+			retry = timer.C
+		}
 		select {
 		case <-ctx.Done():
 			a.shutdown()
@@ -155,11 +163,19 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-a.wakeCh:
 			retryAt = time.Time{}
 		case <-procDone:
-			a.postmasterExited()
+			// The first crash in a minute restarts postgres at once, whatever backoff an
+			// earlier failed step left; a second one within the minute keeps it.
+			if a.postmasterExited() == 1 {
+				retryAt = time.Time{}
+			}
+		case <-retry:
 		case r := <-a.requests:
 			r.done <- a.handle(ctx, r.action)
 			retryAt = time.Time{}
 		case <-tick.C:
+		}
+		if timer != nil {
+			timer.Stop()
 		}
 	}
 }
@@ -208,7 +224,8 @@ type crash struct {
 	term int32
 }
 
-func (a *Agent) crashed() {
+// crashed records a crash and returns how many the last minute holds.
+func (a *Agent) crashed() int {
 	term := a.lease.View().Term
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -217,21 +234,25 @@ func (a *Agent) crashed() {
 	for len(a.crashTimes) > 0 && now.Sub(a.crashTimes[0].at) > time.Minute {
 		a.crashTimes = a.crashTimes[1:]
 	}
+	return len(a.crashTimes)
 }
 
-func (a *Agent) postmasterExited() {
+// postmasterExited handles an unexpected exit of the postmaster and returns how many
+// crashes the agent counted in the last minute, this one included.
+func (a *Agent) postmasterExited() int {
 	p := a.process()
 	a.log.Error(p.Err(), "Postgres exited unexpectedly; restarting it", "ranFor", time.Since(p.Started).Round(time.Millisecond).String())
 	p.killAll()
 	a.db.Reset()
 	a.stopGate()
-	a.crashed()
+	recent := a.crashed()
 	a.setState(nil, agentapi.RoleStopped, "")
 	if time.Since(p.Started) > time.Minute {
 		a.mu.Lock()
 		a.crashes = 0
 		a.mu.Unlock()
 	}
+	return recent
 }
 
 // observe reads what Decide needs.
