@@ -47,13 +47,16 @@ func (a *Agent) reloadClusterConfig(ctx context.Context, running bool, role, ups
 // checkMajor refuses a data directory of another major version than the binaries: no
 // in-place major upgrade exists yet, and postgres would refuse it less clearly.
 func (a *Agent) checkMajor(ctx context.Context) error {
-	data, err := a.pg.Major()
-	if err != nil {
-		return nil // no data directory yet
-	}
+	// The binaries' version first, even with no data directory yet: read at the first
+	// start, it is known at every restart after (a start that ran postgres --version
+	// again was one more process for a crash to kill).
 	bin, err := a.binMajor(ctx)
 	if err != nil {
 		return err
+	}
+	data, err := a.pg.Major()
+	if err != nil {
+		return nil // no data directory yet
 	}
 	if bin != data {
 		return fmt.Errorf("the data directory is PostgreSQL %s but this image runs PostgreSQL %s: in-place major version upgrades are not supported yet; set spec.version back to %q", data, bin, data)
