@@ -122,10 +122,19 @@ func Decide(in Input) Decision {
 		since = in.Now
 	}
 	// A crash loop is seen as one only at its CrashLoop-th crash, but the primary has
-	// been failing since its first: the delay counts from there.
+	// been failing since its first: the delay counts from there. Likewise a holder that
+	// neither answers nor renews is seen as failed only RenewingWithin after its last
+	// renewal, but has been failing since its next renewal was due (make chaos, freeze
+	// and network-cut: the delay counted from the detection, 2 to 3 s after the last
+	// renewal, and put the failover at 9 s; I2's wait, T + margin after that renewal,
+	// still bounds it from below).
 	if i := find(in.Instances, in.Lease.Holder); i != nil && i.Reachable && i.Status.RecentCrashes >= CrashLoop {
 		if first := in.Now.Add(-time.Duration(i.Status.FirstRecentCrashMillisAgo) * time.Millisecond); first.Before(since) {
 			since = first
+		}
+	} else if i != nil && !i.Reachable && !in.RenewSeen.IsZero() {
+		if due := in.RenewSeen.Add(primarylease.RenewInterval); due.Before(since) {
+			since = due
 		}
 	}
 	d := Decision{FailedSince: since}

@@ -79,7 +79,15 @@ func TestDecideHeld(t *testing.T) {
 		{"not bootstrapped: nothing to fail over", with(held(dead("db-0")), func(i *Input) { i.Lease.Bootstrapped = false }), None, "", "first primary"},
 		{"agent does not answer but renews the Lease: alive", with(held(dead("db-0"), standby("db-1", "0/5000000", false)),
 			func(i *Input) { i.RenewSeen = t0.Add(-time.Second) }), None, "", "is healthy"},
-		{"primary just failed: wait for the delay", held(dead("db-0"), standby("db-1", "0/5000000", false)), Wait, "", "failing over after 3s"},
+		{"primary just failed: wait for the delay", with(held(dead("db-0"), standby("db-1", "0/5000000", false)),
+			func(i *Input) { i.RenewSeen = t0.Add(-2500 * time.Millisecond) }), Wait, "", "failing over after 3s"},
+		{"silent since a renewal due longer than the delay ago: revoke at once", with(held(dead("db-0"), standby("db-1", "0/5000000", false)),
+			func(i *Input) { i.RenewSeen = t0.Add(-4500 * time.Millisecond) }), Revoke, "", "has not renewed the Lease for 4.5s"},
+		{"a primary that answers is failed from when it was seen failed, not from its renewal", with(held(func() Instance {
+			p := primary("db-0")
+			p.Status.Role = agentapi.RoleFenced
+			return p
+		}(), standby("db-1", "0/1", false)), func(i *Input) { i.RenewSeen = t0.Add(-time.Minute) }), Wait, "", "failing over after 3s"},
 		{"failed for the delay: revoke", failed(held(dead("db-0"), standby("db-1", "0/5000000", false))), Revoke, "", "does not answer"},
 		{"failover disabled", failed(with(held(dead("db-0"), standby("db-1", "0/1", false)), func(i *Input) { i.Enabled = false })), Blocked, "", "disabled"},
 		{"no replica answers: keep the Lease", failed(held(dead("db-0"), dead("db-1"))), Blocked, "", "no replica is running"},
