@@ -88,7 +88,8 @@ func New(cfg Config, cluster ClusterConfig, creds Credentials, lease LeaseSource
 	passfile := cfg.SocketDir + "/.pgpass-pgpilot"
 	return &Agent{
 		cfg: cfg, cluster: cluster, creds: creds, lease: lease, log: log,
-		pg:       &Postgres{BinDir: cfg.BinDir, PGData: cfg.PGData, Env: []string{"PGPASSFILE=" + passfile, "PGCONNECT_TIMEOUT=5"}},
+		pg: &Postgres{BinDir: cfg.BinDir, PGData: cfg.PGData, Env: []string{"PGPASSFILE=" + passfile, "PGCONNECT_TIMEOUT=5"},
+			SocketLock: fmt.Sprintf("%s/.s.PGSQL.%d.lock", cfg.SocketDir, cfg.Port)},
 		db:       &DB{SocketDir: cfg.SocketDir, Port: cfg.Port, User: creds.Superuser.Username},
 		http:     &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: time.Minute}},
 		requests: make(chan request),

@@ -26,6 +26,36 @@ type Postgres struct {
 	// Lock is the interlock on the volume (Interlock); postgres inherits it, so it is
 	// held as long as any of its processes lives.
 	Lock *os.File
+	// SocketLock is the lock file of postgres's Unix socket (<socket dir>/.s.PGSQL.<port>.lock).
+	SocketLock string
+}
+
+// removeStaleLocks removes postmaster.pid and the socket's lock file when no postgres of
+// this data directory can be running: the interlock is held (no other container's) and
+// no process of this container works in the data directory. PostgreSQL judges a lock
+// file stale only when no process has the PID it names, and a restarted container
+// starts a new PID namespace: the old postmaster's PID is soon some other process's
+// (a thread of the agent, say), and postgres then refuses to start, for good (make
+// chaos, container-kill: the pod never came back as a replica, "lock file
+// .s.PGSQL.5432.lock already exists", for five minutes).
+//
+// Processes of a postmaster just killed (Process.killAll) may take a moment to go: it
+// waits up to 2 s for them first, so that a restart right after a crash does not find
+// them still holding the shared memory.
+func (p *Postgres) removeStaleLocks(log func(file string)) {
+	for deadline := time.Now().Add(2 * time.Second); len(processesIn(p.PGData)) > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return
+		}
+	}
+	if p.Lock == nil {
+		return
+	}
+	for _, f := range []string{filepath.Join(p.PGData, "postmaster.pid"), p.SocketLock} {
+		if f != "" && os.Remove(f) == nil {
+			log(f)
+		}
+	}
 }
 
 // Interlock takes an exclusive flock on <PGDATA>.lock, waiting while another process
@@ -191,6 +221,8 @@ func (p *Postgres) BaseBackup(ctx context.Context, host string, port int, user s
 // Rewind makes a former primary's data directory follow the new primary at host.
 func (p *Postgres) Rewind(ctx context.Context, host string, port int, user string) (string, error) {
 	src := Conninfo(map[string]string{"host": host, "port": strconv.Itoa(port), "user": user, "dbname": "postgres", "connect_timeout": "5"})
+	// pg_rewind may run postgres in single-user mode, which checks postmaster.pid too.
+	p.removeStaleLocks(func(string) {})
 	out, err := p.run(ctx, "pg_rewind", "-D", p.PGData, "--source-server="+src)
 	if err != nil {
 		return "", err
@@ -291,7 +323,8 @@ type Process struct {
 
 // Start starts the postmaster as a child, its output going to the agent's own and the
 // last of it kept for error messages.
-func (p *Postgres) Start() (*Process, error) {
+func (p *Postgres) Start(staleLock func(file string)) (*Process, error) {
+	p.removeStaleLocks(staleLock)
 	cmd := exec.Command(p.bin("postgres"), "-D", p.PGData)
 	cmd.Env = append(os.Environ(), p.Env...)
 	tail := &tailBuffer{max: 8 << 10}

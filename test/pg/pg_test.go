@@ -8,7 +8,9 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -187,6 +189,48 @@ func TestCrashedPostmasterIsRestarted(t *testing.T) {
 		}
 		return nil
 	})
+	p.waitCount("t", 10, 10*time.Second)
+}
+
+// A container restarted after a kill starts a new PID namespace, where the dead
+// postmaster's PID soon belongs to another process. PostgreSQL then takes its lock files
+// for live ones and refuses to start, for good. The agent, which holds the volume's
+// interlock, removes them: here both name a live process that is not postgres, and the
+// instance comes back with its data.
+func TestStaleLockFilesOfADeadPostmasterAreRemoved(t *testing.T) {
+	c := newCluster(t, 1)
+	p := c.instances[0]
+	p.start()
+	p.waitRole(agentapi.RolePrimary, 1, upTimeout)
+	if err := p.exec("CREATE TABLE t AS SELECT generate_series(1, 10) AS id"); err != nil {
+		t.Fatal(err)
+	}
+	p.kill9()
+	pidFile := filepath.Join(p.dir, "pgdata", "postmaster.pid")
+	content, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatalf("a killed postmaster leaves its postmaster.pid: %v", err)
+	}
+	// A live process of postgres's OS user that is neither postgres nor its ancestor:
+	// PostgreSQL takes a lock naming its own, its parent's or its grandparent's PID, or
+	// another user's process, for stale.
+	other := exec.Command("sleep", "300")
+	other.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: pgUID, Gid: pgGID}}
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
+	live := strconv.Itoa(other.Process.Pid)
+	_, rest, _ := strings.Cut(string(content), "\n")
+	if err := os.WriteFile(pidFile, []byte(live+"\n"+rest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	socketLock := filepath.Join(p.dir, "run", ".s.PGSQL.5432.lock")
+	if err := os.WriteFile(socketLock, []byte(live+"\n"+filepath.Join(p.dir, "pgdata")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.start()
+	p.waitRole(agentapi.RolePrimary, 1, upTimeout)
 	p.waitCount("t", 10, 10*time.Second)
 }
 
