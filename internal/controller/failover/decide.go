@@ -53,6 +53,9 @@ type Input struct {
 	// RenewSeen is when the controller last saw the holder renew the Lease (or started
 	// watching it, when it never saw a renewal).
 	RenewSeen time.Time
+	// RenewObserved is true when RenewSeen is a renewal the controller saw happen, not
+	// the moment it first read the Lease.
+	RenewObserved bool
 	// VacantSince is when the controller first saw the Lease name no holder.
 	VacantSince time.Time
 	Now         time.Time
@@ -132,7 +135,7 @@ func Decide(in Input) Decision {
 		if first := in.Now.Add(-time.Duration(i.Status.FirstRecentCrashMillisAgo) * time.Millisecond); first.Before(since) {
 			since = first
 		}
-	} else if i != nil && !i.Reachable && !in.RenewSeen.IsZero() {
+	} else if i != nil && !i.Reachable && in.RenewObserved {
 		if due := in.RenewSeen.Add(primarylease.RenewInterval); due.Before(since) {
 			since = due
 		}

@@ -82,7 +82,9 @@ func TestDecideHeld(t *testing.T) {
 		{"primary just failed: wait for the delay", with(held(dead("db-0"), standby("db-1", "0/5000000", false)),
 			func(i *Input) { i.RenewSeen = t0.Add(-2500 * time.Millisecond) }), Wait, "", "failing over after 3s"},
 		{"silent since a renewal due longer than the delay ago: revoke at once", with(held(dead("db-0"), standby("db-1", "0/5000000", false)),
-			func(i *Input) { i.RenewSeen = t0.Add(-4500 * time.Millisecond) }), Revoke, "", "has not renewed the Lease for 4.5s"},
+			func(i *Input) { i.RenewSeen, i.RenewObserved = t0.Add(-4500*time.Millisecond), true }), Revoke, "", "has not renewed the Lease for 4.5s"},
+		{"silent since the controller first read the Lease: the delay counts from the detection", with(held(dead("db-0"), standby("db-1", "0/5000000", false)),
+			func(i *Input) { i.RenewSeen = t0.Add(-4500 * time.Millisecond) }), Wait, "", "failing over after 3s"},
 		{"a primary that answers is failed from when it was seen failed, not from its renewal", with(held(func() Instance {
 			p := primary("db-0")
 			p.Status.Role = agentapi.RoleFenced

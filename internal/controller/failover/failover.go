@@ -56,6 +56,9 @@ type memory struct {
 	// renewTime is the holder's last renewal seen, and renewSeen when it was seen.
 	renewTime time.Time
 	renewSeen time.Time
+	// renewObserved: renewTime changed at least once while watched (a renewal was seen,
+	// not only a Lease read for the first time).
+	renewObserved bool
 	// vacantTerm is the term in which the Lease was first seen vacant, at vacantSince.
 	vacantTerm  int32
 	vacantSince time.Time
@@ -184,6 +187,7 @@ func (c *cycle) noteRenewal(rec primarylease.Record) {
 	c.r.mu.Lock()
 	defer c.r.mu.Unlock()
 	if c.mem.renewSeen.IsZero() || !rec.RenewTime.Equal(c.mem.renewTime) {
+		c.mem.renewObserved = !c.mem.renewSeen.IsZero()
 		c.mem.renewTime, c.mem.renewSeen = rec.RenewTime, c.r.clock.Now()
 	}
 }
@@ -222,7 +226,7 @@ func (c *cycle) input(rec primarylease.Record) Input {
 		Lease: rec, Instances: c.instances, Enabled: c.cluster.FailoverEnabled(), Delay: c.cluster.FailoverDelay(),
 		StartTimeout: c.cluster.FailoverStartTimeout(), SynchronousReplicas: int(c.cluster.Spec.PostgreSQL.SynchronousReplicas),
 		Switchover: c.cluster.Annotations[dbv1.AnnotationSwitchoverTo], FailedSince: c.mem.failedSince,
-		RenewSeen: c.mem.renewSeen, VacantSince: c.mem.vacantSince, Now: c.r.clock.Now(),
+		RenewSeen: c.mem.renewSeen, RenewObserved: c.mem.renewObserved, VacantSince: c.mem.vacantSince, Now: c.r.clock.Now(),
 	}
 }
 
@@ -539,6 +543,7 @@ func (r *FailoverReconciler) leaseEvents() handler.TypedEventHandler[client.Obje
 				rec := primarylease.Parse(newL)
 				r.mu.Lock()
 				if !rec.RenewTime.Equal(mem.renewTime) {
+					mem.renewObserved = !mem.renewSeen.IsZero()
 					mem.renewTime, mem.renewSeen = rec.RenewTime, r.clock.Now()
 				}
 				r.mu.Unlock()
