@@ -381,9 +381,7 @@ func (a *Agent) reclone(ctx context.Context, host, primary string) error {
 // start starts postgres and waits until it accepts connections. The role stays
 // "starting" until the caller has finished what the role needs.
 func (a *Agent) start(ctx context.Context) error {
-	proc, err := a.pg.Start(func(file string) {
-		a.log.Info("Removed a stale lock file: no postgres of this data directory runs", "file", file)
-	})
+	proc, err := a.pg.Start()
 	if err != nil {
 		return err
 	}

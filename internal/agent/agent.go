@@ -89,7 +89,10 @@ func New(cfg Config, cluster ClusterConfig, creds Credentials, lease LeaseSource
 	return &Agent{
 		cfg: cfg, cluster: cluster, creds: creds, lease: lease, log: log,
 		pg: &Postgres{BinDir: cfg.BinDir, PGData: cfg.PGData, Env: []string{"PGPASSFILE=" + passfile, "PGCONNECT_TIMEOUT=5"},
-			SocketLock: fmt.Sprintf("%s/.s.PGSQL.%d.lock", cfg.SocketDir, cfg.Port)},
+			SocketLock: fmt.Sprintf("%s/.s.PGSQL.%d.lock", cfg.SocketDir, cfg.Port),
+			StaleLockRemoved: func(file string) {
+				log.Info("Removed a stale lock file: no postgres of this data directory runs", "file", file)
+			}},
 		db:       &DB{SocketDir: cfg.SocketDir, Port: cfg.Port, User: creds.Superuser.Username},
 		http:     &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: time.Minute}},
 		requests: make(chan request),
@@ -218,7 +221,6 @@ func (a *Agent) setState(p *Process, role, upstream string) {
 	}
 }
 
-// crashed records a postmaster exit or a failed start.
 // crash is a postmaster exit or a failed start, and the Lease's term at that moment.
 type crash struct {
 	at   time.Time

@@ -28,6 +28,8 @@ type Postgres struct {
 	Lock *os.File
 	// SocketLock is the lock file of postgres's Unix socket (<socket dir>/.s.PGSQL.<port>.lock).
 	SocketLock string
+	// StaleLockRemoved, when set, is told of every stale lock file removed.
+	StaleLockRemoved func(file string)
 }
 
 // removeStaleLocks removes postmaster.pid and the socket's lock file when no postgres of
@@ -42,7 +44,7 @@ type Postgres struct {
 // Processes of a postmaster just killed (Process.killAll) may take a moment to go: it
 // waits up to 2 s for them first, so that a restart right after a crash does not find
 // them still holding the shared memory.
-func (p *Postgres) removeStaleLocks(log func(file string)) {
+func (p *Postgres) removeStaleLocks() {
 	for deadline := time.Now().Add(2 * time.Second); len(processesIn(p.PGData)) > 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			return
@@ -52,8 +54,8 @@ func (p *Postgres) removeStaleLocks(log func(file string)) {
 		return
 	}
 	for _, f := range []string{filepath.Join(p.PGData, "postmaster.pid"), p.SocketLock} {
-		if f != "" && os.Remove(f) == nil {
-			log(f)
+		if f != "" && os.Remove(f) == nil && p.StaleLockRemoved != nil {
+			p.StaleLockRemoved(f)
 		}
 	}
 }
@@ -222,7 +224,7 @@ func (p *Postgres) BaseBackup(ctx context.Context, host string, port int, user s
 func (p *Postgres) Rewind(ctx context.Context, host string, port int, user string) (string, error) {
 	src := Conninfo(map[string]string{"host": host, "port": strconv.Itoa(port), "user": user, "dbname": "postgres", "connect_timeout": "5"})
 	// pg_rewind may run postgres in single-user mode, which checks postmaster.pid too.
-	p.removeStaleLocks(func(string) {})
+	p.removeStaleLocks()
 	out, err := p.run(ctx, "pg_rewind", "-D", p.PGData, "--source-server="+src)
 	if err != nil {
 		return "", err
@@ -323,8 +325,8 @@ type Process struct {
 
 // Start starts the postmaster as a child, its output going to the agent's own and the
 // last of it kept for error messages.
-func (p *Postgres) Start(staleLock func(file string)) (*Process, error) {
-	p.removeStaleLocks(staleLock)
+func (p *Postgres) Start() (*Process, error) {
+	p.removeStaleLocks()
 	cmd := exec.Command(p.bin("postgres"), "-D", p.PGData)
 	cmd.Env = append(os.Environ(), p.Env...)
 	tail := &tailBuffer{max: 8 << 10}

@@ -45,19 +45,23 @@ func (c *cluster) podRole(in *instance) string {
 	return pod.Labels[dbv1.LabelRole]
 }
 
-// hasEvent reports whether the cluster got an event with reason.
-func (c *cluster) hasEvent(reason string) bool {
-	var events corev1.EventList
-	if err := k8s.List(context.Background(), &events, client.InNamespace(c.namespace)); err != nil {
-		return false
+// events are the cluster's events with reason.
+func (c *cluster) events(reason string) []corev1.Event {
+	var list corev1.EventList
+	if err := k8s.List(context.Background(), &list, client.InNamespace(c.namespace)); err != nil {
+		return nil
 	}
-	for _, e := range events.Items {
+	var out []corev1.Event
+	for _, e := range list.Items {
 		if e.Reason == reason && e.InvolvedObject.Name == c.name {
-			return true
+			out = append(out, e)
 		}
 	}
-	return false
+	return out
 }
+
+// hasEvent reports whether the cluster got an event with reason.
+func (c *cluster) hasEvent(reason string) bool { return len(c.events(reason)) > 0 }
 
 // The operator fails over on its own: kill -9 of the primary (agent and postmaster),
 // a replica is promoted and the read-write Service routes to it, the other replica
@@ -497,13 +501,9 @@ func TestPrimaryWhoseStartsFailIsFailedOver(t *testing.T) {
 
 // eventMessage is the message of the cluster's latest event with reason, "" when none.
 func (c *cluster) eventMessage(reason string) string {
-	var events corev1.EventList
-	if err := k8s.List(context.Background(), &events, client.InNamespace(c.namespace)); err != nil {
-		return ""
-	}
 	msg, last := "", time.Time{}
-	for _, e := range events.Items {
-		if e.Reason == reason && e.InvolvedObject.Name == c.name && !e.LastTimestamp.Time.Before(last) {
+	for _, e := range c.events(reason) {
+		if !e.LastTimestamp.Time.Before(last) {
 			msg, last = e.Message, e.LastTimestamp.Time
 		}
 	}

@@ -182,13 +182,19 @@ func (c *cycle) ensureLease(ctx context.Context) (*coordinationv1.Lease, error) 
 	return nil, nil
 }
 
+// sawRenewal records renewTime as the holder's last renewal, seen at now; from the
+// second record on, a renewal was seen happen (renewObserved). The caller holds r.mu.
+func (m *memory) sawRenewal(renewTime, now time.Time) {
+	m.renewObserved = !m.renewSeen.IsZero()
+	m.renewTime, m.renewSeen = renewTime, now
+}
+
 // noteRenewal records when the holder's renewal was first seen (I2 measures from it).
 func (c *cycle) noteRenewal(rec primarylease.Record) {
 	c.r.mu.Lock()
 	defer c.r.mu.Unlock()
 	if c.mem.renewSeen.IsZero() || !rec.RenewTime.Equal(c.mem.renewTime) {
-		c.mem.renewObserved = !c.mem.renewSeen.IsZero()
-		c.mem.renewTime, c.mem.renewSeen = rec.RenewTime, c.r.clock.Now()
+		c.mem.sawRenewal(rec.RenewTime, c.r.clock.Now())
 	}
 }
 
@@ -543,8 +549,7 @@ func (r *FailoverReconciler) leaseEvents() handler.TypedEventHandler[client.Obje
 				rec := primarylease.Parse(newL)
 				r.mu.Lock()
 				if !rec.RenewTime.Equal(mem.renewTime) {
-					mem.renewObserved = !mem.renewSeen.IsZero()
-					mem.renewTime, mem.renewSeen = rec.RenewTime, r.clock.Now()
+					mem.sawRenewal(rec.RenewTime, r.clock.Now())
 				}
 				r.mu.Unlock()
 			}
