@@ -34,6 +34,11 @@ func archiveWAL(args []string) error {
 	if cluster.Backup == nil {
 		return nil
 	}
+	// A placeholder (internal/agent/timeline.go) names a timeline this cluster may use
+	// elsewhere: the archive keeps only real history files.
+	if agent.IsPlaceholderHistory(path) {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	err = func() error {

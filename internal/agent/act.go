@@ -157,7 +157,7 @@ func (a *Agent) startPrimary(ctx context.Context, state DataState, view LeaseVie
 		}
 		fresh = true
 	case DataStandby:
-		return a.startFormerStandby(ctx)
+		return a.startFormerStandby(ctx, view)
 	case DataPrimary:
 		if a.pg.Recovering() && a.cluster.Restore != nil {
 			a.log.Info("Resuming the recovery from the backup")
@@ -254,6 +254,17 @@ func (a *Agent) startStandby(ctx context.Context, state DataState, primary strin
 		// divergence point.
 		if err := a.waitPromoted(ctx, primary); err != nil {
 			return err
+		}
+		why, err := a.sameIDOtherHistory(ctx, host)
+		if err != nil {
+			return err
+		}
+		if why != "" {
+			a.log.Info("Cloning again: pg_rewind would take this data directory for one history with the primary's", "primary", primary, "why", why)
+			if err := a.reclone(ctx, host, primary); err != nil {
+				return err
+			}
+			return a.runStandby(ctx, primary)
 		}
 		a.log.Info("Rewinding a former primary to follow the new one", "primary", primary)
 		said, err := a.pg.Rewind(ctx, host, a.cfg.Port, a.creds.Replication.Username)
@@ -443,8 +454,9 @@ func (a *Agent) promote(ctx context.Context, view LeaseView) error {
 		return err
 	}
 	ruleTook := time.Since(start)
-	if err := a.db.Promote(ctx); err != nil {
-		return fmt.Errorf("promoting: %w", err)
+	timeline, err := a.promoteOnto(ctx, view)
+	if err != nil {
+		return err
 	}
 	promoted = true
 	promoteTook := time.Since(start) - ruleTook
@@ -455,7 +467,7 @@ func (a *Agent) promote(ctx context.Context, view LeaseView) error {
 	a.startGate()
 	a.kickLease()
 	a.setState(a.process(), agentapi.RolePrimary, "")
-	a.log.Info("Promoted", "took", time.Since(start).Round(time.Millisecond).String(),
+	a.log.Info("Promoted", "timeline", timeline, "took", time.Since(start).Round(time.Millisecond).String(),
 		"synchronousRuleTook", ruleTook.Round(time.Millisecond).String(), "pgPromoteTook", promoteTook.Round(time.Millisecond).String())
 	// Until its first checkpoint a promoted server's control file still names the old
 	// timeline, and pg_rewind (before PostgreSQL 16) then finds "no rewind required"
@@ -463,6 +475,24 @@ func (a *Agent) promote(ctx context.Context, view LeaseView) error {
 	a.checkpointAfterPromotion()
 	a.slotsDone = time.Time{}
 	return a.maintainPrimary(ctx)
+}
+
+// promoteOnto promotes the running standby onto the timeline the Lease reserved for
+// view's term (prepareTimeline) and returns it.
+func (a *Agent) promoteOnto(ctx context.Context, view LeaseView) (int64, error) {
+	timeline, err := a.prepareTimeline(ctx, view)
+	if err != nil {
+		return 0, err
+	}
+	if err := a.db.Promote(ctx); err != nil {
+		return 0, fmt.Errorf("promoting: %w", err)
+	}
+	if chose, err := a.db.CurrentTimeline(ctx); err == nil && chose != timeline {
+		// Only a history file that appeared after prepareTimeline looked can do this.
+		a.log.Error(nil, "The promotion chose another timeline than the one the Lease reserved", "chose", chose, "reserved", timeline)
+		timeline = chose
+	}
+	return timeline, nil
 }
 
 // checkpointAfterPromotion runs the first checkpoint on the new timeline in the
@@ -483,7 +513,7 @@ func (a *Agent) checkpointAfterPromotion() {
 // (make chaos, back-to-back: a new primary killed while it promoted). So it recovers
 // as a standby of nobody and is promoted: a new timeline, from which every other
 // instance rewinds or follows.
-func (a *Agent) startFormerStandby(ctx context.Context) error {
+func (a *Agent) startFormerStandby(ctx context.Context, view LeaseView) error {
 	a.log.Info("Starting a former replica as primary: recovering as a standby, then promoting it onto a new timeline")
 	if err := a.pg.WriteConfig(a.confInput(AsStandby, "")); err != nil {
 		return err
@@ -491,9 +521,11 @@ func (a *Agent) startFormerStandby(ctx context.Context) error {
 	if err := a.start(ctx); err != nil {
 		return err
 	}
-	if err := a.db.Promote(ctx); err != nil {
-		return fmt.Errorf("promoting: %w", err)
+	timeline, err := a.promoteOnto(ctx, view)
+	if err != nil {
+		return err
 	}
+	a.log.Info("Promoted", "timeline", timeline)
 	if err := a.pg.WriteConfig(a.confInput(AsPrimary, "")); err != nil {
 		return err
 	}

@@ -483,6 +483,24 @@ func (d *DB) Promote(ctx context.Context) error {
 	}
 }
 
+// CheckpointTimeline is the timeline of the last checkpoint (or restartpoint).
+func (d *DB) CheckpointTimeline(ctx context.Context) (int64, error) {
+	s, err := d.text(ctx, "SELECT timeline_id::text FROM pg_control_checkpoint()")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
+// CurrentTimeline is a primary's timeline: the one its WAL is written on.
+func (d *DB) CurrentTimeline(ctx context.Context) (int64, error) {
+	s, err := d.text(ctx, "SELECT substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(s, 16, 64)
+}
+
 // Checkpoint runs CHECKPOINT.
 func (d *DB) Checkpoint(ctx context.Context) error {
 	conn, err := d.connect(ctx)

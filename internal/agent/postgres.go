@@ -327,6 +327,9 @@ type Process struct {
 // last of it kept for error messages.
 func (p *Postgres) Start() (*Process, error) {
 	p.removeStaleLocks()
+	if err := p.removeUnusedPlaceholders(); err != nil {
+		return nil, fmt.Errorf("removing unused placeholder history files: %w", err)
+	}
 	cmd := exec.Command(p.bin("postgres"), "-D", p.PGData)
 	cmd.Env = append(os.Environ(), p.Env...)
 	tail := &tailBuffer{max: 8 << 10}

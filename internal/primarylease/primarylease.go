@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -36,6 +37,9 @@ const (
 	AnnotationHandover = "db.example.com/handover"
 	// AnnotationSynchronous is the synchronous set (JSON of a SyncSet).
 	AnnotationSynchronous = "db.example.com/synchronous"
+	// AnnotationTimeline is the timeline ID reserved for the promotion of the term's
+	// holder (a decimal number; see Record.Timeline).
+	AnnotationTimeline = "db.example.com/timeline"
 )
 
 // ErrNotHolder is returned by a change whose precondition on the holder or the term no
@@ -65,6 +69,11 @@ type Record struct {
 	// Archiving is the primary's archiving health, raw JSON owned by the backup
 	// controller.
 	Archiving string
+	// Timeline is the timeline ID the holder's promotion in this term takes, and no
+	// instance of the cluster is on a higher one: every Move reserves one above all it
+	// knows of, so no two promotions choose the same ID (docs/failover.md, "Timeline
+	// IDs"). 0 when none was recorded.
+	Timeline int64
 	// ResourceVersion of the Lease read.
 	ResourceVersion string
 }
@@ -122,6 +131,7 @@ func Parse(l *coordinationv1.Lease) Record {
 	r.Bootstrapped = a[dbv1.AnnotationBootstrapped] == "true"
 	r.FailoverBlocked = a[dbv1.AnnotationFailoverBlocked]
 	r.Archiving = a[dbv1.AnnotationArchiving]
+	r.Timeline, _ = strconv.ParseInt(a[AnnotationTimeline], 10, 64)
 	r.Handover = decode[Handover](a[AnnotationHandover])
 	r.Sync = decode[SyncSet](a[AnnotationSynchronous])
 	r.LastFailover = decode[dbv1.FailoverRecord](a[dbv1.AnnotationLastFailover])
@@ -210,10 +220,13 @@ func vacate(l *coordinationv1.Lease, h Handover) error {
 
 // Move makes to the holder in a new term, from a Lease in term (whatever its holder),
 // with sync as the synchronous set it starts with (nil in asynchronous mode) and rec,
-// when not nil, as the last failover.
-func Move(term int32, to string, sync *SyncSet, rec *dbv1.FailoverRecord) Change {
+// when not nil, as the last failover. It reserves the timeline of to's promotion: one
+// above both the last reservation and inUse, the highest timeline the caller saw any
+// instance on.
+func Move(term int32, to string, sync *SyncSet, rec *dbv1.FailoverRecord, inUse int64) Change {
 	return func(l *coordinationv1.Lease, now time.Time) error {
-		if Parse(l).Term != term {
+		r := Parse(l)
+		if r.Term != term {
 			return ErrNotHolder
 		}
 		t := metav1.NewMicroTime(now)
@@ -225,6 +238,7 @@ func Move(term int32, to string, sync *SyncSet, rec *dbv1.FailoverRecord) Change
 		l.Spec.LeaseDurationSeconds = &seconds
 		delete(l.Annotations, AnnotationHandover)
 		delete(l.Annotations, dbv1.AnnotationFailoverBlocked)
+		setTimeline(l, max(r.Timeline, inUse)+1)
 		if err := setJSON(l, AnnotationSynchronous, sync); err != nil {
 			return err
 		}
@@ -233,6 +247,27 @@ func Move(term int32, to string, sync *SyncSet, rec *dbv1.FailoverRecord) Change
 		}
 		return nil
 	}
+}
+
+// ReserveTimeline is the holder in term reserving a timeline for its promotion above
+// inUse, the highest it knows of, when the Lease's reservation is not (the agent's
+// own history files name a higher one: a promotion of its own cut short, or a Lease
+// written before reservations existed).
+func ReserveTimeline(holder string, term int32, inUse int64) Change {
+	return func(l *coordinationv1.Lease, _ time.Time) error {
+		r := Parse(l)
+		if r.Holder != holder || r.Term != term {
+			return ErrNotHolder
+		}
+		if r.Timeline <= inUse {
+			setTimeline(l, inUse+1)
+		}
+		return nil
+	}
+}
+
+func setTimeline(l *coordinationv1.Lease, id int64) {
+	metav1.SetMetaDataAnnotation(&l.ObjectMeta, AnnotationTimeline, strconv.FormatInt(id, 10))
 }
 
 // SetAnnotation sets (or with "" removes) one of the operator's annotations.

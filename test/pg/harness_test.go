@@ -333,9 +333,18 @@ func (c *cluster) setLease(pod string, bootstrapped bool) {
 		if r := primarylease.Parse(l); r.Holder == pod {
 			return nil
 		}
-		return primarylease.Move(primarylease.Parse(l).Term, pod, nil, nil)(l, now)
+		return primarylease.Move(primarylease.Parse(l).Term, pod, nil, nil, 0)(l, now)
 	})
 	if err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// setLeaseAnnotation sets one annotation of the primary Lease.
+func (c *cluster) setLeaseAnnotation(key, value string) {
+	c.t.Helper()
+	store := primarylease.ClientsetStore{Client: kube, Namespace: c.namespace, Name: c.name + "-primary"}
+	if _, err := primarylease.Apply(context.Background(), store, nil, time.Now, primarylease.SetAnnotation(key, value)); err != nil {
 		c.t.Fatal(err)
 	}
 }
@@ -536,6 +545,23 @@ func (in *instance) count(table string) (int64, error) {
 	var n int64
 	err = conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&n)
 	return n, err
+}
+
+// countWhere counts table's rows that match where.
+func (in *instance) countWhere(table, where string) int64 {
+	in.c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := in.conn(ctx)
+	if err != nil {
+		in.c.t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var n int64
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()+" WHERE "+where).Scan(&n); err != nil {
+		in.c.t.Fatal(err)
+	}
+	return n
 }
 
 // waitCount waits until the instance has n rows in table.

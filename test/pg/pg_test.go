@@ -165,6 +165,79 @@ func TestStoppedStandbyNamedPrimaryStartsANewTimeline(t *testing.T) {
 	old.waitCount("t", 55, 30*time.Second)
 }
 
+// Two promotions never choose one timeline ID. A was promoted (timeline 2) and wrote,
+// then died; B, stopped before A's promotion, never saw A's history file and is
+// promoted in its place. PostgreSQL alone would name B's timeline 2 as well (one above
+// the newest history file B has), and pg_rewind would then find A and B "on the same
+// timeline" and rewind nothing: A would follow B from a position in its own WAL, not
+// B's (make chaos, back-to-back). The Lease reserves 3 for B's term; A rewinds onto it
+// and loses the rows only it had.
+//
+// With collide, the test writes the Lease's reservation down to 2, as a Lease written
+// before reservations existed would have it: both promotions choose 2, and A's agent
+// must see that their histories of timeline 2 differ and clone A again.
+func TestTwoPromotionsNeverChooseOneTimeline(t *testing.T) {
+	for _, collide := range []bool{false, true} {
+		t.Run(fmt.Sprintf("collide=%v", collide), func(t *testing.T) { twoPromotions(t, collide) })
+	}
+}
+
+func twoPromotions(t *testing.T, collide bool) {
+	c := newCluster(t, 3)
+	c.startAll()
+	p, a, b := c.instances[0], c.instances[1], c.instances[2]
+	for _, sql := range []string{
+		"CREATE TABLE t (id bigserial PRIMARY KEY, v text)",
+		"INSERT INTO t (v) SELECT 'all' FROM generate_series(1, 50)",
+	} {
+		if err := p.exec(sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.waitCount("t", 50, 30*time.Second)
+	b.stop()
+	// A receives WAL that B lacks: the two promotions leave timeline 1 at different
+	// positions, so their history files of the next timeline differ.
+	if err := p.exec("INSERT INTO t (v) SELECT 'p' FROM generate_series(1, 10)"); err != nil {
+		t.Fatal(err)
+	}
+	a.waitCount("t", 60, 30*time.Second)
+	p.kill9()
+
+	c.setLease(a.pod, true)
+	a.waitRole(agentapi.RolePrimary, 2, upTimeout)
+	if err := a.exec("INSERT INTO t (v) SELECT 'a' FROM generate_series(1, 7)"); err != nil {
+		t.Fatalf("write on A: %v", err)
+	}
+	a.kill9()
+
+	c.setLease(b.pod, true)
+	want := int64(3)
+	if collide {
+		c.setLeaseAnnotation(primarylease.AnnotationTimeline, "2")
+		want = 2
+	}
+	b.start()
+	b.waitRole(agentapi.RolePrimary, want, upTimeout)
+	if err := b.exec("INSERT INTO t (v) SELECT 'b' FROM generate_series(1, 5)"); err != nil {
+		t.Fatalf("write on B: %v", err)
+	}
+
+	a.start()
+	a.waitRole(agentapi.RoleReplica, want, upTimeout)
+	a.waitCount("t", 55, 30*time.Second)
+	if n := a.countWhere("t", "v = 'a'"); n != 0 {
+		t.Errorf("A kept %d rows it wrote on its own timeline after following B", n)
+	}
+	if err := b.exec("INSERT INTO t (v) VALUES ('later')"); err != nil {
+		t.Fatal(err)
+	}
+	a.waitCount("t", 56, 30*time.Second)
+	if collide && !strings.Contains(a.log.String(), "Cloning again: pg_rewind would take this data directory for one history") {
+		t.Errorf("A's agent did not say why it cloned again; its log ends:\n%s", lastBytes(a.log.Bytes(), 3000))
+	}
+}
+
 // A postmaster that dies (kill -9, the agent alive) is restarted by the agent, as the
 // same primary, with its data.
 func TestCrashedPostmasterIsRestarted(t *testing.T) {

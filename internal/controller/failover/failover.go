@@ -406,7 +406,7 @@ func (c *cycle) move(ctx context.Context, rec primarylease.Record, in Input, d D
 		failover = &dbv1.FailoverRecord{From: from, To: d.Target, Time: metav1.NewTime(c.r.clock.Now()),
 			Duration: c.r.clock.Since(since).Round(time.Millisecond).String(), Reason: d.Reason}
 	}
-	l, err := c.apply(ctx, primarylease.Move(rec.Term, d.Target, sync, failover))
+	l, err := c.apply(ctx, primarylease.Move(rec.Term, d.Target, sync, failover, timelineInUse(rec, c.instances)))
 	if err != nil {
 		return fmt.Errorf("moving the primary Lease to %s: %w", d.Target, err)
 	}
@@ -435,6 +435,21 @@ func (c *cycle) move(ctx context.Context, rec primarylease.Record, in Input, d D
 		return c.clearSwitchover(ctx)
 	}
 	return nil
+}
+
+// timelineInUse is the highest timeline ID the last handover or any instance's agent
+// reported: the Lease's reservation for the next promotion goes above it.
+func timelineInUse(rec primarylease.Record, instances []Instance) int64 {
+	var highest int64
+	if rec.Handover != nil {
+		highest = rec.Handover.Timeline
+	}
+	for _, in := range instances {
+		if in.Reachable {
+			highest = max(highest, in.Status.Timeline)
+		}
+	}
+	return highest
 }
 
 // promote asks the new holder's agent to promote, in the background: the agent would on

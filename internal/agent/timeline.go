@@ -1,0 +1,265 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgpilot/pgpilot/internal/primarylease"
+)
+
+// Timeline IDs (docs/failover.md, "Timeline IDs"). PostgreSQL names a promoted
+// server's new timeline one above the newest it can find a history file for, in its
+// own pg_wal (and its archive, which a cluster need not have). Two promotions that
+// never saw each other's history files therefore choose the same ID: a standby killed
+// while it was promoted and started again as primary chose 21, and the standby
+// promoted in its place, which had never seen that 00000015.history, chose 21 too
+// (make chaos, back-to-back). pg_rewind then takes the two for one history ("same
+// timeline, no rewind required"), and the former primary follows WAL that is not a
+// continuation of its own.
+//
+// So the primary Lease reserves the ID of each term's promotion, above every one in
+// use, and the promoting agent makes PostgreSQL choose it: it places a placeholder
+// history file for every missing ID below the reserved one, since PostgreSQL only
+// checks that a history file exists.
+//
+// A placeholder holds only a comment. PostgreSQL reads it as a timeline that is no
+// child of the one the standby replays, so a running standby's search for a newer
+// timeline passes over it ("new timeline is not a child", a LOG line) and the
+// promotion branches from the timeline really replayed. A start whose newest history
+// file were a placeholder would refuse to recover ("requested timeline is not a child
+// of this server's history"): placeholders with no real history file above them are
+// removed before every start (Postgres.removeUnusedPlaceholders).
+
+// placeholderMark begins every placeholder history file.
+const placeholderMark = "# pgpilot: timeline reserved"
+
+var historyName = regexp.MustCompile(`^([0-9A-F]{8})\.history$`)
+
+// historyFiles lists the timeline IDs of pg_wal's history files, each with whether it
+// is a placeholder.
+func (p *Postgres) historyFiles() (map[int64]bool, error) {
+	dir := filepath.Join(p.PGData, "pg_wal")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	ids := map[int64]bool{}
+	for _, e := range entries {
+		m := historyName.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		id, err := strconv.ParseInt(m[1], 16, 64)
+		if err != nil {
+			continue
+		}
+		ids[id] = isPlaceholder(filepath.Join(dir, e.Name()))
+	}
+	return ids, nil
+}
+
+// isPlaceholder reports whether the history file at path is a placeholder.
+func isPlaceholder(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head := make([]byte, len(placeholderMark))
+	n, _ := f.Read(head)
+	return bytes.Equal(head[:n], []byte(placeholderMark))
+}
+
+// IsPlaceholderHistory reports whether the WAL file at path is a placeholder history
+// file: the archiver never stores one.
+func IsPlaceholderHistory(path string) bool {
+	return historyName.MatchString(filepath.Base(path)) && isPlaceholder(path)
+}
+
+func historyPath(pgdata string, id int64) string {
+	return filepath.Join(pgdata, "pg_wal", fmt.Sprintf("%08X.history", id))
+}
+
+// NewestTimeline is the highest timeline ID of a real history file in pg_wal (1 when
+// there is none).
+func (p *Postgres) NewestTimeline() (int64, error) {
+	ids, err := p.historyFiles()
+	if err != nil {
+		return 0, err
+	}
+	newest := int64(1)
+	for id, placeholder := range ids {
+		if !placeholder {
+			newest = max(newest, id)
+		}
+	}
+	return newest, nil
+}
+
+// ReserveTimelines places a placeholder history file for every ID after from and
+// before next that has none, so that a promotion recovering on timeline from or later
+// chooses next.
+func (p *Postgres) ReserveTimelines(from, next int64) error {
+	ids, err := p.historyFiles()
+	if err != nil {
+		return err
+	}
+	for id := max(from+1, 2); id < next; id++ {
+		if _, ok := ids[id]; ok {
+			continue
+		}
+		body := fmt.Sprintf("%s for another promotion of this cluster; this instance never ran on timeline %d\n", placeholderMark, id)
+		if err := writeFileSync(historyPath(p.PGData, id), []byte(body)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// removeUnusedPlaceholders removes the placeholders above the newest real history
+// file: no promotion used them, and a start would find one as the newest timeline.
+func (p *Postgres) removeUnusedPlaceholders() error {
+	ids, err := p.historyFiles()
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	newest, _ := p.NewestTimeline()
+	for id, placeholder := range ids {
+		if placeholder && id > newest {
+			if err := os.Remove(historyPath(p.PGData, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// writeFileSync writes a new file through a temporary one, synced, so that a crash
+// leaves either none or the whole of it.
+func writeFileSync(path string, body []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(body); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// prepareTimeline makes the promotion of this instance in view's term choose the
+// timeline the Lease reserved for it, reserving a higher one first when this
+// instance's own history files reach the reservation (a promotion of its own that was
+// cut short, or a Lease written before reservations existed). It returns the ID the
+// promotion will choose. It fails, and the promotion with it, when the Lease moved on.
+func (a *Agent) prepareTimeline(ctx context.Context, view LeaseView) (int64, error) {
+	checkpointTLI, err := a.db.CheckpointTimeline(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("reading the checkpoint's timeline: %w", err)
+	}
+	newest, err := a.pg.NewestTimeline()
+	if err != nil {
+		return 0, err
+	}
+	inUse := max(newest, checkpointTLI)
+	rec := a.lease.Record()
+	if rec.Holder != a.cfg.PodName || rec.Term != view.Term {
+		return 0, primarylease.ErrNotHolder
+	}
+	if rec.Timeline <= inUse {
+		if err := a.lease.Apply(ctx, primarylease.ReserveTimeline(a.cfg.PodName, view.Term, inUse)); err != nil {
+			return 0, fmt.Errorf("reserving a timeline above %d: %w", inUse, err)
+		}
+		a.log.Info("Reserved a timeline above this instance's own", "timeline", a.lease.Record().Timeline, "leaseHad", rec.Timeline)
+		rec = a.lease.Record()
+	}
+	if err := a.pg.ReserveTimelines(checkpointTLI, rec.Timeline); err != nil {
+		return 0, fmt.Errorf("placing the history files below timeline %d: %w", rec.Timeline, err)
+	}
+	return rec.Timeline, nil
+}
+
+// sameIDOtherHistory reports why the data directory and the postgres at host must not
+// be taken for one history although they are on the same timeline ID: their history
+// files for it differ, so two promotions chose the ID (a Lease written before
+// reservations existed, or a cluster restored twice). pg_rewind compares only the IDs
+// and would answer "no rewind required". It returns "" when they agree, or are on
+// different IDs (pg_rewind compares the histories then).
+func (a *Agent) sameIDOtherHistory(ctx context.Context, host string) (string, error) {
+	cd, err := a.pg.ControlData(ctx)
+	if err != nil {
+		return "", err
+	}
+	if cd.Timeline <= 1 {
+		return "", nil
+	}
+	source, history, err := peerTimeline(ctx, host, a.cfg.Port, a.creds.Replication, cd.Timeline)
+	if err != nil {
+		return "", fmt.Errorf("asking %s for its timeline: %w", host, err)
+	}
+	if source != cd.Timeline {
+		return "", nil
+	}
+	own, err := os.ReadFile(historyPath(a.pg.PGData, cd.Timeline))
+	if err != nil {
+		return "", fmt.Errorf("reading this instance's history file of timeline %d: %w", cd.Timeline, err)
+	}
+	if bytes.Equal(own, history) {
+		return "", nil
+	}
+	return fmt.Sprintf("both are on timeline %d, but their histories of it differ (this instance: %q; the primary: %q)",
+		cd.Timeline, lastLines(own, 1), lastLines(history, 1)), nil
+}
+
+// peerTimeline asks the postgres at host, over a replication connection as cred, for
+// its timeline ID and, when that is tli, its history file of it.
+func peerTimeline(ctx context.Context, host string, port int, cred Credential, tli int64) (int64, []byte, error) {
+	cfg, err := pgconn.ParseConfig("")
+	if err != nil {
+		return 0, nil, err
+	}
+	cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = host, uint16(port), cred.Username, cred.Password, ""
+	cfg.RuntimeParams["replication"] = "true"
+	cfg.RuntimeParams["application_name"] = "pgpilot-agent"
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer conn.Close(context.Background())
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return 0, nil, fmt.Errorf("IDENTIFY_SYSTEM: %w", err)
+	}
+	if int64(sys.Timeline) != tli {
+		return int64(sys.Timeline), nil, nil
+	}
+	h, err := pglogrepl.TimelineHistory(ctx, conn, int32(tli))
+	if err != nil {
+		return 0, nil, fmt.Errorf("TIMELINE_HISTORY %d: %w", tli, err)
+	}
+	return tli, h.Content, nil
+}
