@@ -29,9 +29,7 @@ func BenchmarkBackupRestore(b *testing.B) {
 	c := backedUpCluster(b, s, 2)
 	c.startAll()
 	p, r := c.instances[0], c.instances[1]
-	if err := p.exec("CREATE TABLE big AS SELECT g AS id, md5(g::text) || repeat('x', 150) AS pad FROM generate_series(1, 1000000) g"); err != nil {
-		b.Fatal(err)
-	}
+	p.mustExec("CREATE TABLE big AS SELECT g AS id, md5(g::text) || repeat('x', 150) AS pad FROM generate_series(1, 1000000) g")
 	r.waitRoleB(b, agentapi.RoleReplica, 1)
 	ctx := context.Background()
 	st := s.open(b, c.name)

@@ -206,12 +206,8 @@ func TestBackupAndPointInTimeRestore(t *testing.T) {
 	c := backedUpCluster(t, s, 2)
 	c.startAll()
 	p, r := c.instances[0], c.instances[1]
-	if err := p.exec("CREATE TABLE t (id bigint PRIMARY KEY)"); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.exec("INSERT INTO t SELECT generate_series(1, 100)"); err != nil {
-		t.Fatal(err)
-	}
+	p.mustExec("CREATE TABLE t (id bigint PRIMARY KEY)")
+	p.mustExec("INSERT INTO t SELECT generate_series(1, 100)")
 	r.waitCount("t", 100, 30*time.Second)
 
 	b := r.takeBackup("b1")
@@ -223,15 +219,11 @@ func TestBackupAndPointInTimeRestore(t *testing.T) {
 		t.Fatalf("the store lists %+v, %v; want b1 taken on %s", infos, err, r.pod)
 	}
 
-	if err := p.exec("INSERT INTO t SELECT generate_series(101, 200)"); err != nil {
-		t.Fatal(err)
-	}
+	p.mustExec("INSERT INTO t SELECT generate_series(101, 200)")
 	time.Sleep(1100 * time.Millisecond) // commit timestamps have microseconds; keep them well apart anyway
 	target := time.Now().UTC()
 	time.Sleep(1100 * time.Millisecond)
-	if err := p.exec("INSERT INTO t SELECT generate_series(201, 300)"); err != nil {
-		t.Fatal(err)
-	}
+	p.mustExec("INSERT INTO t SELECT generate_series(201, 300)")
 	p.archiveNow()
 
 	restored := restoredCluster(t, s, c, 2, agent.RestoreConfig{TargetTime: target.Format(time.RFC3339Nano)})
@@ -259,23 +251,15 @@ func TestRestoreAfterFailover(t *testing.T) {
 	c := backedUpCluster(t, s, 2)
 	c.startAll()
 	p, r := c.instances[0], c.instances[1]
-	if err := p.exec("CREATE TABLE t (id bigint PRIMARY KEY)"); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.exec("INSERT INTO t SELECT generate_series(1, 100)"); err != nil {
-		t.Fatal(err)
-	}
+	p.mustExec("CREATE TABLE t (id bigint PRIMARY KEY)")
+	p.mustExec("INSERT INTO t SELECT generate_series(1, 100)")
 	if b := p.takeBackup("before-failover"); b.Phase != agentapi.BackupCompleted {
 		t.Fatalf("backup: %+v", b)
 	}
-	if err := p.exec("INSERT INTO t SELECT generate_series(101, 150)"); err != nil {
-		t.Fatal(err)
-	}
+	p.mustExec("INSERT INTO t SELECT generate_series(101, 150)")
 	r.waitCount("t", 150, 30*time.Second)
 	c.failOver(p, r, 2)
-	if err := r.exec("INSERT INTO t SELECT generate_series(151, 200)"); err != nil {
-		t.Fatal(err)
-	}
+	r.mustExec("INSERT INTO t SELECT generate_series(151, 200)")
 	r.archiveNow()
 	objs, err := s.open(t, c.name).List(context.Background(), "wal/00000002.history")
 	if err != nil || len(objs) != 1 {
@@ -359,13 +343,9 @@ func TestRetentionPrunesBackupsAndWAL(t *testing.T) {
 	if b := p.takeBackup("old"); b.Phase != agentapi.BackupCompleted {
 		t.Fatalf("backup: %+v", b)
 	}
-	if err := p.exec("CREATE TABLE t (id int)"); err != nil {
-		t.Fatal(err)
-	}
+	p.mustExec("CREATE TABLE t (id int)")
 	for range 3 {
-		if err := p.exec("INSERT INTO t VALUES (1)"); err != nil {
-			t.Fatal(err)
-		}
+		p.mustExec("INSERT INTO t VALUES (1)")
 		p.archiveNow()
 	}
 	if b := p.takeBackup("new"); b.Phase != agentapi.BackupCompleted {
@@ -414,17 +394,13 @@ func TestWALThePrimaryCouldNotArchiveIsArchivedByTheReplica(t *testing.T) {
 	c := backedUpCluster(t, s, 2)
 	c.startAll()
 	p, r := c.instances[0], c.instances[1]
-	if err := p.exec("CREATE TABLE t (id bigint PRIMARY KEY)"); err != nil {
-		t.Fatal(err)
-	}
+	p.mustExec("CREATE TABLE t (id bigint PRIMARY KEY)")
 	if b := r.takeBackup("base"); b.Phase != agentapi.BackupCompleted {
 		t.Fatalf("backup: %+v", b)
 	}
 	s.srv.Stop()
 	for i := range 3 {
-		if err := p.exec("INSERT INTO t SELECT generate_series($1::bigint, $1::bigint + 99)", int64(i*100+1)); err != nil {
-			t.Fatal(err)
-		}
+		p.mustExec("INSERT INTO t SELECT generate_series($1::bigint, $1::bigint + 99)", int64(i*100+1))
 		if err := p.superExec("SELECT pg_switch_wal()"); err != nil {
 			t.Fatal(err)
 		}
@@ -433,9 +409,7 @@ func TestWALThePrimaryCouldNotArchiveIsArchivedByTheReplica(t *testing.T) {
 	p.kill9() // before the store is back: it never archives those segments
 	s.srv.Restart(t)
 	c.failOver(p, r, 2)
-	if err := r.exec("INSERT INTO t SELECT generate_series(301, 350)"); err != nil {
-		t.Fatal(err)
-	}
+	r.mustExec("INSERT INTO t SELECT generate_series(301, 350)")
 	r.archiveNow()
 
 	wantRange(t, restoreOne(t, s, c, agent.RestoreConfig{}, 3).rows("t"), 1, 350)
@@ -480,16 +454,12 @@ func TestBackupToAVolume(t *testing.T) {
 	c.setConfig("backup", agent.BackupConfig{Store: agent.StoreConfig{Directory: dir, Prefix: c.name}})
 	c.startAll()
 	p, r := c.instances[0], c.instances[1]
-	if err := p.exec("CREATE TABLE t AS SELECT generate_series(1, 500) AS id"); err != nil {
-		t.Fatal(err)
-	}
+	p.mustExec("CREATE TABLE t AS SELECT generate_series(1, 500) AS id")
 	r.waitCount("t", 500, 30*time.Second)
 	if b := r.takeBackup("on-a-volume"); b.Phase != agentapi.BackupCompleted || !strings.HasPrefix(b.Location, dir) {
 		t.Fatalf("backup: %+v", b)
 	}
-	if err := p.exec("INSERT INTO t SELECT generate_series(501, 600)"); err != nil {
-		t.Fatal(err)
-	}
+	p.mustExec("INSERT INTO t SELECT generate_series(501, 600)")
 	p.archiveNow()
 	restored := newCluster(t, 1)
 	restored.setConfig("restore", agent.RestoreConfig{Store: agent.StoreConfig{Directory: dir, Prefix: c.name}})

@@ -22,17 +22,13 @@ func BenchmarkFailover(b *testing.B) {
 	c := newCluster(b, 3)
 	c.startAll()
 	timeline := int64(1)
-	if err := c.instances[0].exec("CREATE TABLE t (id bigserial PRIMARY KEY, at timestamptz DEFAULT now())"); err != nil {
-		b.Fatal(err)
-	}
+	c.instances[0].mustExec("CREATE TABLE t (id bigserial PRIMARY KEY, at timestamptz DEFAULT now())")
 	var promote, follow, rejoin []time.Duration
 	primary := 0
 	b.ResetTimer()
 	for range b.N {
 		old, next, other := c.instances[primary], c.instances[(primary+1)%3], c.instances[(primary+2)%3]
-		if err := old.exec("INSERT INTO t DEFAULT VALUES"); err != nil {
-			b.Fatal(err)
-		}
+		old.mustExec("INSERT INTO t DEFAULT VALUES")
 		old.kill9()
 		c.setLease(next.pod, true)
 		start := time.Now()

@@ -534,6 +534,14 @@ func (in *instance) exec(sql string, args ...any) error {
 	return err
 }
 
+// mustExec runs sql on the instance and ends the test if it fails.
+func (in *instance) mustExec(sql string, args ...any) {
+	in.c.t.Helper()
+	if err := in.exec(sql, args...); err != nil {
+		in.c.t.Fatalf("%s: %s: %v", in.pod, sql, err)
+	}
+}
+
 func (in *instance) count(table string) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

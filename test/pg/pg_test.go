@@ -32,13 +32,9 @@ func TestPrimaryAndReplicasStream(t *testing.T) {
 	if st.PostgresVersion < 150000 || st.PostgresVersion >= 160000 {
 		t.Errorf("postgres version %d, want 15.x", st.PostgresVersion)
 	}
-	if err := p.exec("CREATE TABLE t (id bigserial PRIMARY KEY, v text)"); err != nil {
-		t.Fatal(err)
-	}
+	p.mustExec("CREATE TABLE t (id bigserial PRIMARY KEY, v text)")
 	for range 100 {
-		if err := p.exec("INSERT INTO t (v) VALUES ('x')"); err != nil {
-			t.Fatal(err)
-		}
+		p.mustExec("INSERT INTO t (v) VALUES ('x')")
 	}
 	for _, r := range c.instances[1:] {
 		r.waitCount("t", 100, 30*time.Second)
@@ -89,12 +85,8 @@ func TestFailoverAndRejoin(t *testing.T) {
 	c := newCluster(t, 3)
 	c.startAll()
 	old, next, other := c.instances[0], c.instances[1], c.instances[2]
-	if err := old.exec("CREATE TABLE t (id bigserial PRIMARY KEY, v text)"); err != nil {
-		t.Fatal(err)
-	}
-	if err := old.exec("INSERT INTO t (v) SELECT 'before' FROM generate_series(1, 50)"); err != nil {
-		t.Fatal(err)
-	}
+	old.mustExec("CREATE TABLE t (id bigserial PRIMARY KEY, v text)")
+	old.mustExec("INSERT INTO t (v) SELECT 'before' FROM generate_series(1, 50)")
 	next.waitCount("t", 50, 30*time.Second)
 	other.waitCount("t", 50, 30*time.Second)
 
@@ -111,9 +103,7 @@ func TestFailoverAndRejoin(t *testing.T) {
 		t.Fatalf("promote: %v", err)
 	}
 	next.waitRole(agentapi.RolePrimary, 2, 30*time.Second)
-	if err := next.exec("INSERT INTO t (v) SELECT 'after' FROM generate_series(1, 25)"); err != nil {
-		t.Fatalf("write on the new primary: %v", err)
-	}
+	next.mustExec("INSERT INTO t (v) SELECT 'after' FROM generate_series(1, 25)")
 	t.Logf("promoted and wrote %s after the promote call", time.Since(start).Round(time.Millisecond))
 	other.waitRole(agentapi.RoleReplica, 2, 60*time.Second)
 	other.waitCount("t", 75, 30*time.Second)
@@ -122,9 +112,7 @@ func TestFailoverAndRejoin(t *testing.T) {
 	old.start()
 	old.waitRole(agentapi.RoleReplica, 2, upTimeout)
 	old.waitCount("t", 75, 30*time.Second)
-	if err := next.exec("INSERT INTO t (v) VALUES ('later')"); err != nil {
-		t.Fatal(err)
-	}
+	next.mustExec("INSERT INTO t (v) VALUES ('later')")
 	old.waitCount("t", 76, 30*time.Second)
 	if err := old.exec("INSERT INTO t (v) VALUES ('no')"); err == nil {
 		t.Error("the rejoined old primary accepted a write")
@@ -139,26 +127,18 @@ func TestStoppedStandbyNamedPrimaryStartsANewTimeline(t *testing.T) {
 	c := newCluster(t, 2)
 	c.startAll()
 	old, next := c.instances[0], c.instances[1]
-	if err := old.exec("CREATE TABLE t (id bigserial PRIMARY KEY, v text)"); err != nil {
-		t.Fatal(err)
-	}
-	if err := old.exec("INSERT INTO t (v) SELECT 'before' FROM generate_series(1, 50)"); err != nil {
-		t.Fatal(err)
-	}
+	old.mustExec("CREATE TABLE t (id bigserial PRIMARY KEY, v text)")
+	old.mustExec("INSERT INTO t (v) SELECT 'before' FROM generate_series(1, 50)")
 	next.waitCount("t", 50, 30*time.Second)
 	next.stop()
 	// The old primary writes on after its standby stopped: WAL the standby lacks.
-	if err := old.exec("INSERT INTO t (v) SELECT 'lost' FROM generate_series(1, 10)"); err != nil {
-		t.Fatal(err)
-	}
+	old.mustExec("INSERT INTO t (v) SELECT 'lost' FROM generate_series(1, 10)")
 	old.kill9()
 
 	c.setLease(next.pod, true)
 	next.start()
 	next.waitRole(agentapi.RolePrimary, 2, upTimeout)
-	if err := next.exec("INSERT INTO t (v) SELECT 'after' FROM generate_series(1, 5)"); err != nil {
-		t.Fatalf("write on the new primary: %v", err)
-	}
+	next.mustExec("INSERT INTO t (v) SELECT 'after' FROM generate_series(1, 5)")
 	// The old primary rewinds onto the new timeline and follows.
 	old.start()
 	old.waitRole(agentapi.RoleReplica, 2, upTimeout)
@@ -186,29 +166,19 @@ func twoPromotions(t *testing.T, collide bool) {
 	c := newCluster(t, 3)
 	c.startAll()
 	p, a, b := c.instances[0], c.instances[1], c.instances[2]
-	for _, sql := range []string{
-		"CREATE TABLE t (id bigserial PRIMARY KEY, v text)",
-		"INSERT INTO t (v) SELECT 'all' FROM generate_series(1, 50)",
-	} {
-		if err := p.exec(sql); err != nil {
-			t.Fatal(err)
-		}
-	}
+	p.mustExec("CREATE TABLE t (id bigserial PRIMARY KEY, v text)")
+	p.mustExec("INSERT INTO t (v) SELECT 'all' FROM generate_series(1, 50)")
 	b.waitCount("t", 50, 30*time.Second)
 	b.stop()
 	// A receives WAL that B lacks: the two promotions leave timeline 1 at different
 	// positions, so their history files of the next timeline differ.
-	if err := p.exec("INSERT INTO t (v) SELECT 'p' FROM generate_series(1, 10)"); err != nil {
-		t.Fatal(err)
-	}
+	p.mustExec("INSERT INTO t (v) SELECT 'p' FROM generate_series(1, 10)")
 	a.waitCount("t", 60, 30*time.Second)
 	p.kill9()
 
 	c.setLease(a.pod, true)
 	a.waitRole(agentapi.RolePrimary, 2, upTimeout)
-	if err := a.exec("INSERT INTO t (v) SELECT 'a' FROM generate_series(1, 7)"); err != nil {
-		t.Fatalf("write on A: %v", err)
-	}
+	a.mustExec("INSERT INTO t (v) SELECT 'a' FROM generate_series(1, 7)")
 	a.kill9()
 
 	c.setLease(b.pod, true)
@@ -219,9 +189,7 @@ func twoPromotions(t *testing.T, collide bool) {
 	}
 	b.start()
 	b.waitRole(agentapi.RolePrimary, want, upTimeout)
-	if err := b.exec("INSERT INTO t (v) SELECT 'b' FROM generate_series(1, 5)"); err != nil {
-		t.Fatalf("write on B: %v", err)
-	}
+	b.mustExec("INSERT INTO t (v) SELECT 'b' FROM generate_series(1, 5)")
 
 	a.start()
 	a.waitRole(agentapi.RoleReplica, want, upTimeout)
@@ -229,9 +197,7 @@ func twoPromotions(t *testing.T, collide bool) {
 	if n := a.countWhere("t", "v = 'a'"); n != 0 {
 		t.Errorf("A kept %d rows it wrote on its own timeline after following B", n)
 	}
-	if err := b.exec("INSERT INTO t (v) VALUES ('later')"); err != nil {
-		t.Fatal(err)
-	}
+	b.mustExec("INSERT INTO t (v) VALUES ('later')")
 	a.waitCount("t", 56, 30*time.Second)
 	if collide && !strings.Contains(a.log.String(), "Cloning again: pg_rewind would take this data directory for one history") {
 		t.Errorf("A's agent did not say why it cloned again; its log ends:\n%s", lastBytes(a.log.Bytes(), 3000))
@@ -245,9 +211,7 @@ func TestCrashedPostmasterIsRestarted(t *testing.T) {
 	p := c.instances[0]
 	p.start()
 	before := p.waitRole(agentapi.RolePrimary, 1, upTimeout)
-	if err := p.exec("CREATE TABLE t AS SELECT generate_series(1, 10) AS id"); err != nil {
-		t.Fatal(err)
-	}
+	p.mustExec("CREATE TABLE t AS SELECT generate_series(1, 10) AS id")
 	pid := p.postmasterPid()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -275,9 +239,7 @@ func TestStaleLockFilesOfADeadPostmasterAreRemoved(t *testing.T) {
 	p := c.instances[0]
 	p.start()
 	p.waitRole(agentapi.RolePrimary, 1, upTimeout)
-	if err := p.exec("CREATE TABLE t AS SELECT generate_series(1, 10) AS id"); err != nil {
-		t.Fatal(err)
-	}
+	p.mustExec("CREATE TABLE t AS SELECT generate_series(1, 10) AS id")
 	p.kill9()
 	pidFile := filepath.Join(p.dir, "pgdata", "postmaster.pid")
 	content, err := os.ReadFile(pidFile)
@@ -422,9 +384,7 @@ func TestFenceAndDemote(t *testing.T) {
 			c := newCluster(t, 2)
 			c.startAll()
 			p, r := c.instances[0], c.instances[1]
-			if err := p.exec("CREATE TABLE t AS SELECT generate_series(1, 1000) AS id"); err != nil {
-				t.Fatal(err)
-			}
+			p.mustExec("CREATE TABLE t AS SELECT generate_series(1, 1000) AS id")
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			call := p.api().Fence
@@ -470,9 +430,7 @@ func TestPasswordRotation(t *testing.T) {
 	mustWrite(t, filepath.Join(c.dir, "secrets", "app", "password"), []byte(c.creds.App.Password))
 	p.start()
 	p.waitRole(agentapi.RolePrimary, 1, upTimeout)
-	if err := p.exec("SELECT 1"); err != nil {
-		t.Fatalf("the rotated password does not work: %v", err)
-	}
+	p.mustExec("SELECT 1")
 	if !strings.Contains(p.log.String(), `"roles":["app"]`) {
 		t.Errorf("the agent did not report setting the app password")
 	}
@@ -489,12 +447,8 @@ func TestFarBehindReplicaCatchesUp(t *testing.T) {
 	p, r := c.instances[0], c.instances[1]
 	r.kill9()
 	// About 150 MB of WAL: several segments past any checkpoint while it is away.
-	if err := p.exec("CREATE TABLE big AS SELECT g AS id, repeat('x', 500) AS pad FROM generate_series(1, 200000) g"); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.exec("UPDATE big SET pad = repeat('y', 500)"); err != nil {
-		t.Fatal(err)
-	}
+	p.mustExec("CREATE TABLE big AS SELECT g AS id, repeat('x', 500) AS pad FROM generate_series(1, 200000) g")
+	p.mustExec("UPDATE big SET pad = repeat('y', 500)")
 	if err := p.exec("CHECKPOINT"); err == nil {
 		t.Fatal("the application owner may CHECKPOINT") // only superusers may; keeps the test honest about who connects
 	}
@@ -533,9 +487,7 @@ func TestStandbyWhoseWALIsGoneIsClonedAgain(t *testing.T) {
 	if err := p.superExec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE NOT active"); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.exec("CREATE TABLE big AS SELECT g AS id, repeat('x', 500) AS pad FROM generate_series(1, 100000) g"); err != nil {
-		t.Fatal(err)
-	}
+	p.mustExec("CREATE TABLE big AS SELECT g AS id, repeat('x', 500) AS pad FROM generate_series(1, 100000) g")
 	for range 3 {
 		if err := p.superExec("SELECT pg_switch_wal()"); err != nil {
 			t.Fatal(err)
@@ -579,9 +531,7 @@ func TestUnconfirmedPrimaryStopsAcknowledging(t *testing.T) {
 			c := newCluster(t, 3)
 			c.startAll()
 			p := c.instances[0]
-			if err := p.exec("CREATE TABLE t (id int)"); err != nil {
-				t.Fatal(err)
-			}
+			p.mustExec("CREATE TABLE t (id int)")
 			pid := p.postmasterPid()
 			p.proxy.setCut(true)
 			for _, r := range c.instances[3-tc.kills:] {
@@ -624,9 +574,7 @@ func TestPrimaryWithoutAPIServerButPeersKeepsServing(t *testing.T) {
 	c := newCluster(t, 3)
 	c.startAll()
 	p := c.instances[0]
-	if err := p.exec("CREATE TABLE t (id int)"); err != nil {
-		t.Fatal(err)
-	}
+	p.mustExec("CREATE TABLE t (id int)")
 	p.proxy.setCut(true)
 	until := time.Now().Add(3 * primarylease.Duration)
 	n := 0
@@ -653,9 +601,7 @@ func TestSynchronousNoAcknowledgedWriteLost(t *testing.T) {
 	c.setConfig("synchronousReplicas", 1)
 	c.startAll()
 	primary := c.instances[0]
-	if err := primary.exec("CREATE TABLE acked (id bigint PRIMARY KEY)"); err != nil {
-		t.Fatal(err)
-	}
+	primary.mustExec("CREATE TABLE acked (id bigint PRIMARY KEY)")
 	testutil.Eventually(t, 30*time.Second, func() error {
 		st, err := primary.status()
 		if err != nil {
@@ -831,9 +777,7 @@ func TestBadParameterIsReportedAndRetried(t *testing.T) {
 	p := c.instances[0]
 	p.start()
 	p.waitRole(agentapi.RolePrimary, 1, upTimeout)
-	if err := p.exec("CREATE TABLE t AS SELECT 1 AS id"); err != nil {
-		t.Fatal(err)
-	}
+	p.mustExec("CREATE TABLE t AS SELECT 1 AS id")
 	p.stop()
 	c.setConfig("parameters", map[string]string{"shared_buffers": "banana"})
 	p.start()
