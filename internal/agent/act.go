@@ -255,7 +255,7 @@ func (a *Agent) startStandby(ctx context.Context, state DataState, primary strin
 		if err := a.waitPromoted(ctx, primary); err != nil {
 			return err
 		}
-		why, err := a.sameIDOtherHistory(ctx, host)
+		why, err := a.checkRewindSource(ctx, host, primary)
 		if err != nil {
 			return err
 		}

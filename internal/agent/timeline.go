@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgpilot/pgpilot/internal/backup"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
 
@@ -201,44 +202,60 @@ func (a *Agent) prepareTimeline(ctx context.Context, view LeaseView) (int64, err
 	return rec.Timeline, nil
 }
 
-// sameIDOtherHistory reports why the data directory and the postgres at host must not
-// be taken for one history although they are on the same timeline ID: their history
-// files for it differ, so two promotions chose the ID (a Lease written before
-// reservations existed, or a cluster restored twice). pg_rewind compares only the IDs
-// and would answer "no rewind required". It returns "" when they agree, or are on
-// different IDs (pg_rewind compares the histories then).
-func (a *Agent) sameIDOtherHistory(ctx context.Context, host string) (string, error) {
+// checkRewindSource checks the postgres at host before this data directory is rewound
+// onto it. It fails when host holds another database (another system identifier):
+// pg_rewind would fail and the clone that follows a failed rewind would replace this
+// instance's data with it, the fate of a cluster whose Lease was recreated naming an
+// instance that had just run initdb. It returns a reason to clone again instead of
+// rewinding when both are on the same timeline ID but their history files of it differ:
+// two promotions chose the ID (a Lease written before reservations existed, say), and
+// pg_rewind, which compares only the IDs, would answer "no rewind required".
+func (a *Agent) checkRewindSource(ctx context.Context, host, primary string) (reclone string, err error) {
 	cd, err := a.pg.ControlData(ctx)
 	if err != nil {
 		return "", err
 	}
-	if cd.Timeline <= 1 {
-		return "", nil
-	}
-	source, history, err := peerTimeline(ctx, host, a.cfg.Port, a.creds.Replication, cd.Timeline)
+	own, err := backup.SystemIdentifier(a.cfg.PGData)
 	if err != nil {
-		return "", fmt.Errorf("asking %s for its timeline: %w", host, err)
+		return "", err
 	}
-	if source != cd.Timeline {
+	peer, err := peerSystem(ctx, host, a.cfg.Port, a.creds.Replication, cd.Timeline)
+	if err != nil {
+		return "", fmt.Errorf("asking %s for its system identifier and timeline: %w", primary, err)
+	}
+	if peer.systemID != own {
+		return "", fmt.Errorf("refusing to rewind onto %s or clone from it: it holds another database (system identifier %s; this instance's is %s), "+
+			"and either would replace this instance's data, which is kept. If this instance holds the cluster's data, the primary Lease must name an instance of it; "+
+			"to clone it from %s anyway, delete its PersistentVolumeClaim", primary, peer.systemID, own, primary)
+	}
+	if cd.Timeline <= 1 || peer.timeline != cd.Timeline {
 		return "", nil
 	}
-	own, err := os.ReadFile(historyPath(a.pg.PGData, cd.Timeline))
+	history, err := os.ReadFile(historyPath(a.pg.PGData, cd.Timeline))
 	if err != nil {
 		return "", fmt.Errorf("reading this instance's history file of timeline %d: %w", cd.Timeline, err)
 	}
-	if bytes.Equal(own, history) {
+	if bytes.Equal(history, peer.history) {
 		return "", nil
 	}
-	return fmt.Sprintf("both are on timeline %d, but their histories of it differ (this instance: %q; the primary: %q)",
-		cd.Timeline, lastLines(own, 1), lastLines(history, 1)), nil
+	return fmt.Sprintf("both are on timeline %d, but their histories of it differ (this instance: %q; %s: %q)",
+		cd.Timeline, lastLines(history, 1), primary, lastLines(peer.history, 1)), nil
 }
 
-// peerTimeline asks the postgres at host, over a replication connection as cred, for
-// its timeline ID and, when that is tli, its history file of it.
-func peerTimeline(ctx context.Context, host string, port int, cred Credential, tli int64) (int64, []byte, error) {
+// peer is what a replication connection tells of another postgres.
+type peer struct {
+	systemID string
+	timeline int64
+	// history is its history file of its timeline, when that is the one asked about.
+	history []byte
+}
+
+// peerSystem asks the postgres at host, over a replication connection as cred, for its
+// system identifier and timeline ID and, when that is tli, its history file of it.
+func peerSystem(ctx context.Context, host string, port int, cred Credential, tli int64) (peer, error) {
 	cfg, err := pgconn.ParseConfig("")
 	if err != nil {
-		return 0, nil, err
+		return peer{}, err
 	}
 	cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = host, uint16(port), cred.Username, cred.Password, ""
 	cfg.RuntimeParams["replication"] = "true"
@@ -247,19 +264,21 @@ func peerTimeline(ctx context.Context, host string, port int, cred Credential, t
 	defer cancel()
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return 0, nil, err
+		return peer{}, err
 	}
 	defer conn.Close(context.Background())
 	sys, err := pglogrepl.IdentifySystem(ctx, conn)
 	if err != nil {
-		return 0, nil, fmt.Errorf("IDENTIFY_SYSTEM: %w", err)
+		return peer{}, fmt.Errorf("IDENTIFY_SYSTEM: %w", err)
 	}
-	if int64(sys.Timeline) != tli {
-		return int64(sys.Timeline), nil, nil
+	p := peer{systemID: sys.SystemID, timeline: int64(sys.Timeline)}
+	if p.timeline != tli || tli <= 1 {
+		return p, nil
 	}
 	h, err := pglogrepl.TimelineHistory(ctx, conn, int32(tli))
 	if err != nil {
-		return 0, nil, fmt.Errorf("TIMELINE_HISTORY %d: %w", tli, err)
+		return peer{}, fmt.Errorf("TIMELINE_HISTORY %d: %w", tli, err)
 	}
-	return tli, h.Content, nil
+	p.history = h.Content
+	return p, nil
 }

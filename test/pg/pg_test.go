@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pgpilot/pgpilot/test/testutil"
 	"io"
 	"net/http"
 	"os"
@@ -17,8 +16,11 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
+	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
 const upTimeout = 90 * time.Second
@@ -202,6 +204,57 @@ func twoPromotions(t *testing.T, collide bool) {
 	if collide && !strings.Contains(a.log.String(), "Cloning again: pg_rewind would take this data directory for one history") {
 		t.Errorf("A's agent did not say why it cloned again; its log ends:\n%s", lastBytes(a.log.Bytes(), 3000))
 	}
+}
+
+// A former primary never rewinds onto, or clones from, another database. Here the
+// primary Lease was deleted and recreated naming the standby, whose volume had been
+// emptied: it ran initdb, a new database with its own system identifier. pg_rewind of
+// the former primary, which has the cluster's data, fails on that ("different
+// systems"), and the clone that used to follow a failed rewind replaced the data with
+// the empty database (issue 12). The agent now refuses and says why; the data stays.
+func TestRewindOntoAnotherDatabaseIsRefused(t *testing.T) {
+	c := newCluster(t, 2)
+	c.startAll()
+	old, other := c.instances[0], c.instances[1]
+	old.mustExec("CREATE TABLE keep (v text)")
+	old.mustExec("INSERT INTO keep VALUES ('the cluster''s data')")
+	other.waitCount("keep", 1, 30*time.Second)
+	old.kill9()
+	other.kill9()
+	if err := os.RemoveAll(filepath.Join(other.dir, "pgdata")); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.CoordinationV1().Leases(c.namespace).Delete(context.Background(), c.name+"-primary", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.setLease(other.pod, false)
+	other.start()
+	other.waitRole(agentapi.RolePrimary, 1, upTimeout)
+
+	old.start()
+	testutil.Eventually(t, upTimeout, func() error {
+		st, err := old.status()
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(st.Error, "holds another database") {
+			return fmt.Errorf("%s: role %s, error %q; want the refusal", old.pod, st.Role, st.Error)
+		}
+		return nil
+	})
+	if st, err := old.status(); err != nil || st.Role == agentapi.RoleReplica {
+		t.Errorf("the former primary: %+v, %v; want it not to follow another database", st, err)
+	}
+	if aside, _ := filepath.Glob(filepath.Join(old.dir, "pgdata.*")); len(aside) > 0 {
+		t.Errorf("the former primary's data directory was set aside: %v", aside)
+	}
+	// Its data is intact: started as the primary again, it has the row.
+	old.kill9()
+	other.kill9()
+	c.setLease(old.pod, true)
+	old.start()
+	old.waitRole(agentapi.RolePrimary, 0, upTimeout)
+	old.waitCount("keep", 1, 30*time.Second)
 }
 
 // A postmaster that dies (kill -9, the agent alive) is restarted by the agent, as the
