@@ -245,7 +245,7 @@ func TestRewindOntoAnotherDatabaseIsRefused(t *testing.T) {
 	if st, err := old.status(); err != nil || st.Role == agentapi.RoleReplica {
 		t.Errorf("the former primary: %+v, %v; want it not to follow another database", st, err)
 	}
-	if aside, _ := filepath.Glob(filepath.Join(old.dir, "pgdata.*")); len(aside) > 0 {
+	if aside, _ := filepath.Glob(filepath.Join(old.dir, "pgdata.rewind-failed-*")); len(aside) > 0 {
 		t.Errorf("the former primary's data directory was set aside: %v", aside)
 	}
 	// Its data is intact: started as the primary again, it has the row.
