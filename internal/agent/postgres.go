@@ -303,9 +303,32 @@ func (p *Postgres) WriteConfig(in ConfInput) error {
 	return nil
 }
 
+// writeFileAtomic writes path through a temporary file renamed into place: a reader
+// finds the old content or the whole new one, never part of it.
 func writeFileAtomic(path string, content []byte, mode os.FileMode) error {
+	return replaceFile(path, content, mode, false)
+}
+
+// writeFileDurable is writeFileAtomic with the new content synced before the rename,
+// so that a crash too leaves the old content or the whole new one.
+func writeFileDurable(path string, content []byte, mode os.FileMode) error {
+	return replaceFile(path, content, mode, true)
+}
+
+func replaceFile(path string, content []byte, mode os.FileMode, durable bool) error {
 	tmp := path + ".pgpilot-tmp"
-	if err := os.WriteFile(tmp, content, mode); err != nil {
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(content)
+	if err == nil && durable {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)

@@ -46,15 +46,18 @@ const placeholderMark = "# pgpilot: timeline reserved"
 
 var historyName = regexp.MustCompile(`^([0-9A-F]{8})\.history$`)
 
-// historyFiles lists the timeline IDs of pg_wal's history files, each with whether it
-// is a placeholder.
-func (p *Postgres) historyFiles() (map[int64]bool, error) {
+// histories are the history files of pg_wal by timeline ID, each true when it is a
+// placeholder.
+type histories map[int64]bool
+
+// historyFiles lists pg_wal's history files.
+func (p *Postgres) historyFiles() (histories, error) {
 	dir := filepath.Join(p.PGData, "pg_wal")
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	ids := map[int64]bool{}
+	h := histories{}
 	for _, e := range entries {
 		m := historyName.FindStringSubmatch(e.Name())
 		if m == nil {
@@ -64,9 +67,20 @@ func (p *Postgres) historyFiles() (map[int64]bool, error) {
 		if err != nil {
 			continue
 		}
-		ids[id] = isPlaceholder(filepath.Join(dir, e.Name()))
+		h[id] = isPlaceholder(filepath.Join(dir, e.Name()))
 	}
-	return ids, nil
+	return h, nil
+}
+
+// newestReal is the highest timeline ID of a real history file (1 when there is none).
+func (h histories) newestReal() int64 {
+	newest := int64(1)
+	for id, placeholder := range h {
+		if !placeholder {
+			newest = max(newest, id)
+		}
+	}
+	return newest
 }
 
 // isPlaceholder reports whether the history file at path is a placeholder.
@@ -91,36 +105,16 @@ func historyPath(pgdata string, id int64) string {
 	return filepath.Join(pgdata, "pg_wal", fmt.Sprintf("%08X.history", id))
 }
 
-// NewestTimeline is the highest timeline ID of a real history file in pg_wal (1 when
-// there is none).
-func (p *Postgres) NewestTimeline() (int64, error) {
-	ids, err := p.historyFiles()
-	if err != nil {
-		return 0, err
-	}
-	newest := int64(1)
-	for id, placeholder := range ids {
-		if !placeholder {
-			newest = max(newest, id)
-		}
-	}
-	return newest, nil
-}
-
-// ReserveTimelines places a placeholder history file for every ID after from and
-// before next that has none, so that a promotion recovering on timeline from or later
-// chooses next.
-func (p *Postgres) ReserveTimelines(from, next int64) error {
-	ids, err := p.historyFiles()
-	if err != nil {
-		return err
-	}
+// reserveTimelines places a placeholder history file for every ID after from and
+// before next that has none in h (pg_wal's history files), so that a promotion
+// recovering on timeline from or later chooses next.
+func (p *Postgres) reserveTimelines(h histories, from, next int64) error {
 	for id := max(from+1, 2); id < next; id++ {
-		if _, ok := ids[id]; ok {
+		if _, ok := h[id]; ok {
 			continue
 		}
 		body := fmt.Sprintf("%s for another promotion of this cluster; this instance never ran on timeline %d\n", placeholderMark, id)
-		if err := writeFileSync(historyPath(p.PGData, id), []byte(body)); err != nil {
+		if err := writeFileDurable(historyPath(p.PGData, id), []byte(body), 0o600); err != nil {
 			return err
 		}
 	}
@@ -130,15 +124,15 @@ func (p *Postgres) ReserveTimelines(from, next int64) error {
 // removeUnusedPlaceholders removes the placeholders above the newest real history
 // file: no promotion used them, and a start would find one as the newest timeline.
 func (p *Postgres) removeUnusedPlaceholders() error {
-	ids, err := p.historyFiles()
+	h, err := p.historyFiles()
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	newest, _ := p.NewestTimeline()
-	for id, placeholder := range ids {
+	newest := h.newestReal()
+	for id, placeholder := range h {
 		if placeholder && id > newest {
 			if err := os.Remove(historyPath(p.PGData, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return err
@@ -146,28 +140,6 @@ func (p *Postgres) removeUnusedPlaceholders() error {
 		}
 	}
 	return nil
-}
-
-// writeFileSync writes a new file through a temporary one, synced, so that a crash
-// leaves either none or the whole of it.
-func writeFileSync(path string, body []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(body); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // prepareTimeline makes the promotion of this instance in view's term choose the
@@ -180,11 +152,11 @@ func (a *Agent) prepareTimeline(ctx context.Context, view LeaseView) (int64, err
 	if err != nil {
 		return 0, fmt.Errorf("reading the checkpoint's timeline: %w", err)
 	}
-	newest, err := a.pg.NewestTimeline()
+	h, err := a.pg.historyFiles()
 	if err != nil {
 		return 0, err
 	}
-	inUse := max(newest, checkpointTLI)
+	inUse := max(h.newestReal(), checkpointTLI)
 	rec := a.lease.Record()
 	if rec.Holder != a.cfg.PodName || rec.Term != view.Term {
 		return 0, primarylease.ErrNotHolder
@@ -196,7 +168,7 @@ func (a *Agent) prepareTimeline(ctx context.Context, view LeaseView) (int64, err
 		a.log.Info("Reserved a timeline above this instance's own", "timeline", a.lease.Record().Timeline, "leaseHad", rec.Timeline)
 		rec = a.lease.Record()
 	}
-	if err := a.pg.ReserveTimelines(checkpointTLI, rec.Timeline); err != nil {
+	if err := a.pg.reserveTimelines(h, checkpointTLI, rec.Timeline); err != nil {
 		return 0, fmt.Errorf("placing the history files below timeline %d: %w", rec.Timeline, err)
 	}
 	return rec.Timeline, nil

@@ -34,11 +34,20 @@ func TestPlaceholderHistoryFiles(t *testing.T) {
 		return all, placeholders
 	}
 	newest := func() int64 {
-		n, err := pg.NewestTimeline()
+		h, err := pg.historyFiles()
 		if err != nil {
 			t.Fatal(err)
 		}
-		return n
+		return h.newestReal()
+	}
+	reserve := func(from, next int64) {
+		h, err := pg.historyFiles()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pg.reserveTimelines(h, from, next); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	if n := newest(); n != 1 {
@@ -46,9 +55,7 @@ func TestPlaceholderHistoryFiles(t *testing.T) {
 	}
 	real(2)
 	real(4) // 3 is missing: a gap PostgreSQL's search would stop at
-	if err := pg.ReserveTimelines(1, 7); err != nil {
-		t.Fatal(err)
-	}
+	reserve(1, 7)
 	all, placeholders := list()
 	if !slices.Equal(all, []int64{2, 3, 4, 5, 6}) || !slices.Equal(placeholders, []int64{3, 5, 6}) {
 		t.Errorf("reserving 7 from 1: files %v, placeholders %v; want 2-6, placeholders 3 5 6", all, placeholders)
@@ -69,9 +76,7 @@ func TestPlaceholderHistoryFiles(t *testing.T) {
 		t.Errorf("after removing the unused placeholders: %v, want 2 3 4", all)
 	}
 	// It did: the chosen timeline's real file keeps every placeholder below it.
-	if err := pg.ReserveTimelines(4, 7); err != nil {
-		t.Fatal(err)
-	}
+	reserve(4, 7)
 	real(7)
 	if err := pg.removeUnusedPlaceholders(); err != nil {
 		t.Fatal(err)
@@ -79,7 +84,7 @@ func TestPlaceholderHistoryFiles(t *testing.T) {
 	if all, _ := list(); !slices.Equal(all, []int64{2, 3, 4, 5, 6, 7}) {
 		t.Errorf("after a promotion onto 7: %v, want 2-7", all)
 	}
-	if leftovers, _ := filepath.Glob(filepath.Join(wal, "*.tmp")); len(leftovers) > 0 {
+	if leftovers, _ := filepath.Glob(filepath.Join(wal, "*.pgpilot-tmp")); len(leftovers) > 0 {
 		t.Errorf("temporary files left: %v", leftovers)
 	}
 }

@@ -542,7 +542,19 @@ func (in *instance) mustExec(sql string, args ...any) {
 	}
 }
 
-func (in *instance) count(table string) (int64, error) {
+func (in *instance) count(table string) (int64, error) { return in.countRows(table, "true") }
+
+// countWhere counts table's rows that match where, and ends the test if it cannot.
+func (in *instance) countWhere(table, where string) int64 {
+	in.c.t.Helper()
+	n, err := in.countRows(table, where)
+	if err != nil {
+		in.c.t.Fatal(err)
+	}
+	return n
+}
+
+func (in *instance) countRows(table, where string) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	conn, err := in.conn(ctx)
@@ -551,25 +563,8 @@ func (in *instance) count(table string) (int64, error) {
 	}
 	defer conn.Close(context.Background())
 	var n int64
-	err = conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&n)
+	err = conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()+" WHERE "+where).Scan(&n)
 	return n, err
-}
-
-// countWhere counts table's rows that match where.
-func (in *instance) countWhere(table, where string) int64 {
-	in.c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, err := in.conn(ctx)
-	if err != nil {
-		in.c.t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	var n int64
-	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()+" WHERE "+where).Scan(&n); err != nil {
-		in.c.t.Fatal(err)
-	}
-	return n
 }
 
 // waitCount waits until the instance has n rows in table.
