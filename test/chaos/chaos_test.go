@@ -192,8 +192,19 @@ type roundResult struct {
 func runRound(t *testing.T, c *cluster, f fault, r *row, round int) *cluster {
 	t.Helper()
 	res := roundResult{round: round}
-	start := time.Now()
 	ctx := context.Background()
+	logf := func(format string, args ...any) {
+		t.Logf("%s round %d: %s", time.Now().Format(timeFormat), round, fmt.Sprintf(format, args...))
+	}
+	renewed, err := c.renewBackOff(ctx)
+	if len(renewed) > 0 {
+		logf("recreated before the round, to reset the kubelet's restart back-off: %s", strings.Join(renewed, ", "))
+		r.renewed += len(renewed)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
 	primary, err := c.primary(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -207,9 +218,6 @@ func runRound(t *testing.T, c *cluster, f fault, r *row, round int) *cluster {
 	// gets two a second, not ten, and a slow one is not buried under abandoned
 	// connections.
 	p := testutil.StartProbe(c.probeTargets, testutil.ProbeOptions{MaxInFlight: 2})
-	logf := func(format string, args ...any) {
-		t.Logf("%s round %d: %s", time.Now().Format(timeFormat), round, fmt.Sprintf(format, args...))
-	}
 	var faultedLog *followed
 	if res.injectErr = baseline(w, p, primary.Name); res.injectErr == nil {
 		res.faultAt = time.Now()
@@ -398,6 +406,8 @@ type row struct {
 	fault  fault
 	mode   mode
 	rounds []roundResult
+	// renewed counts the pods recreated before its rounds (see restartLimit).
+	renewed int
 }
 
 // mustKeepAcked reports whether this row asserts that no acknowledged row is lost: in
@@ -459,8 +469,8 @@ func (rs *rows) table(took time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "chaos: rounds per fault and mode %d, hold %s, recovery timeout %s, PostgreSQL %s, %s in all\n\n",
 		settings.rounds, settings.hold, settings.recoveryTimeout, settings.pgMajor, took.Round(time.Second))
-	b.WriteString("| fault | mode | rounds | not recovered | unavailable p50 | p95 | max | acked / attempted | acked rows lost | two-writable moments | acked with sync-rep WARNING |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| fault | mode | rounds | not recovered | unavailable p50 | p95 | max | acked / attempted | acked rows lost | two-writable moments | acked with sync-rep WARNING | pods recreated between rounds |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs.rows {
 		var (
 			gaps                           []time.Duration
@@ -487,8 +497,8 @@ func (rs *rows) table(took time.Duration) string {
 			lostCell += fmt.Sprintf(" (%d rounds unchecked)", unchecked)
 		}
 		sec := func(q float64) string { return fmt.Sprintf("%.1f s", testutil.Percentile(gaps, q).Seconds()) }
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %s | %d / %d | %s | %d | %d |\n", r.fault.name, r.mode.name,
-			len(r.rounds), failed, sec(0.5), sec(0.95), sec(1), acked, attempted, lostCell, moments, warned)
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %s | %d / %d | %s | %d | %d | %d |\n", r.fault.name, r.mode.name,
+			len(r.rounds), failed, sec(0.5), sec(0.95), sec(1), acked, attempted, lostCell, moments, warned, r.renewed)
 	}
 	var broken []string
 	for _, r := range rs.rows {

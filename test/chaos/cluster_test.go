@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -181,6 +182,61 @@ func (c *cluster) waitRecovered(timeout time.Duration) error {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// restartLimit is how many times a pod's containers may have restarted before the
+// suite recreates the pod ahead of a round. The kubelet doubles a container's restart
+// delay with every exit (10 s, 20 s, 40 s, ... up to 5 min) and forgets it only after
+// 10 minutes without one. The suite kills the same containers many times within that,
+// which no real node sees, and a round would then time the kubelet's back-off rather
+// than pgpilot. A new pod (same name, same volume) starts without one.
+const restartLimit = 3
+
+// restarts is the most restarts of any container of p.
+func restarts(p corev1.Pod) int32 {
+	var n int32
+	for _, cs := range p.Status.ContainerStatuses {
+		n = max(n, cs.RestartCount)
+	}
+	return n
+}
+
+// renewBackOff recreates, one at a time, each pod of c and the operator's pod whose
+// containers restarted restartLimit times or more, and waits until the cluster is
+// recovered after each. Writers are not running: nothing here is measured. It returns
+// the names of the pods it recreated.
+func (c *cluster) renewBackOff(ctx context.Context) ([]string, error) {
+	pods, err := c.pods(ctx)
+	if err != nil {
+		return nil, err
+	}
+	op, err := operatorPod(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var renewed []string
+	for _, p := range append(pods, op) {
+		if restarts(p) < restartLimit {
+			continue
+		}
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		err := k8s.Delete(dctx, &p)
+		if err == nil || apierrors.IsNotFound(err) {
+			err = gone(dctx, p)
+		}
+		if err == nil && p.Namespace == operatorNamespace {
+			err = operatorReady(dctx)
+		}
+		cancel()
+		if err != nil {
+			return renewed, fmt.Errorf("recreating %s after %d restarts: %w", p.Name, restarts(p), err)
+		}
+		if err := c.waitRecovered(10 * time.Minute); err != nil {
+			return renewed, fmt.Errorf("recreating %s after %d restarts: %w", p.Name, restarts(p), err)
+		}
+		renewed = append(renewed, fmt.Sprintf("%s (%d restarts)", p.Name, restarts(p)))
+	}
+	return renewed, nil
 }
 
 // connConfig returns the settings of a connection as the application owner to the -rw
@@ -483,6 +539,21 @@ func operatorPod(ctx context.Context) (corev1.Pod, error) {
 		}
 	}
 	return corev1.Pod{}, fmt.Errorf("no running operator pod among %d in %s", len(pods.Items), operatorNamespace)
+}
+
+// operatorReady waits until an operator pod runs with every container ready.
+func operatorReady(ctx context.Context) error {
+	for {
+		p, err := operatorPod(ctx)
+		if err == nil && !slices.ContainsFunc(p.Status.ContainerStatuses, func(cs corev1.ContainerStatus) bool { return !cs.Ready }) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no ready operator pod: %w", ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 const operatorNamespace = "pgpilot-system"
