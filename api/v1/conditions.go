@@ -85,6 +85,9 @@ const (
 	ReasonSwitchedOver      = "SwitchedOver"
 	ReasonSwitchoverAborted = "SwitchoverAborted"
 	ReasonFenced            = "Fenced"
+	// ReasonPrimaryLeaseRecreated: the primary Lease was deleted and rebuilt from the
+	// agents' views (docs/failover.md, "The cluster's record").
+	ReasonPrimaryLeaseRecreated = "PrimaryLeaseRecreated"
 )
 
 // Phases of a cluster.

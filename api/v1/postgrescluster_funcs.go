@@ -3,6 +3,8 @@ package v1
 import (
 	"strconv"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Labels and annotations pgpilot puts on objects.
@@ -82,6 +84,14 @@ var ManagedParameters = []string{
 	"recovery_target_name", "recovery_target_time", "recovery_target_timeline",
 	"recovery_target_xid", "restore_command", "synchronous_standby_names",
 	"unix_socket_directories", "wal_level", "wal_log_hints",
+}
+
+// Bootstrapped reports whether the cluster has been Healthy once (its Bootstrapped
+// condition is True). It is read from a condition, not from the phase: the Helm
+// manager's status writes drop the phase but keep every condition.
+func (c *PostgresCluster) Bootstrapped() bool {
+	b := FindCondition(c.Status.Conditions, ConditionBootstrapped)
+	return b != nil && b.Status == metav1.ConditionTrue
 }
 
 // FailoverEnabled is spec.failover.enabled, true when unset.

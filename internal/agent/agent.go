@@ -434,7 +434,7 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 	view := a.lease.View()
 	now := time.Now()
 	a.mu.Lock()
-	st := agentapi.Status{Pod: a.cfg.PodName, Role: a.role, Fenced: a.fenced, Error: a.lastErr, Term: view.Term,
+	st := agentapi.Status{Pod: a.cfg.PodName, Role: a.role, Fenced: a.fenced, Error: a.lastErr, Term: view.Term, Holder: view.Holder,
 		Frozen: a.frozen, Handover: a.lastHandover}
 	if a.proc != nil {
 		st.Running = true
@@ -475,6 +475,11 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 		if cd, err := a.pg.ControlData(ctx); err == nil {
 			st.Position, st.Timeline = cd.Checkpoint, cd.Timeline
 		}
+	}
+	if id, err := a.pg.SystemIdentifier(); err != nil {
+		st.Error = strings.TrimPrefix(st.Error+"; "+err.Error(), "; ")
+	} else {
+		st.SystemIdentifier = id
 	}
 	if st.Ready {
 		a.archiver(&arch, &st)

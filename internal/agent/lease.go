@@ -191,9 +191,17 @@ func (f *LeaseFollower) follow(ctx context.Context) error {
 				f.set(l)
 			}
 		case watch.Deleted:
+			// A deleted Lease is a lost record, not a revocation: the view stands, so a
+			// primary's renewals fail and it turns to its peers (the failsafe), and the
+			// standbys keep confirming it, until the operator recreates the Lease from
+			// what the agents report (docs/failover.md, "The cluster's record"). The
+			// recreated Lease has a new resourceVersion history to start from.
 			f.mu.Lock()
-			f.view.Holder, f.version, f.lease = "", 0, nil
+			f.version, f.lease = 0, nil
+			last := f.view
 			f.mu.Unlock()
+			f.log.Info("The primary Lease was deleted; keeping its last view until it is recreated",
+				"holder", last.Holder, "term", last.Term)
 		case watch.Error:
 			return nil
 		}

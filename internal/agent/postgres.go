@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -171,6 +172,26 @@ func (p *Postgres) Bootstrapped() bool {
 // MarkBootstrapped creates the bootstrap marker.
 func (p *Postgres) MarkBootstrapped() error {
 	return writeFileAtomic(filepath.Join(p.PGData, bootstrapMarker), []byte("roles and database created by pgpilot\n"), 0o600)
+}
+
+// SystemIdentifier reads the database system identifier: the first field of
+// global/pg_control, a uint64 in the machine's byte order in every PostgreSQL version.
+// It is "" when the data directory holds no control file (empty, or being cloned into).
+// Reading the file, not running pg_controldata, keeps it cheap enough for every status.
+func (p *Postgres) SystemIdentifier() (string, error) {
+	f, err := os.Open(filepath.Join(p.PGData, "global", "pg_control"))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	var b [8]byte
+	if _, err := io.ReadFull(f, b[:]); err != nil {
+		return "", fmt.Errorf("reading the system identifier from pg_control: %w", err)
+	}
+	return strconv.FormatUint(binary.NativeEndian.Uint64(b[:]), 10), nil
 }
 
 // Major reads PG_VERSION.

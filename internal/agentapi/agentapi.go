@@ -82,6 +82,9 @@ type Status struct {
 	Fenced bool `json:"fenced,omitempty"`
 	// Term is the primary Lease's term the agent last saw.
 	Term int32 `json:"term"`
+	// Holder is the primary the Lease named when the agent last read it ("" when none,
+	// or before the first read). With Term, what a deleted Lease is recreated from.
+	Holder string `json:"holder,omitempty"`
 	// Position is where this instance's WAL ends, for choosing a failover target: the
 	// write position of a primary; the furthest of received and replayed on a standby;
 	// the last checkpoint of a stopped data directory. Empty when unknown.
@@ -108,6 +111,11 @@ type Status struct {
 	FirstRecentCrashMillisAgo int64 `json:"firstRecentCrashMillisAgo,omitempty"`
 	// DownForMillis is how long postgres has not been ready in a role; 0 when it is.
 	DownForMillis int64 `json:"downForMillis,omitempty"`
+	// SystemIdentifier is the database system identifier of the instance's data
+	// directory; empty when the volume holds no data. The operator reads it to tell a
+	// new cluster from one whose record was lost (docs/failover.md, "The cluster's
+	// record").
+	SystemIdentifier string `json:"systemIdentifier,omitempty"`
 	// Handover is this instance's last clean stop as primary: its final WAL position.
 	Handover *Handover `json:"handover,omitempty"`
 	// Error says what went wrong last, for a person; empty when nothing did.

@@ -97,6 +97,9 @@ type Handover struct {
 	// Released: From's agent gave the Lease up itself (it is stopped); otherwise the
 	// operator revoked it.
 	Released bool `json:"released,omitempty"`
+	// Recreated: the Lease was deleted and the operator recreated it from what the
+	// agents reported, naming no holder because none could be established.
+	Recreated bool `json:"recreated,omitempty"`
 	// At is when the holder became "".
 	At metav1.Time `json:"at"`
 }
@@ -292,6 +295,31 @@ func New(namespace, name, cluster, holder string, now time.Time) *coordinationv1
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, AcquireTime: &t, RenewTime: &t,
 			LeaseTransitions: &term, LeaseDurationSeconds: &seconds},
 	}
+}
+
+// Rebuild is a Lease recreated from r after it was deleted (docs/failover.md, "The
+// cluster's record"): its holder, term, bootstrapped mark, handover, synchronous set and
+// timeline reservation; renewed now.
+func Rebuild(namespace, name, cluster string, r Record, now time.Time) (*coordinationv1.Lease, error) {
+	l := New(namespace, name, cluster, r.Holder, now)
+	l.Spec.LeaseTransitions = &r.Term
+	if r.Bootstrapped {
+		metav1.SetMetaDataAnnotation(&l.ObjectMeta, dbv1.AnnotationBootstrapped, "true")
+	}
+	if r.Timeline > 0 {
+		setTimeline(l, r.Timeline)
+	}
+	if r.Handover != nil {
+		if err := setJSON(l, AnnotationHandover, r.Handover); err != nil {
+			return nil, err
+		}
+	}
+	if r.Sync != nil {
+		if err := setJSON(l, AnnotationSynchronous, r.Sync); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
 }
 
 // Store reads and writes one Lease. Both the agent (client-go) and the operator

@@ -38,8 +38,10 @@ type ClientStore struct {
 // Get implements Store.
 func (s ClientStore) Get(ctx context.Context) (*coordinationv1.Lease, error) {
 	var l coordinationv1.Lease
-	err := s.Reader.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: s.Name}, &l)
-	return &l, err
+	if err := s.Reader.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: s.Name}, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
 }
 
 // Update implements Store.

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -93,6 +94,8 @@ var faults = []fault{
 			f.logf("killed PID 1 (%d) of %s/sidecar", pid, op.Name)
 			return err
 		}},
+	{"lease-delete", "the primary Lease is deleted (the record of who may write, not the pod); the operator must rebuild it from the agents",
+		leaseDelete},
 	{"back-to-back", "the primary's pod is deleted; as soon as status.currentPrimary names another pod, SIGKILL to that pod's postgres container",
 		func(ctx context.Context, f *faulting) error {
 			if err := k8s.Delete(ctx, &f.primary); err != nil {
@@ -106,6 +109,32 @@ var faults = []fault{
 			f.logf("%s became primary; killed PID 1 (%d) of its postgres container", next.Name, pid)
 			return err
 		}},
+}
+
+// leaseDelete deletes the cluster's primary Lease and waits until the operator has
+// created it again (another UID).
+func leaseDelete(ctx context.Context, f *faulting) error {
+	key := client.ObjectKey{Namespace: f.c.ns, Name: f.c.name + "-primary"}
+	var l coordinationv1.Lease
+	if err := k8s.Get(ctx, key, &l); err != nil {
+		return err
+	}
+	if err := k8s.Delete(ctx, &l); err != nil {
+		return err
+	}
+	for {
+		var now coordinationv1.Lease
+		if err := k8s.Get(ctx, key, &now); err == nil && now.UID != l.UID {
+			f.logf("the Lease was recreated naming %q in term %d (it named %q in term %d)",
+				deref(now.Spec.HolderIdentity), deref(now.Spec.LeaseTransitions), deref(l.Spec.HolderIdentity), deref(l.Spec.LeaseTransitions))
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the primary Lease was not recreated: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // waitNewPrimary polls status.currentPrimary until it names another pod than old, and

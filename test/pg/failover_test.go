@@ -20,6 +20,7 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/primarylease"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
@@ -139,14 +140,7 @@ func TestGracefulStopHandsOverWithoutLoss(t *testing.T) {
 	if err := c.writeThroughRW("CREATE TABLE acked (id bigint PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
 	}
-	rw := func(context.Context) (*pgx.ConnConfig, error) {
-		in := c.readWrite()
-		if in == nil {
-			return nil, errors.New("the read-write Service has no single ready endpoint")
-		}
-		return in.connConfig()
-	}
-	w := testutil.StartWriter(rw, testutil.WriterOptions{Table: "acked", FirstID: 1, Interval: 5 * time.Millisecond,
+	w := testutil.StartWriter(c.rwTarget, testutil.WriterOptions{Table: "acked", FirstID: 1, Interval: 5 * time.Millisecond,
 		PerStatementInterval: 100 * time.Millisecond})
 	// A backend busy with a long query never looks whether its postmaster is still
 	// alive: the handover must kill it too, or it outlives the agent.
@@ -175,25 +169,12 @@ func TestGracefulStopHandsOverWithoutLoss(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	attempts := w.Stop()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := next.conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	check, err := testutil.CheckRows(ctx, conn, "acked", attempts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	check := next.checkAcked(attempts)
 	gap := testutil.Unavailability(attempts, stopped, time.Now())
 	t.Logf("graceful stop of %s: %d of %d attempts acknowledged, writes unavailable for %s, %s promoted",
 		old.pod, check.Acked, check.Attempted, gap.Duration().Round(time.Millisecond), next.pod)
 	if len(check.Lost) > 0 {
 		t.Errorf("%d acknowledged rows lost in a graceful handover: %v", len(check.Lost), check.Lost)
-	}
-	if check.Acked == 0 {
-		t.Fatal("the writer had no commit acknowledged")
 	}
 	if !c.hasEvent(dbv1.ReasonFailoverCompleted) {
 		t.Error("no FailoverCompleted event for the handover")
@@ -508,4 +489,128 @@ func (c *cluster) eventMessage(reason string) string {
 		}
 	}
 	return msg
+}
+
+// Deleting the primary Lease loses the record of who may write, not the data: the
+// operator rebuilds it from the agents' views, naming the primary they follow in the
+// same term. The test deletes it while that primary is not instance 0 and instance 0's
+// volume is empty, the case where a new cluster's Lease (instance 0, not bootstrapped)
+// would have run initdb over the cluster and discarded every row. A writer runs
+// throughout: no acknowledged row may be lost, and instance 0 must come back as a
+// replica of the same database.
+func TestDeletedLeaseIsRebuiltFromTheAgents(t *testing.T) {
+	c := newOperatedCluster(t, 3)
+	startOperated(t, c)
+	first, primary := c.instances[0], c.instances[1]
+	if err := c.writeThroughRW("CREATE TABLE acked (id bigint PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	c.annotate(dbv1.AnnotationSwitchoverTo, primary.pod)
+	testutil.Eventually(t, time.Minute, func() error {
+		if rw := c.readWrite(); rw != primary {
+			return fmt.Errorf("the read-write Service routes to %v", rw)
+		}
+		return nil
+	})
+	before := c.leaseRecord()
+	want := primary.waitRole(agentapi.RolePrimary, 0, time.Minute)
+
+	first.stop()
+	entries, err := os.ReadDir(filepath.Join(first.dir, "pgdata"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(first.dir, "pgdata", e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	w := testutil.StartWriter(c.rwTarget, testutil.WriterOptions{Table: "acked", FirstID: 1, Interval: 5 * time.Millisecond,
+		PerStatementInterval: 100 * time.Millisecond})
+	time.Sleep(time.Second)
+	deleted := time.Now()
+	if err := kube.CoordinationV1().Leases(c.namespace).Delete(context.Background(), c.name+"-primary", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	first.start()
+	var after primarylease.Record
+	testutil.Eventually(t, time.Minute, func() error {
+		var err error
+		if after, err = c.leaseRecordErr(); err != nil {
+			return err
+		}
+		if after.Holder != primary.pod || after.Term != before.Term || !after.Bootstrapped {
+			return fmt.Errorf("the recreated Lease names %q in term %d (bootstrapped %v); want %s in term %d, bootstrapped",
+				after.Holder, after.Term, after.Bootstrapped, primary.pod, before.Term)
+		}
+		return nil
+	})
+	st := first.waitRole(agentapi.RoleReplica, 0, upTimeout)
+	if st.SystemIdentifier != want.SystemIdentifier {
+		t.Errorf("%s came back with system identifier %s, the primary's is %s: a new database", first.pod, st.SystemIdentifier, want.SystemIdentifier)
+	}
+	time.Sleep(2 * time.Second)
+	attempts := w.Stop()
+
+	check := primary.checkAcked(attempts)
+	gap := testutil.Unavailability(attempts, deleted, time.Now())
+	t.Logf("Lease deleted: %d of %d attempts acknowledged, longest write gap %s; %s rejoined with the primary's system identifier",
+		check.Acked, check.Attempted, gap.Duration().Round(time.Millisecond), first.pod)
+	if len(check.Lost) > 0 {
+		t.Errorf("%d acknowledged rows lost after the Lease was deleted: %v", len(check.Lost), check.Lost)
+	}
+	if !c.hasEvent(dbv1.ReasonPrimaryLeaseRecreated) {
+		t.Error("no PrimaryLeaseRecreated event")
+	}
+}
+
+// leaseRecord is the primary Lease, parsed.
+func (c *cluster) leaseRecord() primarylease.Record {
+	c.t.Helper()
+	r, err := c.leaseRecordErr()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return r
+}
+
+func (c *cluster) leaseRecordErr() (primarylease.Record, error) {
+	var l coordinationv1.Lease
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: c.name + "-primary"}, &l); err != nil {
+		return primarylease.Record{}, err
+	}
+	return primarylease.Parse(&l), nil
+}
+
+// rwTarget is a writer's target: the instance the read-write Service routes to now.
+func (c *cluster) rwTarget(context.Context) (*pgx.ConnConfig, error) {
+	in := c.readWrite()
+	if in == nil {
+		return nil, errors.New("the read-write Service has no single ready endpoint")
+	}
+	return in.connConfig()
+}
+
+// checkAcked reads the writer's table "acked" on the instance and checks it against
+// attempts; it fails the test when the rows cannot be read or no commit was
+// acknowledged at all (a check of nothing).
+func (in *instance) checkAcked(attempts []testutil.Attempt) testutil.RowCheck {
+	t := in.c.t
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := in.conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	check, err := testutil.CheckRows(ctx, conn, "acked", attempts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if check.Acked == 0 {
+		t.Fatal("the writer had no commit acknowledged")
+	}
+	return check
 }

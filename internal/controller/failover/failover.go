@@ -62,6 +62,10 @@ type memory struct {
 	// vacantTerm is the term in which the Lease was first seen vacant, at vacantSince.
 	vacantTerm  int32
 	vacantSince time.Time
+	// seen is the last Lease read; missingSince when the Lease was first found missing
+	// (zero while it exists).
+	seen         *primarylease.Record
+	missingSince time.Time
 }
 
 // NewFailoverReconciler returns a FailoverReconciler. reader reads uncached (the
@@ -113,12 +117,12 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	logger := log.FromContext(ctx)
 	c := &cycle{r: r, cluster: &cluster, mem: r.remember(req.NamespacedName), log: logger.Info, started: time.Now(),
 		store: primarylease.ClientStore{Reader: r.client, Writer: r.client, Namespace: cluster.Namespace, Name: cluster.PrimaryLeaseName()}}
-	lease, err := c.ensureLease(ctx)
-	if err != nil || lease == nil {
-		return ctrl.Result{RequeueAfter: PollPeriod}, err
+	lease, err := c.store.Get(ctx)
+	if apierrors.IsNotFound(err) {
+		lease = nil
+	} else if err != nil {
+		return ctrl.Result{}, err
 	}
-	c.lease = lease
-	c.noteRenewal(primarylease.Parse(lease))
 	token, err := r.fleet.Token(ctx, &cluster)
 	if err != nil {
 		return ctrl.Result{RequeueAfter: PollPeriod}, client.IgnoreNotFound(err)
@@ -127,6 +131,11 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if c.pods, err = clusterpods.List(ctx, r.client, &cluster); err != nil {
 		return ctrl.Result{}, err
 	}
+	if lease == nil {
+		return ctrl.Result{RequeueAfter: PollPeriod}, c.createLease(ctx)
+	}
+	c.lease = lease
+	c.noteRenewal(primarylease.Parse(lease))
 	c.observe(ctx)
 	if err := c.markBootstrapped(ctx); err != nil {
 		return ctrl.Result{}, err
@@ -147,10 +156,12 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 // its pod's address is gone the question would only wait for the timeout.
 func (c *cycle) observe(ctx context.Context) {
 	var except []string
-	if rec := primarylease.Parse(c.lease); rec.Holder == "" && rec.Handover.CleanRelease() {
-		for i := range c.pods {
-			if c.pods[i].Name == rec.Handover.From && !c.pods[i].DeletionTimestamp.IsZero() {
-				except = append(except, rec.Handover.From)
+	if c.lease != nil {
+		if rec := primarylease.Parse(c.lease); rec.Holder == "" && rec.Handover.CleanRelease() {
+			for i := range c.pods {
+				if c.pods[i].Name == rec.Handover.From && !c.pods[i].DeletionTimestamp.IsZero() {
+					except = append(except, rec.Handover.From)
+				}
 			}
 		}
 	}
@@ -159,27 +170,55 @@ func (c *cycle) observe(ctx context.Context) {
 	c.observed = time.Since(start)
 }
 
-// ensureLease returns the Lease, creating it naming the first instance for a new
-// cluster. The Lease has no owner reference on purpose: like the volumes, it outlives
-// the cluster, so a cluster created again on the kept volumes resumes with the
-// instance that had the newest data as primary.
-func (c *cycle) ensureLease(ctx context.Context) (*coordinationv1.Lease, error) {
-	l, err := c.store.Get(ctx)
-	if err == nil {
-		return l, nil
+// createLease creates the missing primary Lease (DecideMissingLease): naming instance 0
+// for a new cluster, rebuilt from the agents' views for one that has data. The Lease
+// has no owner reference on purpose: like the volumes, it outlives the cluster, so a
+// cluster created again on the kept volumes resumes with the instance that had the
+// newest data as primary.
+func (c *cycle) createLease(ctx context.Context) error {
+	c.observe(ctx)
+	c.r.mu.Lock()
+	if c.mem.missingSince.IsZero() {
+		c.mem.missingSince = c.r.clock.Now()
 	}
-	if !apierrors.IsNotFound(err) {
-		return nil, err
+	in := MissingLease{Instances: c.instances, Remembered: c.mem.seen, MissingSince: c.mem.missingSince, Now: c.r.clock.Now(),
+		Bootstrapped:        c.cluster.Bootstrapped(),
+		SynchronousReplicas: int(c.cluster.Spec.PostgreSQL.SynchronousReplicas)}
+	c.r.mu.Unlock()
+	for i := range c.cluster.Spec.Replicas {
+		in.Expected = append(in.Expected, c.cluster.InstanceName(int(i)))
 	}
-	holder := c.cluster.InstanceName(0)
-	l = primarylease.New(c.cluster.Namespace, c.cluster.PrimaryLeaseName(), c.cluster.Name, holder, c.r.clock.Now())
+	origin := DecideMissingLease(in)
+	if origin.Record == nil {
+		c.r.mu.Lock()
+		same := c.mem.lastReason == origin.Reason
+		c.mem.lastReason = origin.Reason
+		c.r.mu.Unlock()
+		if !same {
+			c.log("Waiting to create the primary Lease", "reason", origin.Reason)
+		}
+		return nil
+	}
+	name := c.cluster.PrimaryLeaseName()
+	l, err := primarylease.Rebuild(c.cluster.Namespace, name, c.cluster.Name, *origin.Record, c.r.clock.Now())
+	if err != nil {
+		return err
+	}
 	if err := c.r.client.Create(ctx, l); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("creating Lease %s: %w", l.Name, err)
+		return fmt.Errorf("creating Lease %s: %w", name, err)
 	}
-	c.log("Designated the first primary", "lease", l.Name, "primary", holder)
+	c.r.mu.Lock()
+	c.mem.missingSince = time.Time{}
+	c.r.mu.Unlock()
+	if origin.Recreated {
+		c.log("Recreated the deleted primary Lease", "lease", name, "holder", origin.Record.Holder, "term", origin.Record.Term, "reason", origin.Reason)
+		c.r.recorder.Eventf(c.cluster, corev1.EventTypeWarning, dbv1.ReasonPrimaryLeaseRecreated, "Lease %s was deleted: %s", name, origin.Reason)
+		return nil
+	}
+	c.log("Designated the first primary", "lease", name, "primary", origin.Record.Holder, "reason", origin.Reason)
 	c.r.recorder.Eventf(c.cluster, corev1.EventTypeNormal, dbv1.ReasonPrimaryDesignated,
-		"Designated %s as the first primary (Lease %s)", holder, l.Name)
-	return nil, nil
+		"Designated %s as the first primary (Lease %s): %s", origin.Record.Holder, name, origin.Reason)
+	return nil
 }
 
 // sawRenewal records renewTime as the holder's last renewal, seen at now; from the
@@ -193,6 +232,7 @@ func (m *memory) sawRenewal(renewTime, now time.Time) {
 func (c *cycle) noteRenewal(rec primarylease.Record) {
 	c.r.mu.Lock()
 	defer c.r.mu.Unlock()
+	c.mem.seen, c.mem.missingSince = &rec, time.Time{}
 	if c.mem.renewSeen.IsZero() || !rec.RenewTime.Equal(c.mem.renewTime) {
 		c.mem.sawRenewal(rec.RenewTime, c.r.clock.Now())
 	}

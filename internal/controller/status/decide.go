@@ -67,7 +67,7 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 
 	phase, reason, message := phaseOf(o, primaryReady, st.ReadyInstances)
 	st.Phase = phase
-	if phase == dbv1.PhaseHealthy && !bootstrapped(c) {
+	if phase == dbv1.PhaseHealthy && !c.Bootstrapped() {
 		dbv1.SetCondition(&st.Conditions, dbv1.Condition{
 			Type: dbv1.ConditionBootstrapped, Status: metav1.ConditionTrue, Reason: dbv1.ReasonFirstHealthy,
 			Message: "Every instance was ready for the first time", ObservedGeneration: c.Generation,
@@ -121,14 +121,6 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 	return st
 }
 
-// bootstrapped reports whether the cluster has been Healthy once. It is read from a
-// condition, not from the phase: the Helm manager's status writes drop the phase but
-// keep every condition.
-func bootstrapped(c *dbv1.PostgresCluster) bool {
-	b := dbv1.FindCondition(c.Status.Conditions, dbv1.ConditionBootstrapped)
-	return b != nil && b.Status == metav1.ConditionTrue
-}
-
 // phaseOf summarises the cluster. A cluster stays Creating until it has been Healthy
 // once; after that a missing replica makes it Degraded and a missing primary Unavailable.
 func phaseOf(o Observed, primaryReady bool, readyInstances int32) (dbv1.Phase, string, string) {
@@ -139,7 +131,7 @@ func phaseOf(o Observed, primaryReady bool, readyInstances int32) (dbv1.Phase, s
 				fmt.Sprintf("Rendering the cluster failed (%s): %s", cond.Reason, cond.Message)
 		}
 	}
-	creating := !bootstrapped(c)
+	creating := !c.Bootstrapped()
 	want := c.Spec.Replicas
 	switch {
 	case o.Primary == "" && creating:

@@ -1,0 +1,159 @@
+package failover
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/primarylease"
+)
+
+// FirstPrimaryWait is how long a missing Lease of a cluster with no sign of data waits
+// for every instance's agent to report an empty volume before instance 0 is designated
+// the first primary anyway (docs/failover.md, "The cluster's record").
+const FirstPrimaryWait = 2 * time.Minute
+
+// MissingLease is everything the decision on a missing Lease is made from.
+type MissingLease struct {
+	// Expected are the instances spec.replicas asks for.
+	Expected []string
+	// Instances are the instance pods as observed now.
+	Instances []Instance
+	// Bootstrapped: the PostgresCluster's Bootstrapped condition is True.
+	Bootstrapped bool
+	// Remembered is the last Lease the operator read, if it read one since it started.
+	Remembered *primarylease.Record
+	// SynchronousReplicas is spec.postgresql.synchronousReplicas.
+	SynchronousReplicas int
+	// MissingSince is when the Lease was first seen missing.
+	MissingSince, Now time.Time
+}
+
+// LeaseOrigin is what a missing Lease is created as: nil Record to wait.
+type LeaseOrigin struct {
+	// Record is the Lease to create.
+	Record *primarylease.Record
+	// Recreated: the cluster had data; the Lease is rebuilt, not a new cluster's.
+	Recreated bool
+	// Reason is for people: the evidence, or what is waited for.
+	Reason string
+}
+
+// DecideMissingLease decides what a missing primary Lease is created as. A cluster with
+// any sign of data (the Bootstrapped condition, an agent reporting a data directory) is
+// never treated as new: its Lease is rebuilt from the agents' views, naming the primary
+// they all follow when that primary runs in the newest term anyone saw, and naming no
+// holder otherwise, so that the failover rules compare WAL positions. Only a cluster
+// without a sign of data gets a new Lease naming instance 0, once every instance
+// reported an empty volume, or after FirstPrimaryWait.
+func DecideMissingLease(in MissingLease) LeaseOrigin {
+	var withData []string
+	for _, i := range in.Instances {
+		if i.Reachable && i.Status.SystemIdentifier != "" {
+			withData = append(withData, i.Name)
+		}
+	}
+	if !in.Bootstrapped && len(withData) == 0 && in.Remembered == nil {
+		return newClusterLease(in)
+	}
+	evidence := fmt.Sprintf("instances with data: %s", listOrNone(withData))
+	if in.Bootstrapped {
+		evidence = "the cluster's Bootstrapped condition; " + evidence
+	}
+	rec := primarylease.Record{Bootstrapped: true, Timeline: highestTimeline(in.Instances)}
+	term, holder, agreed := newestView(in.Instances)
+	if r := in.Remembered; r != nil && r.Term > term {
+		term, holder, agreed = r.Term, r.Holder, false
+		rec.Timeline = max(rec.Timeline, r.Timeline)
+	}
+	if h := find(in.Instances, holder); agreed && holder != "" && h != nil && h.Reachable && h.Status.Running &&
+		h.Status.Role == agentapi.RolePrimary && h.Status.Term == term {
+		rec.Holder, rec.Term = holder, term
+		rec.Sync = everyOtherMember(in.Expected, holder, in.SynchronousReplicas)
+		return LeaseOrigin{Record: &rec, Recreated: true, Reason: fmt.Sprintf(
+			"recreated the deleted primary Lease naming %s in term %d, the primary every agent in that term follows (%s)", holder, term, evidence)}
+	}
+	rec.Term = term + 1
+	rec.Handover = &primarylease.Handover{From: holder, Term: term, Recreated: true,
+		Reason: "the primary Lease was deleted and no running primary could be established from the agents"}
+	rec.Sync = everyOtherMember(in.Expected, holder, in.SynchronousReplicas)
+	return LeaseOrigin{Record: &rec, Recreated: true, Reason: fmt.Sprintf(
+		"recreated the deleted primary Lease naming no primary in term %d (the agents' newest view: %s in term %d); the failover rules choose one (%s)",
+		rec.Term, orUnknown(holder), term, evidence)}
+}
+
+// newClusterLease is the Lease of a cluster that shows no sign of data.
+func newClusterLease(in MissingLease) LeaseOrigin {
+	var silent []string
+	for _, name := range in.Expected {
+		if i := find(in.Instances, name); i == nil || !i.Reachable {
+			silent = append(silent, name)
+		}
+	}
+	first := in.Expected[0]
+	rec := &primarylease.Record{Holder: first}
+	if len(silent) == 0 {
+		return LeaseOrigin{Record: rec, Reason: fmt.Sprintf("every instance reports an empty volume: %s is the first primary", first)}
+	}
+	if waited := in.Now.Sub(in.MissingSince); waited >= FirstPrimaryWait {
+		return LeaseOrigin{Record: rec, Reason: fmt.Sprintf("no instance reports data; %s did not answer within %s: %s is the first primary",
+			strings.Join(silent, ", "), FirstPrimaryWait, first)}
+	}
+	return LeaseOrigin{Reason: fmt.Sprintf("waiting for every instance to report its volume before designating the first primary: %s not answering",
+		strings.Join(silent, ", "))}
+}
+
+// newestView is the newest term any reachable agent saw, and the holder the agents in
+// that term name; agreed is false when they name different holders.
+func newestView(instances []Instance) (term int32, holder string, agreed bool) {
+	agreed = true
+	seen := false
+	for _, i := range instances {
+		if !i.Reachable {
+			continue
+		}
+		switch st := i.Status; {
+		case !seen || st.Term > term:
+			term, holder, agreed, seen = st.Term, st.Holder, true, true
+		case st.Term == term && st.Holder != holder:
+			agreed = false
+		}
+	}
+	return term, holder, agreed
+}
+
+func highestTimeline(instances []Instance) int64 {
+	var tl int64
+	for _, i := range instances {
+		if i.Reachable {
+			tl = max(tl, i.Status.Timeline)
+		}
+	}
+	return tl
+}
+
+// everyOtherMember is the synchronous set a rebuilt Lease starts with: every instance
+// but the holder may have acknowledged a commit, which is what the failover rules
+// assume of a member until the holder's next renewal writes its real set. Nil in
+// asynchronous mode.
+func everyOtherMember(expected []string, holder string, k int) *primarylease.SyncSet {
+	if k == 0 {
+		return nil
+	}
+	set := &primarylease.SyncSet{K: k, Members: map[string]string{}}
+	for _, name := range expected {
+		if name != holder {
+			set.Members[name] = ""
+		}
+	}
+	return set
+}
+
+func listOrNone(names []string) string {
+	if len(names) == 0 {
+		return "none answering"
+	}
+	return strings.Join(slices.Sorted(slices.Values(names)), ", ")
+}
