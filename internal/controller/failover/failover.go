@@ -62,10 +62,8 @@ type memory struct {
 	// vacantTerm is the term in which the Lease was first seen vacant, at vacantSince.
 	vacantTerm  int32
 	vacantSince time.Time
-	// seen is the last Lease read; missingSince when the Lease was first found missing
-	// (zero while it exists).
-	seen         *primarylease.Record
-	missingSince time.Time
+	// seen is the last Lease read.
+	seen *primarylease.Record
 }
 
 // NewFailoverReconciler returns a FailoverReconciler. reader reads uncached (the
@@ -178,27 +176,13 @@ func (c *cycle) observe(ctx context.Context) {
 func (c *cycle) createLease(ctx context.Context) error {
 	c.observe(ctx)
 	c.r.mu.Lock()
-	if c.mem.missingSince.IsZero() {
-		c.mem.missingSince = c.r.clock.Now()
-	}
-	in := MissingLease{Instances: c.instances, Remembered: c.mem.seen, MissingSince: c.mem.missingSince, Now: c.r.clock.Now(),
-		Bootstrapped:        c.cluster.Bootstrapped(),
+	in := MissingLease{Instances: c.instances, Remembered: c.mem.seen, Bootstrapped: c.cluster.Bootstrapped(),
 		SynchronousReplicas: int(c.cluster.Spec.PostgreSQL.SynchronousReplicas)}
 	c.r.mu.Unlock()
 	for i := range c.cluster.Spec.Replicas {
 		in.Expected = append(in.Expected, c.cluster.InstanceName(int(i)))
 	}
 	origin := DecideMissingLease(in)
-	if origin.Record == nil {
-		c.r.mu.Lock()
-		same := c.mem.lastReason == origin.Reason
-		c.mem.lastReason = origin.Reason
-		c.r.mu.Unlock()
-		if !same {
-			c.log("Waiting to create the primary Lease", "reason", origin.Reason)
-		}
-		return nil
-	}
 	name := c.cluster.PrimaryLeaseName()
 	l, err := primarylease.Rebuild(c.cluster.Namespace, name, c.cluster.Name, *origin.Record, c.r.clock.Now())
 	if err != nil {
@@ -207,9 +191,6 @@ func (c *cycle) createLease(ctx context.Context) error {
 	if err := c.r.client.Create(ctx, l); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating Lease %s: %w", name, err)
 	}
-	c.r.mu.Lock()
-	c.mem.missingSince = time.Time{}
-	c.r.mu.Unlock()
 	if origin.Recreated {
 		c.log("Recreated the deleted primary Lease", "lease", name, "holder", origin.Record.Holder, "term", origin.Record.Term, "reason", origin.Reason)
 		c.r.recorder.Eventf(c.cluster, corev1.EventTypeWarning, dbv1.ReasonPrimaryLeaseRecreated, "Lease %s was deleted: %s", name, origin.Reason)
@@ -232,7 +213,7 @@ func (m *memory) sawRenewal(renewTime, now time.Time) {
 func (c *cycle) noteRenewal(rec primarylease.Record) {
 	c.r.mu.Lock()
 	defer c.r.mu.Unlock()
-	c.mem.seen, c.mem.missingSince = &rec, time.Time{}
+	c.mem.seen = &rec
 	if c.mem.renewSeen.IsZero() || !rec.RenewTime.Equal(c.mem.renewTime) {
 		c.mem.sawRenewal(rec.RenewTime, c.r.clock.Now())
 	}

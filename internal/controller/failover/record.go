@@ -4,16 +4,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
-
-// FirstPrimaryWait is how long a missing Lease of a cluster with no sign of data waits
-// for every instance's agent to report an empty volume before instance 0 is designated
-// the first primary anyway (docs/failover.md, "The cluster's record").
-const FirstPrimaryWait = 2 * time.Minute
 
 // MissingLease is everything the decision on a missing Lease is made from.
 type MissingLease struct {
@@ -27,11 +21,9 @@ type MissingLease struct {
 	Remembered *primarylease.Record
 	// SynchronousReplicas is spec.postgresql.synchronousReplicas.
 	SynchronousReplicas int
-	// MissingSince is when the Lease was first seen missing.
-	MissingSince, Now time.Time
 }
 
-// LeaseOrigin is what a missing Lease is created as: nil Record to wait.
+// LeaseOrigin is what a missing Lease is created as.
 type LeaseOrigin struct {
 	// Record is the Lease to create.
 	Record *primarylease.Record
@@ -46,8 +38,7 @@ type LeaseOrigin struct {
 // never treated as new: its Lease is rebuilt from the agents' views, naming the primary
 // they all follow when that primary runs in the newest term anyone saw, and naming no
 // holder otherwise, so that the failover rules compare WAL positions. Only a cluster
-// without a sign of data gets a new Lease naming instance 0, once every instance
-// reported an empty volume, or after FirstPrimaryWait.
+// without a sign of data gets a new cluster's Lease, naming instance 0.
 func DecideMissingLease(in MissingLease) LeaseOrigin {
 	var withData []string
 	for _, i := range in.Instances {
@@ -84,25 +75,15 @@ func DecideMissingLease(in MissingLease) LeaseOrigin {
 		rec.Term, orUnknown(holder), term, evidence)}
 }
 
-// newClusterLease is the Lease of a cluster that shows no sign of data.
+// newClusterLease is the Lease of a cluster that shows no sign of data. An instance
+// the operator cannot see (no pod yet, or an agent that does not answer) may still hold
+// data of a cluster whose record was lost with it (the PostgresCluster created again on
+// kept volumes, and its Lease deleted too); the guard before every clone and rewind (a
+// source with another system identifier is refused, the data kept) covers that case.
 func newClusterLease(in MissingLease) LeaseOrigin {
-	var silent []string
-	for _, name := range in.Expected {
-		if i := find(in.Instances, name); i == nil || !i.Reachable {
-			silent = append(silent, name)
-		}
-	}
 	first := in.Expected[0]
-	rec := &primarylease.Record{Holder: first}
-	if len(silent) == 0 {
-		return LeaseOrigin{Record: rec, Reason: fmt.Sprintf("every instance reports an empty volume: %s is the first primary", first)}
-	}
-	if waited := in.Now.Sub(in.MissingSince); waited >= FirstPrimaryWait {
-		return LeaseOrigin{Record: rec, Reason: fmt.Sprintf("no instance reports data; %s did not answer within %s: %s is the first primary",
-			strings.Join(silent, ", "), FirstPrimaryWait, first)}
-	}
-	return LeaseOrigin{Reason: fmt.Sprintf("waiting for every instance to report its volume before designating the first primary: %s not answering",
-		strings.Join(silent, ", "))}
+	return LeaseOrigin{Record: &primarylease.Record{Holder: first},
+		Reason: fmt.Sprintf("no instance reports data: %s is the first primary", first)}
 }
 
 // newestView is the newest term any reachable agent saw, and the holder the agents in

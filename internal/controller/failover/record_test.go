@@ -3,7 +3,6 @@ package failover
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
@@ -22,7 +21,7 @@ func empty(name string) Instance {
 }
 
 func missing(instances ...Instance) MissingLease {
-	return MissingLease{Expected: []string{"db-0", "db-1", "db-2"}, Instances: instances, MissingSince: t0.Add(-time.Second), Now: t0}
+	return MissingLease{Expected: []string{"db-0", "db-1", "db-2"}, Instances: instances}
 }
 
 func TestDecideMissingLease(t *testing.T) {
@@ -37,16 +36,13 @@ func TestDecideMissingLease(t *testing.T) {
 	}{
 		{name: "new cluster, every volume empty: instance 0",
 			in:   missing(empty("db-0"), empty("db-1"), empty("db-2")),
-			want: &primarylease.Record{Holder: "db-0"}, reason: "every instance reports an empty volume"},
-		{name: "new cluster, one instance silent: wait",
-			in:     missing(empty("db-0"), empty("db-1"), dead("db-2")),
-			reason: "db-2 not answering"},
-		{name: "new cluster, one instance missing: wait",
-			in:     missing(empty("db-0"), empty("db-1")),
-			reason: "db-2 not answering"},
-		{name: "new cluster, one instance silent past the wait: instance 0",
-			in:   editMissing(missing(empty("db-0"), empty("db-1"), dead("db-2")), func(m *MissingLease) { m.MissingSince = t0.Add(-FirstPrimaryWait) }),
-			want: &primarylease.Record{Holder: "db-0"}, reason: "db-2 did not answer"},
+			want: &primarylease.Record{Holder: "db-0"}, reason: "no instance reports data"},
+		{name: "new cluster, no pod yet: instance 0",
+			in:   missing(),
+			want: &primarylease.Record{Holder: "db-0"}, reason: "no instance reports data"},
+		{name: "new cluster, one instance without a pod: instance 0",
+			in:   missing(empty("db-0"), empty("db-1")),
+			want: &primarylease.Record{Holder: "db-0"}, reason: "no instance reports data"},
 		{name: "an agent reports data: the primary they all follow, same term",
 			in:   missing(empty("db-0"), viewing(primary("db-1"), "db-1", 5), viewing(standby("db-2", "0/5000000", false), "db-1", 5)),
 			want: &primarylease.Record{Holder: "db-1", Term: 5, Bootstrapped: true, Timeline: 1}, recreated: true,
