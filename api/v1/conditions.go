@@ -43,6 +43,10 @@ const (
 	// ConditionContinuousArchiving is True while the primary archives WAL to the
 	// backup store, False with the archiver's last error when it cannot.
 	ConditionContinuousArchiving = "ContinuousArchiving"
+	// ConditionDataConsistent is False while an instance refuses to rewind onto, clone
+	// from or follow a primary that holds another database (its data is kept), with
+	// what to do.
+	ConditionDataConsistent = "DataConsistent"
 )
 
 // Condition types the Helm manager owns.
@@ -74,6 +78,8 @@ const (
 	ReasonBackupFailed       = "BackupFailed"
 	ReasonBackupScheduled    = "BackupScheduled"
 	ReasonBackupPruned       = "BackupPruned"
+	ReasonOneDatabase        = "OneDatabase"
+	ReasonAnotherDatabase    = "AnotherDatabase"
 
 	// Events of the failover controller (docs/failover.md).
 	ReasonPrimaryFailed     = "PrimaryFailed"
@@ -88,6 +94,13 @@ const (
 	// ReasonPrimaryLeaseRecreated: the primary Lease was deleted and rebuilt from the
 	// agents' views (docs/failover.md, "The cluster's record").
 	ReasonPrimaryLeaseRecreated = "PrimaryLeaseRecreated"
+	// ReasonDataRefused: an agent refuses to replace its data with another database's.
+	ReasonDataRefused = "DataRefused"
+	// ReasonDataSetAside: an agent replaced a data directory by a new clone and kept
+	// the old one on the volume; ReasonSetAsideRemoved: it removed one that a verified
+	// clone superseded, because the volume needed the space.
+	ReasonDataSetAside    = "DataSetAside"
+	ReasonSetAsideRemoved = "SetAsideRemoved"
 )
 
 // Phases of a cluster.

@@ -28,6 +28,12 @@ const (
 	// controller shows as the ContinuousArchiving condition.
 	AnnotationArchiving = "db.example.com/archiving"
 
+	// AnnotationDataGuard on the primary Lease is what the agents refuse to do to their
+	// data and the data directories they set aside (JSON of a DataGuard), which the
+	// failover controller records and the status controller shows as the
+	// DataConsistent condition and the instances' setAside.
+	AnnotationDataGuard = "db.example.com/data-guard"
+
 	// LabelScheduledAt on a PostgresBackup the sidecar created for a schedule tick is
 	// the tick's time, as a Unix timestamp.
 	LabelScheduledAt = "db.example.com/scheduled-at"
@@ -70,6 +76,12 @@ func (c *PostgresCluster) ReadWriteServiceName() string { return c.Name + "-rw" 
 // InstanceName is the pod name of instance ordinal i (StatefulSet naming).
 func (c *PostgresCluster) InstanceName(i int) string {
 	return c.Name + "-" + strconv.Itoa(i)
+}
+
+// VolumeClaimName is the PersistentVolumeClaim of instance i: the StatefulSet's claim
+// template "data" (helm-charts/postgrescluster/templates/statefulset.yaml).
+func (c *PostgresCluster) VolumeClaimName(i int) string {
+	return "data-" + c.InstanceName(i)
 }
 
 // ManagedParameters are the postgresql.conf settings pgpilot sets itself; the CRD

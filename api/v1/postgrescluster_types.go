@@ -242,6 +242,11 @@ type InstanceStatus struct {
 	// node the pod is scheduled on.
 	// +optional
 	Node string `json:"node,omitempty"`
+	// setAside lists the data directories the instance's agent replaced by a new clone
+	// and kept on its volume instead of deleting them ("name: reason"); a superseded
+	// one is removed when the volume needs the space.
+	// +optional
+	SetAside []string `json:"setAside,omitempty"`
 }
 
 // FailoverRecord is one failover.

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"time"
@@ -92,6 +92,9 @@ func (a *Agent) confInput(role Role, upstream string) ConfInput {
 		Socket: a.cfg.SocketDir, Role: role, PrimaryHost: host,
 		PassFile: a.passFile(), ReplicationUser: a.creds.Replication.Username,
 		Commands: a.commands(), Recovery: a.recovery,
+	}
+	if _, total, err := volumeSpace(filepath.Dir(a.cfg.PGData)); err == nil {
+		in.VolumeBytes = total
 	}
 	// A frozen standby (no upstream) keeps the rule of a standby of the primary it
 	// last followed.
@@ -261,7 +264,7 @@ func (a *Agent) startStandby(ctx context.Context, state DataState, primary strin
 		}
 		if why != "" {
 			a.log.Info("Cloning again: pg_rewind would take this data directory for one history with the primary's", "primary", primary, "why", why)
-			if err := a.reclone(ctx, host, primary); err != nil {
+			if err := a.reclone(ctx, host, primary, "pg_rewind would take it for one history with the primary's: "+why); err != nil {
 				return err
 			}
 			return a.runStandby(ctx, primary)
@@ -270,7 +273,7 @@ func (a *Agent) startStandby(ctx context.Context, state DataState, primary strin
 		said, err := a.pg.Rewind(ctx, host, a.cfg.Port, a.creds.Replication.Username)
 		if err != nil {
 			a.log.Error(err, "Rewind failed; cloning again", "primary", primary)
-			if err := a.reclone(ctx, host, primary); err != nil {
+			if err := a.reclone(ctx, host, primary, "pg_rewind failed: "+err.Error()); err != nil {
 				return err
 			}
 		} else {
@@ -297,6 +300,12 @@ func (a *Agent) maintainStandby(ctx context.Context, proc *Process, primary stri
 		a.log.Info("Could not keep the replication slots on this standby", "error", err.Error())
 		a.slotsDone = time.Now()
 	}
+	if fatal := lastFatal(proc.tail.String()); strings.Contains(fatal, "database system identifier differs") {
+		// postgres refuses it by itself; the agent says what it means.
+		return refused("%s holds another database than this standby (its WAL receiver says %q): this instance's data is kept and it does not follow %s. "+
+			"If this instance holds the cluster's data, the primary Lease must name an instance of it (see docs/data-safety.md); "+
+			"to clone this instance from %s anyway, delete its PersistentVolumeClaim", primary, strings.TrimSpace(fatal), primary, primary)
+	}
 	if !walRemovedUpstream(proc.tail.String()) {
 		a.walGone = time.Time{}
 		return nil
@@ -316,7 +325,7 @@ func (a *Agent) maintainStandby(ctx context.Context, proc *Process, primary stri
 	a.walGone = time.Time{}
 	a.log.Info("Cloning again: the primary no longer has the WAL this standby needs", "primary", primary, "waited", walGoneFor.String())
 	a.stopPostgres(StopFast)
-	if err := a.reclone(ctx, a.cfg.PeerHost(primary), primary); err != nil {
+	if err := a.reclone(ctx, a.cfg.PeerHost(primary), primary, "the primary no longer has the WAL this standby needs"); err != nil {
 		return err
 	}
 	return a.runStandby(ctx, primary)
@@ -327,13 +336,20 @@ func (a *Agent) maintainStandby(ctx context.Context, proc *Process, primary stri
 // has WAL this standby needs. Any later FATAL (the primary restarting, say) means the
 // standby is waiting for something else.
 func walRemovedUpstream(log string) bool {
+	fatal := lastFatal(log)
+	return strings.Contains(fatal, "requested WAL segment") && strings.Contains(fatal, "has already been removed")
+}
+
+// lastFatal is the last line of log with a FATAL message, from the message on; "" when
+// there is none.
+func lastFatal(log string) string {
 	lines := strings.Split(log, "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
-		if strings.Contains(lines[i], "FATAL:") {
-			return strings.Contains(lines[i], "requested WAL segment") && strings.Contains(lines[i], "has already been removed")
+		if _, msg, ok := strings.Cut(lines[i], "FATAL:"); ok {
+			return strings.TrimSpace(msg)
 		}
 	}
-	return false
+	return ""
 }
 
 // runStandby writes the standby configuration for primary ("" for none: frozen) and
@@ -373,20 +389,35 @@ func (a *Agent) waitPromoted(ctx context.Context, primary string) error {
 	}
 }
 
-// reclone replaces a data directory that cannot be rewound. The old one is kept aside
-// until the new clone is complete, then removed.
-func (a *Agent) reclone(ctx context.Context, host, primary string) error {
-	aside := fmt.Sprintf("%s.rewind-failed-%d", a.cfg.PGData, time.Now().Unix())
-	if err := os.Rename(a.cfg.PGData, aside); err != nil {
+// reclone replaces a data directory that cannot be rewound or catch up by a new clone
+// of primary's. The clone must be of the same database; the old directory is set aside
+// on the volume, never deleted (aside.go).
+func (a *Agent) reclone(ctx context.Context, host, primary, why string) error {
+	own, err := a.pg.SystemIdentifier()
+	if err != nil {
 		return err
 	}
+	peer, err := peerSystem(ctx, host, a.cfg.Port, a.creds.Replication, 0)
+	if err != nil {
+		return fmt.Errorf("asking %s for its system identifier: %w", primary, err)
+	}
+	if err := sameSystem(primary, peer.systemID, own); err != nil {
+		return err
+	}
+	a.makeRoom(dirSize(a.cfg.PGData))
+	aside, err := a.pg.setAside(why, time.Now())
+	if err != nil {
+		return err
+	}
+	a.noteSetAside()
 	if err := a.pg.BaseBackup(ctx, host, a.cfg.Port, a.creds.Replication.Username); err != nil {
-		if restore := os.Rename(aside, a.cfg.PGData); restore != nil {
-			return errors.Join(fmt.Errorf("cloning from %s: %w", primary, err), restore)
+		if restore := a.pg.putBack(aside); restore != nil {
+			return errors.Join(fmt.Errorf("cloning from %s: %w", primary, err), fmt.Errorf("putting the data directory back from %s: %w", aside, restore))
 		}
 		return fmt.Errorf("cloning from %s: %w", primary, err)
 	}
-	return os.RemoveAll(aside)
+	a.log.Info("Cloned again; the replaced data directory is set aside until the new clone is verified", "primary", primary, "setAside", aside, "why", why)
+	return nil
 }
 
 // start starts postgres and waits until it accepts connections. The role stays

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,12 +66,18 @@ type Agent struct {
 	failsafeGiven failsafeGiven
 	lastHandover  *agentapi.Handover
 	lastErr       string
-	crashes       int     // consecutive failed steps, for the backoff
-	crashTimes    []crash // postmaster exits and failed starts
-	binVersion    string  // the binaries' major version, once read
-	downSince     time.Time
-	lastAct       Act
-	slotsDone     time.Time
+	lastRefusal   string
+	// setAsides are the set-aside data directories as keepVolume last found them;
+	// asidePending counts those not yet superseded; volumeDone is when it looked.
+	setAsides    []agentapi.SetAside
+	asidePending int
+	volumeDone   time.Time
+	crashes      int     // consecutive failed steps, for the backoff
+	crashTimes   []crash // postmaster exits and failed starts
+	binVersion   string  // the binaries' major version, once read
+	downSince    time.Time
+	lastAct      Act
+	slotsDone    time.Time
 	// walGone is since when this standby's WAL receiver has been failing because the
 	// primary no longer has the WAL it needs; zero while it is not.
 	walGone  time.Time
@@ -197,10 +205,10 @@ func (a *Agent) setErr(err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if err == nil {
-		a.lastErr = ""
+		a.lastErr, a.lastRefusal = "", ""
 		return
 	}
-	a.lastErr = err.Error()
+	a.lastErr, a.lastRefusal = err.Error(), refusal(err)
 }
 
 func (a *Agent) process() *Process {
@@ -279,6 +287,7 @@ func (a *Agent) step(ctx context.Context) error {
 	if err := a.reloadClusterConfig(ctx, running, role, upstream); err != nil {
 		return err
 	}
+	a.keepVolume(ctx, a.verified)
 	d := Decide(a.observe(view))
 	a.mu.Lock()
 	changed := d.Act != a.lastAct
@@ -288,6 +297,22 @@ func (a *Agent) step(ctx context.Context) error {
 		a.log.Info("Acting on the primary Lease", "act", d.Act.String(), "target", d.Target, "term", view.Term, "reason", d.Reason)
 	}
 	return a.act(ctx, d, view)
+}
+
+// verified reports whether the data directory in use has proven sound: it serves as
+// the primary, or it streams from one as a standby.
+func (a *Agent) verified(ctx context.Context) bool {
+	a.mu.Lock()
+	running, role, upstream := a.proc != nil, a.role, a.upstream
+	a.mu.Unlock()
+	switch {
+	case running && role == agentapi.RolePrimary:
+		return true
+	case running && role == agentapi.RoleReplica && upstream != "":
+		streaming, err := a.db.Streaming(ctx)
+		return err == nil && streaming
+	}
+	return false
 }
 
 // act carries out a decision.
@@ -434,8 +459,8 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 	view := a.lease.View()
 	now := time.Now()
 	a.mu.Lock()
-	st := agentapi.Status{Pod: a.cfg.PodName, Role: a.role, Fenced: a.fenced, Error: a.lastErr, Term: view.Term, Holder: view.Holder,
-		Frozen: a.frozen, Handover: a.lastHandover}
+	st := agentapi.Status{Pod: a.cfg.PodName, Role: a.role, Fenced: a.fenced, Error: a.lastErr, Refusal: a.lastRefusal, Term: view.Term, Holder: view.Holder,
+		Frozen: a.frozen, Handover: a.lastHandover, SetAside: slices.Clone(a.setAsides)}
 	if a.proc != nil {
 		st.Running = true
 		started := a.proc.Started
@@ -475,6 +500,9 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 		if cd, err := a.pg.ControlData(ctx); err == nil {
 			st.Position, st.Timeline = cd.Checkpoint, cd.Timeline
 		}
+	}
+	if free, total, err := volumeSpace(filepath.Dir(a.cfg.PGData)); err == nil {
+		st.VolumeBytes, st.VolumeFreeBytes = int64(total), int64(free)
 	}
 	if id, err := a.pg.SystemIdentifier(); err != nil {
 		st.Error = strings.TrimPrefix(st.Error+"; "+err.Error(), "; ")

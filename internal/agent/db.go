@@ -407,20 +407,34 @@ func (d *DB) EnsureSlots(ctx context.Context, want []string, advance bool) (crea
 	}
 	defer conn.Release()
 	have := map[string]bool{}
-	rows, err := conn.Query(ctx, `SELECT slot_name::text, active FROM pg_replication_slots WHERE slot_name LIKE 'pgpilot\_%'`)
+	var lost []string
+	rows, err := conn.Query(ctx, `SELECT slot_name::text, active, coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name LIKE 'pgpilot\_%'`)
 	if err != nil {
 		return nil, nil, err
 	}
 	for rows.Next() {
-		var name string
+		var name, walStatus string
 		var active bool
-		if err := rows.Scan(&name, &active); err != nil {
+		if err := rows.Scan(&name, &active, &walStatus); err != nil {
 			return nil, nil, err
 		}
 		have[name] = active
+		if walStatus == "lost" && !active {
+			lost = append(lost, name)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, err
+	}
+	// A slot invalidated by max_slot_wal_keep_size keeps nothing and can never be
+	// streamed from: it is dropped, and made again below, so its instance, when it
+	// returns, is told its WAL is gone and is cloned again.
+	for _, s := range lost {
+		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s); err != nil {
+			return created, dropped, fmt.Errorf("dropping the invalidated slot %s: %w", s, err)
+		}
+		delete(have, s)
+		dropped = append(dropped, s)
 	}
 	wanted := map[string]bool{}
 	for _, s := range want {

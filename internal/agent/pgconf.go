@@ -39,6 +39,8 @@ type ConfInput struct {
 	// own; on a standby, StandbyRule until the agent sets the recorded one right before
 	// promoting it.
 	SyncRule []string
+	// VolumeBytes is the size of the data directory's volume; 0 when unknown.
+	VolumeBytes uint64
 }
 
 // Commands run the agent binary as postgres's archive_command and restore_command.
@@ -203,12 +205,34 @@ func otherInstances(c ClusterConfig, pod string) []string {
 	return out
 }
 
+// slotKeepShare: replication slots may keep at most 1/slotKeepShare of the volume.
+const slotKeepShare = 4
+
 // PostgresqlConf renders postgresql.conf: pgpilot's defaults, the user's parameters,
 // then pgpilot's managed settings (later lines win).
 func PostgresqlConf(in ConfInput) string {
 	var b strings.Builder
 	b.WriteString("# Written by the pgpilot agent at every start; edits are lost.\n\n# Defaults\n")
 	writeSettings(&b, defaults)
+	if in.VolumeBytes > 0 {
+		// A replication slot of an instance that is away keeps WAL on the primary until
+		// it returns: without a bound, a replica down for a day fills the primary's
+		// volume, the most reported outage of PostgreSQL operators. Past a quarter of the
+		// volume, PostgreSQL invalidates the slot and removes the WAL; the instance is
+		// cloned again when it returns (the agent recreates the slot, and a standby whose
+		// WAL is gone is cloned).
+		//
+		// WAL between checkpoints is bounded by max_wal_size, 1 GB by default: the whole
+		// of the chart's default 1Gi volume. It is a quarter of the volume at most too, so
+		// slots and checkpoints together keep at most half of it.
+		quarter := max(in.VolumeBytes/slotKeepShare>>20, 64)
+		maxWAL := min(quarter, 1024)
+		writeSettings(&b, map[string]string{
+			"max_slot_wal_keep_size": fmt.Sprintf("%dMB", quarter),
+			"max_wal_size":           fmt.Sprintf("%dMB", maxWAL),
+			"min_wal_size":           fmt.Sprintf("%dMB", min(maxWAL/2, 80)),
+		})
+	}
 	if in.Cluster.Backup != nil {
 		// A quiet primary still closes a segment every 5 minutes, bounding how much
 		// a lost volume can take with it.

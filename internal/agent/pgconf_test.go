@@ -47,6 +47,46 @@ func TestPostgresqlConfPrecedence(t *testing.T) {
 	}
 }
 
+// WAL kept for slots and between checkpoints is bounded by the volume's size, and a
+// user parameter still overrides the bound.
+func TestWALBoundsFollowTheVolume(t *testing.T) {
+	settings := func(in ConfInput) map[string]string {
+		last := map[string]string{}
+		for _, line := range strings.Split(PostgresqlConf(in), "\n") {
+			if k, v, ok := strings.Cut(line, " = "); ok {
+				last[k] = v
+			}
+		}
+		return map[string]string{"max_slot_wal_keep_size": last["max_slot_wal_keep_size"],
+			"max_wal_size": last["max_wal_size"], "min_wal_size": last["min_wal_size"]}
+	}
+	cases := []struct {
+		name   string
+		volume uint64
+		params map[string]string
+		want   map[string]string
+	}{
+		{"the chart's default 1Gi", 1 << 30, nil,
+			map[string]string{"max_slot_wal_keep_size": "'256MB'", "max_wal_size": "'256MB'", "min_wal_size": "'80MB'"}},
+		{"100Gi: PostgreSQL's own max_wal_size", 100 << 30, nil,
+			map[string]string{"max_slot_wal_keep_size": "'25600MB'", "max_wal_size": "'1024MB'", "min_wal_size": "'80MB'"}},
+		{"a tiny volume", 100 << 20, nil,
+			map[string]string{"max_slot_wal_keep_size": "'64MB'", "max_wal_size": "'64MB'", "min_wal_size": "'32MB'"}},
+		{"the user's value wins", 1 << 30, map[string]string{"max_slot_wal_keep_size": "-1"},
+			map[string]string{"max_slot_wal_keep_size": "'-1'", "max_wal_size": "'256MB'", "min_wal_size": "'80MB'"}},
+		{"volume unknown: PostgreSQL's defaults", 0, nil,
+			map[string]string{"max_slot_wal_keep_size": "", "max_wal_size": "", "min_wal_size": ""}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := ConfInput{Cluster: ClusterConfig{Replicas: 2, Parameters: tc.params}, Pod: "db-0", Port: 5432, Role: AsPrimary, VolumeBytes: tc.volume}
+			if diff := cmp.Diff(tc.want, settings(in)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestQuoting(t *testing.T) {
 	for _, tc := range []struct{ name, in, conf string }{
 		{"plain", "8MB", "'8MB'"},

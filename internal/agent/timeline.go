@@ -195,10 +195,8 @@ func (a *Agent) checkRewindSource(ctx context.Context, host, primary string) (re
 	if err != nil {
 		return "", fmt.Errorf("asking %s for its system identifier and timeline: %w", primary, err)
 	}
-	if peer.systemID != own {
-		return "", fmt.Errorf("refusing to rewind onto %s or clone from it: it holds another database (system identifier %s; this instance's is %s), "+
-			"and either would replace this instance's data, which is kept. If this instance holds the cluster's data, the primary Lease must name an instance of it; "+
-			"to clone it from %s anyway, delete its PersistentVolumeClaim", primary, peer.systemID, own, primary)
+	if err := sameSystem(primary, peer.systemID, own); err != nil {
+		return "", err
 	}
 	if cd.Timeline <= 1 || peer.timeline != cd.Timeline {
 		return "", nil
@@ -212,6 +210,18 @@ func (a *Agent) checkRewindSource(ctx context.Context, host, primary string) (re
 	}
 	return fmt.Sprintf("both are on timeline %d, but their histories of it differ (this instance: %q; %s: %q)",
 		cd.Timeline, lastLines(history, 1), primary, lastLines(peer.history, 1)), nil
+}
+
+// sameSystem refuses a primary with another database (system identifier) than this
+// instance's: rewinding onto it, cloning from it or following it would replace or mix
+// this instance's data with another database's.
+func sameSystem(primary, peerID, own string) error {
+	if peerID == own {
+		return nil
+	}
+	return refused("refusing to rewind onto %s, clone from it or follow it: it holds another database (system identifier %s; this instance's is %s), "+
+		"and any of them would replace this instance's data, which is kept. If this instance holds the cluster's data, the primary Lease must name an instance of it "+
+		"(see docs/data-safety.md); to clone this instance from %s anyway, delete its PersistentVolumeClaim", primary, peerID, own, primary)
 }
 
 // peer is what a replication connection tells of another postgres.

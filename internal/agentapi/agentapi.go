@@ -118,8 +118,34 @@ type Status struct {
 	SystemIdentifier string `json:"systemIdentifier,omitempty"`
 	// Handover is this instance's last clean stop as primary: its final WAL position.
 	Handover *Handover `json:"handover,omitempty"`
+	// VolumeBytes and VolumeFreeBytes are the size and free space of the data
+	// directory's volume; 0 when unknown.
+	VolumeBytes     int64 `json:"volumeBytes,omitempty"`
+	VolumeFreeBytes int64 `json:"volumeFreeBytes,omitempty"`
+	// SetAside are the data directories the agent set aside on the volume instead of
+	// deleting them, oldest first.
+	SetAside []SetAside `json:"setAside,omitempty"`
+	// Refusal says what the agent refuses to do because it would replace or mix this
+	// instance's data with another database's, and what a person can do; empty when it
+	// refuses nothing.
+	Refusal string `json:"refusal,omitempty"`
 	// Error says what went wrong last, for a person; empty when nothing did.
 	Error string `json:"error,omitempty"`
+}
+
+// SetAside is a data directory the agent replaced by a new clone and kept.
+type SetAside struct {
+	// Name is the directory's name beside the data directory on the volume.
+	Name string `json:"name"`
+	// Reason is why it was replaced.
+	Reason string `json:"reason,omitempty"`
+	// At is when it was set aside.
+	At time.Time `json:"at"`
+	// Superseded: the clone that replaced it has been verified; it is removed when the
+	// volume needs the space. Until then it is kept whatever the space.
+	Superseded bool `json:"superseded,omitempty"`
+	// Bytes is its size.
+	Bytes int64 `json:"bytes"`
 }
 
 // Gate states.

@@ -41,6 +41,12 @@ var (
 		"Whether a replication slot is in use (1) or not (0).", []string{"slot"}, nil)
 	slotRetainedDesc = prometheus.NewDesc("pgpilot_replication_slot_retained_bytes",
 		"WAL bytes a replication slot keeps on disk.", []string{"slot"}, nil)
+	volumeSizeDesc = prometheus.NewDesc("pgpilot_volume_size_bytes",
+		"Size of the instance's data volume.", nil, nil)
+	volumeFreeDesc = prometheus.NewDesc("pgpilot_volume_free_bytes",
+		"Free space of the instance's data volume; predict_linear on it says when the volume fills up.", nil, nil)
+	setAsideDesc = prometheus.NewDesc("pgpilot_set_aside_bytes",
+		"Bytes of the data directories the agent replaced by a new clone and kept on the volume (docs/data-safety.md).", nil, nil)
 	archivedDesc = prometheus.NewDesc("pgpilot_wal_archived_total",
 		"WAL files this primary archived since its statistics were reset (pg_stat_archiver).", nil, nil)
 	archiveFailedDesc = prometheus.NewDesc("pgpilot_wal_archive_failed_total",
@@ -65,6 +71,7 @@ func (c *instanceCollector) Describe(ch chan<- *prometheus.Desc) {
 		upDesc, readyDesc, roleDesc, timelineDesc, walLSNDesc, lagDesc,
 		replicasDesc, replicaLagDesc, fencedDesc, startTimeDesc,
 		connectionsDesc, slotActiveDesc, slotRetainedDesc,
+		volumeSizeDesc, volumeFreeDesc, setAsideDesc,
 		archivedDesc, archiveFailedDesc, archivePendingDesc, archiveFailingDesc, lastArchivedDesc,
 	} {
 		ch <- d
@@ -140,6 +147,15 @@ func (c *instanceCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(slotActiveDesc, boolValue(sl.Active), sl.Name)
 		gauge(slotRetainedDesc, float64(sl.RetainedBytes), sl.Name)
 	}
+	if st.VolumeBytes > 0 {
+		gauge(volumeSizeDesc, float64(st.VolumeBytes))
+		gauge(volumeFreeDesc, float64(st.VolumeFreeBytes))
+	}
+	var aside int64
+	for _, a := range st.SetAside {
+		aside += a.Bytes
+	}
+	gauge(setAsideDesc, float64(aside))
 	if st.StartedAt != nil {
 		gauge(startTimeDesc, float64(st.StartedAt.UnixNano())/1e9)
 	}

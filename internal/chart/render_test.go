@@ -1026,6 +1026,49 @@ func TestPodMonitor(t *testing.T) {
 	}
 }
 
+// The alert rules come with the PodMonitor, where the Prometheus Operator runs, and
+// select only this cluster's instances.
+func TestPrometheusRule(t *testing.T) {
+	ruleAPI := "monitoring.coreos.com/v1/PrometheusRule"
+	for _, tt := range []struct {
+		name        string
+		enabled     bool
+		apiVersions []string
+		want        bool
+	}{
+		{name: "enabled with the Prometheus Operator", enabled: true, apiVersions: []string{"monitoring.coreos.com/v1", podMonitorAPI, ruleAPI}, want: true},
+		{name: "enabled without the Prometheus Operator", enabled: true},
+		{name: "disabled with the Prometheus Operator", apiVersions: []string{"monitoring.coreos.com/v1", podMonitorAPI, ruleAPI}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m := renderWith(t, chart.Options{
+				Name: name, Namespace: namespace, APIVersions: tt.apiVersions,
+				Values: readmeValues(set("monitoring.enabled", tt.enabled)),
+			})
+			obj, got := m.find("PrometheusRule", name)
+			if got != tt.want {
+				t.Fatalf("PrometheusRule rendered = %v, want %v", got, tt.want)
+			}
+			if !got {
+				return
+			}
+			groups := obj.Raw["spec"].(map[string]any)["groups"].([]any)
+			var alerts []string
+			for _, r := range groups[0].(map[string]any)["rules"].([]any) {
+				rule := r.(map[string]any)
+				alerts = append(alerts, rule["alert"].(string))
+				want := fmt.Sprintf(`namespace=%q, pod=~"%s-[0-9]+"`, namespace, name)
+				if expr := rule["expr"].(string); !strings.Contains(expr, want) {
+					t.Errorf("%s: expr %q does not select this cluster's pods (%s)", rule["alert"], expr, want)
+				}
+			}
+			if diff := cmp.Diff([]string{"PgpilotVolumeFillsUpSoon", "PgpilotVolumeAlmostFull", "PgpilotWALArchiveFailing"}, alerts); diff != "" {
+				t.Errorf("alerts (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestRole(t *testing.T) {
 	rules := func(pods ...string) []rbacv1.PolicyRule {
 		return []rbacv1.PolicyRule{

@@ -69,6 +69,9 @@ type Record struct {
 	// Archiving is the primary's archiving health, raw JSON owned by the backup
 	// controller.
 	Archiving string
+	// DataGuard is what the agents refuse to do to their data and what they set
+	// aside; nil when none was recorded.
+	DataGuard *DataGuard
 	// Timeline is the timeline ID the holder's promotion in this term takes, and no
 	// instance of the cluster is on a higher one: every Move reserves one above all it
 	// knows of, so no two promotions choose the same ID (docs/failover.md, "Timeline
@@ -102,6 +105,13 @@ type Handover struct {
 	Recreated bool `json:"recreated,omitempty"`
 	// At is when the holder became "".
 	At metav1.Time `json:"at"`
+}
+
+// DataGuard is what the agents last reported of their data's protection, by pod:
+// refusals to replace it with another database's, and data directories they set aside.
+type DataGuard struct {
+	Refusals map[string]string   `json:"refusals,omitempty"`
+	SetAside map[string][]string `json:"setAside,omitempty"`
 }
 
 // CleanRelease reports whether From stopped cleanly and released the Lease itself:
@@ -138,6 +148,7 @@ func Parse(l *coordinationv1.Lease) Record {
 	r.Handover = decode[Handover](a[AnnotationHandover])
 	r.Sync = decode[SyncSet](a[AnnotationSynchronous])
 	r.LastFailover = decode[dbv1.FailoverRecord](a[dbv1.AnnotationLastFailover])
+	r.DataGuard = decode[DataGuard](a[dbv1.AnnotationDataGuard])
 	return r
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/pgpilot/pgpilot/test/testutil"
 	"io"
@@ -454,6 +455,33 @@ func TestDeleteKeepsVolumes(t *testing.T) {
 	}
 	if err := get(ns, "gone-primary", &coordinationv1.Lease{}); err != nil {
 		t.Errorf("primary Lease: %v", err)
+	}
+
+	// The cluster is created again on its kept volumes, its Lease deleted too: nothing
+	// tells it from a new cluster but the volumes, older than it. No instance is named
+	// the first primary (with an empty volume it would run initdb and serve an empty
+	// database) until the agents have reported what their volumes hold.
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "gone-primary", Namespace: ns}}
+	if err := k8s.Delete(context.Background(), lease); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // creation timestamps have a resolution of a second
+	create(t, newCluster(ns, "gone"))
+	testutil.Eventually(t, timeout, func() error {
+		var events corev1.EventList
+		if err := k8s.List(context.Background(), &events, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range events.Items {
+			if e.InvolvedObject.Name == "gone" && e.Reason == dbv1.ReasonNoPrimary &&
+				strings.Contains(e.Message, "waiting for the agents of gone-0, gone-1, gone-2") {
+				return nil
+			}
+		}
+		return errors.New("no event says the first primary waits for the agents of the kept volumes")
+	})
+	if err := get(ns, "gone-primary", &coordinationv1.Lease{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a primary Lease was created for a cluster on kept volumes whose agents did not answer (%v)", err)
 	}
 }
 

@@ -98,7 +98,7 @@ func median(v []float64) float64 {
 	return v[len(v)/2]
 }
 
-func dirSize(b *testing.B, dir string) int64 {
+func dirSize(b testing.TB, dir string) int64 {
 	var n int64
 	err := filepath.Walk(dir, func(_ string, info os.FileInfo, err error) error {
 		if err == nil && !info.IsDir() {

@@ -218,9 +218,11 @@ type instance struct {
 	pod     string
 	ip      string
 	dir     string
-	cmd     *exec.Cmd
-	log     *bytes.Buffer
-	done    chan struct{}
+	// pgdata is the data directory: in dir, or on a volume of its own (onVolume).
+	pgdata string
+	cmd    *exec.Cmd
+	log    *bytes.Buffer
+	done   chan struct{}
 }
 
 // nextCluster numbers a new cluster k: name c<k>, namespace pg-<k>, its own work
@@ -276,6 +278,7 @@ func (c *cluster) addInstances(k, n int) {
 	for i := range n {
 		in := &instance{c: c, ordinal: i, pod: fmt.Sprintf("%s-%d", c.name, i), ip: fmt.Sprintf("127.0.%d.%d", k, 2+i)}
 		in.dir = filepath.Join(c.dir, in.pod)
+		in.pgdata = filepath.Join(in.dir, "pgdata")
 		mustMkdir(c.t, filepath.Join(in.dir, "run"), 0o700)
 		in.proxy = newAPIProxy(c.t, apiServer)
 		writeKubeconfig(c.t, filepath.Join(in.dir, "kubeconfig"), in.proxy.addr())
@@ -364,7 +367,7 @@ func (in *instance) start() {
 	in.log = &bytes.Buffer{}
 	in.cmd = exec.Command(agentBin, "run",
 		"--pod-name", in.pod, "--namespace", in.c.namespace,
-		"--pgdata", filepath.Join(in.dir, "pgdata"), "--bin-dir", PGBin,
+		"--pgdata", in.pgdata, "--bin-dir", PGBin,
 		"--listen", in.ip, "--port", "5432", "--socket-dir", filepath.Join(in.dir, "run"),
 		"--config", filepath.Join(in.c.dir, "config.json"), "--secrets", filepath.Join(in.c.dir, "secrets"),
 		"--api-address", in.ip+":8008", "--token-file", filepath.Join(in.c.dir, "token"),
@@ -380,6 +383,31 @@ func (in *instance) start() {
 	}
 	in.done = make(chan struct{})
 	go func() { _ = in.cmd.Wait(); close(in.done) }()
+}
+
+// onVolume puts in's data directory on a file system of its own, a tmpfs of size
+// bytes, as a pod's volume is; it returns the volume's mount point.
+func (in *instance) onVolume(size int64) string {
+	t := in.c.t
+	t.Helper()
+	vol := filepath.Join(in.dir, "volume")
+	mustMkdir(t, vol, 0o700)
+	opts := fmt.Sprintf("size=%d,mode=0700,uid=%d,gid=%d", size, pgUID, pgGID)
+	if err := syscall.Mount("tmpfs", vol, "tmpfs", 0, opts); err != nil {
+		t.Fatalf("mounting a tmpfs on %s: %v", vol, err)
+	}
+	// Lazily: an instance still running keeps it until it stops.
+	t.Cleanup(func() { _ = syscall.Unmount(vol, syscall.MNT_DETACH) })
+	in.pgdata = filepath.Join(vol, "pgdata")
+	return vol
+}
+
+// resizeVolume changes the size of a volume onVolume mounted.
+func resizeVolume(t testing.TB, vol string, size int64) {
+	t.Helper()
+	if err := syscall.Mount("tmpfs", vol, "tmpfs", syscall.MS_REMOUNT, fmt.Sprintf("size=%d", size)); err != nil {
+		t.Fatalf("resizing the tmpfs on %s to %d bytes: %v", vol, size, err)
+	}
 }
 
 // startAll starts every instance and waits until the first is the primary and the
@@ -432,7 +460,7 @@ func (in *instance) stop() {
 // leftovers lists the processes still working in the instance's data directory (every
 // postgres process does).
 func (in *instance) leftovers() []string {
-	dir, err := filepath.EvalSymlinks(filepath.Join(in.dir, "pgdata"))
+	dir, err := filepath.EvalSymlinks(in.pgdata)
 	if err != nil {
 		return nil
 	}
@@ -462,7 +490,7 @@ func (c *cluster) stopAll() {
 
 // postmasterPid reads postmaster.pid; 0 when postgres is not running.
 func (in *instance) postmasterPid() int {
-	b, err := os.ReadFile(filepath.Join(in.dir, "pgdata", "postmaster.pid"))
+	b, err := os.ReadFile(filepath.Join(in.pgdata, "postmaster.pid"))
 	if err != nil {
 		return 0
 	}

@@ -216,12 +216,46 @@ func TestRewindOntoAnotherDatabaseIsRefused(t *testing.T) {
 	c := newCluster(t, 2)
 	c.startAll()
 	old, other := c.instances[0], c.instances[1]
-	old.mustExec("CREATE TABLE keep (v text)")
-	old.mustExec("INSERT INTO keep VALUES ('the cluster''s data')")
-	other.waitCount("keep", 1, 30*time.Second)
-	old.kill9()
-	other.kill9()
-	if err := os.RemoveAll(filepath.Join(other.dir, "pgdata")); err != nil {
+	c.anotherDatabase(other)
+	old.start()
+	old.waitRefusal()
+	if st, err := old.status(); err != nil || st.Role == agentapi.RoleReplica {
+		t.Errorf("the former primary: %+v, %v; want it not to follow another database", st, err)
+	}
+	old.keptItsData(other)
+}
+
+// A standby never follows a primary that holds another database. PostgreSQL's WAL
+// receiver refuses it by itself, but it used to do so silently, in a loop; the agent
+// now reports the refusal with what to do, and the standby's data stays its own.
+func TestStandbyRefusesToFollowAnotherDatabase(t *testing.T) {
+	c := newCluster(t, 2)
+	c.startAll()
+	p, r := c.instances[0], c.instances[1]
+	c.anotherDatabase(p)
+	// p is the primary of an empty database; r, the cluster's former standby, still
+	// has standby.signal and starts as a standby of p.
+	r.start()
+	r.waitRefusal()
+	r.keptItsData(p)
+}
+
+// anotherDatabase writes a row through the primary (instance 0) of a two-instance
+// cluster, then makes other the primary of another database: both instances killed,
+// other's volume emptied, the Lease recreated as a new cluster's naming other, which
+// runs initdb. The other instance, which keeps the row, stays stopped.
+func (c *cluster) anotherDatabase(other *instance) {
+	t := c.t
+	t.Helper()
+	c.instances[0].mustExec("CREATE TABLE keep (v text)")
+	c.instances[0].mustExec("INSERT INTO keep VALUES ('the cluster''s data')")
+	for _, in := range c.instances {
+		in.waitCount("keep", 1, 30*time.Second)
+	}
+	for _, in := range c.instances {
+		in.kill9()
+	}
+	if err := os.RemoveAll(other.pgdata); err != nil {
 		t.Fatal(err)
 	}
 	if err := kube.CoordinationV1().Leases(c.namespace).Delete(context.Background(), c.name+"-primary", metav1.DeleteOptions{}); err != nil {
@@ -229,32 +263,38 @@ func TestRewindOntoAnotherDatabaseIsRefused(t *testing.T) {
 	}
 	c.setLease(other.pod, false)
 	other.start()
-	other.waitRole(agentapi.RolePrimary, 1, upTimeout)
+	other.waitRole(agentapi.RolePrimary, 0, upTimeout)
+}
 
-	old.start()
-	testutil.Eventually(t, upTimeout, func() error {
-		st, err := old.status()
+// waitRefusal waits until in's agent reports that it refuses another database.
+func (in *instance) waitRefusal() {
+	in.c.t.Helper()
+	testutil.Eventually(in.c.t, upTimeout, func() error {
+		st, err := in.status()
 		if err != nil {
 			return err
 		}
-		if !strings.Contains(st.Error, "holds another database") {
-			return fmt.Errorf("%s: role %s, error %q; want the refusal", old.pod, st.Role, st.Error)
+		if !strings.Contains(st.Refusal, "holds another database") {
+			return fmt.Errorf("%s: role %s, refusal %q, error %q; want the refusal", in.pod, st.Role, st.Refusal, st.Error)
 		}
 		return nil
 	})
-	if st, err := old.status(); err != nil || st.Role == agentapi.RoleReplica {
-		t.Errorf("the former primary: %+v, %v; want it not to follow another database", st, err)
+}
+
+// keptItsData checks that in did not set its data directory aside and, started as the
+// primary with other stopped, still has the row anotherDatabase wrote.
+func (in *instance) keptItsData(other *instance) {
+	t := in.c.t
+	t.Helper()
+	if aside, _ := filepath.Glob(in.pgdata + ".*-*"); len(aside) > 0 {
+		t.Errorf("%s's data directory was set aside: %v", in.pod, aside)
 	}
-	if aside, _ := filepath.Glob(filepath.Join(old.dir, "pgdata.rewind-failed-*")); len(aside) > 0 {
-		t.Errorf("the former primary's data directory was set aside: %v", aside)
-	}
-	// Its data is intact: started as the primary again, it has the row.
-	old.kill9()
+	in.kill9()
 	other.kill9()
-	c.setLease(old.pod, true)
-	old.start()
-	old.waitRole(agentapi.RolePrimary, 0, upTimeout)
-	old.waitCount("keep", 1, 30*time.Second)
+	in.c.setLease(in.pod, true)
+	in.start()
+	in.waitRole(agentapi.RolePrimary, 0, upTimeout)
+	in.waitCount("keep", 1, 30*time.Second)
 }
 
 // A postmaster that dies (kill -9, the agent alive) is restarted by the agent, as the
@@ -531,11 +571,15 @@ func TestFarBehindReplicaCatchesUp(t *testing.T) {
 
 // A standby whose primary no longer has the WAL it needs (its slot gone, the segments
 // checkpointed away, no archive) is cloned again by its agent and catches up, instead
-// of staying a replica whose WAL receiver fails forever.
+// of staying a replica whose WAL receiver fails forever. The data directory it
+// replaces is not deleted (it used to be, the moment the clone was complete): it is set
+// aside on the volume, reported, superseded once the new clone streams, and removed
+// only when the volume needs the space (issue 12).
 func TestStandbyWhoseWALIsGoneIsClonedAgain(t *testing.T) {
 	c := newCluster(t, 2)
-	c.startAll()
 	p, r := c.instances[0], c.instances[1]
+	vol := r.onVolume(1 << 30)
+	c.startAll()
 	r.kill9()
 	if err := p.superExec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE NOT active"); err != nil {
 		t.Fatal(err)
@@ -554,6 +598,51 @@ func TestStandbyWhoseWALIsGoneIsClonedAgain(t *testing.T) {
 	r.waitCount("big", 100000, 3*time.Minute)
 	t.Logf("the standby caught up %s after it started again", time.Since(start).Round(time.Second))
 	r.waitRole(agentapi.RoleReplica, 1, upTimeout)
+
+	// The replaced data directory is kept and reported, and superseded once the new
+	// clone streams.
+	var kept agentapi.SetAside
+	testutil.Eventually(t, time.Minute, func() error {
+		st, err := r.status()
+		if err != nil {
+			return err
+		}
+		if len(st.SetAside) != 1 || !st.SetAside[0].Superseded {
+			return fmt.Errorf("set aside: %+v; want one, superseded", st.SetAside)
+		}
+		kept = st.SetAside[0]
+		return nil
+	})
+	if !strings.Contains(kept.Reason, "no longer has the WAL") || kept.Bytes == 0 {
+		t.Errorf("the set-aside directory is reported as %+v; want its reason and size", kept)
+	}
+	if _, err := os.Stat(filepath.Join(vol, kept.Name, "PG_VERSION")); err != nil {
+		t.Errorf("the set-aside data directory is not on the volume: %v", err)
+	}
+
+	// The volume needs the space (less than a fifth free): the superseded directory goes,
+	// and the standby keeps streaming.
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(vol, &fs); err != nil {
+		t.Fatal(err)
+	}
+	used := int64(fs.Blocks-fs.Bfree) * fs.Bsize
+	resizeVolume(t, vol, (used*100/85+4095)/4096*4096)
+	testutil.Eventually(t, 2*time.Minute, func() error {
+		st, err := r.status()
+		if err != nil {
+			return err
+		}
+		if len(st.SetAside) != 0 {
+			return fmt.Errorf("set aside: %+v; want it removed", st.SetAside)
+		}
+		return nil
+	})
+	if _, err := os.Stat(filepath.Join(vol, kept.Name)); !os.IsNotExist(err) {
+		t.Errorf("the superseded directory is still on the full volume: %v", err)
+	}
+	p.mustExec("INSERT INTO big VALUES (0, 'after')")
+	r.waitCount("big", 100001, 30*time.Second)
 }
 
 // tryWrite commits one row on in within timeout: an error when the commit is not
@@ -872,6 +961,43 @@ func TestSlotOfDepartedInstanceIsDropped(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A replica that stays away cannot fill the primary's volume with the WAL its slot keeps:
+// past a quarter of the volume (max_slot_wal_keep_size), PostgreSQL invalidates the slot
+// and removes the WAL, the primary keeps serving, and the replica, when it returns, is
+// cloned again and catches up. Without the bound the slot kept every segment and the
+// primary's volume filled up (issue 12).
+func TestAbsentReplicasSlotCannotFillThePrimarysVolume(t *testing.T) {
+	c := newCluster(t, 2)
+	p, r := c.instances[0], c.instances[1]
+	const volume = 640 << 20
+	p.onVolume(volume)
+	c.startAll()
+	r.kill9()
+	p.mustExec("CREATE TABLE w (id int)")
+	// 40 segments of 16 MiB: the whole volume, were they all kept.
+	for i := range 40 {
+		p.mustExec("INSERT INTO w VALUES ($1)", i)
+		if err := p.superExec("SELECT pg_switch_wal()"); err != nil {
+			t.Fatalf("segment %d: %v", i, err)
+		}
+		if i%4 == 3 {
+			if err := p.superExec("CHECKPOINT"); err != nil {
+				t.Fatalf("checkpoint after segment %d: %v", i, err)
+			}
+		}
+	}
+	walBytes := dirSize(t, filepath.Join(p.pgdata, "pg_wal"))
+	t.Logf("the primary's pg_wal holds %d MiB of a %d MiB volume", walBytes>>20, volume>>20)
+	if walBytes > volume/2 {
+		t.Errorf("the absent replica's slot keeps %d MiB of WAL on a %d MiB volume; want at most a quarter, and some room for the rest", walBytes>>20, volume>>20)
+	}
+	p.mustExec("INSERT INTO w VALUES (100)")
+	// The replica returns: cloned again, it catches up.
+	r.start()
+	r.waitCount("w", 41, 3*time.Minute)
+	r.waitRole(agentapi.RoleReplica, 1, upTimeout)
 }
 
 // SlotFor is the slot name the primary keeps for pod.

@@ -79,6 +79,7 @@ func NewFailoverReconciler(c client.Client, reader client.Reader, recorder recor
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // cycle is one reconcile of one cluster.
@@ -142,6 +143,11 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if lerr := c.label(ctx); lerr != nil && err == nil {
 		err = lerr
 	}
+	// After the decision: recording what the agents report of their data must never
+	// delay or block a failover.
+	if gerr := c.recordDataGuard(ctx); gerr != nil && err == nil {
+		err = gerr
+	}
 	if requeue <= 0 || requeue > PollPeriod {
 		requeue = PollPeriod
 	}
@@ -182,8 +188,17 @@ func (c *cycle) createLease(ctx context.Context) error {
 	for i := range c.cluster.Spec.Replicas {
 		in.Expected = append(in.Expected, c.cluster.InstanceName(int(i)))
 	}
+	kept, err := c.keptVolumes(ctx)
+	if err != nil {
+		return err
+	}
+	in.KeptVolumes = kept
 	origin := DecideMissingLease(in)
 	name := c.cluster.PrimaryLeaseName()
+	if origin.Record == nil {
+		c.report(dbv1.ReasonNoPrimary, origin.Reason, "Waiting before designating the first primary")
+		return nil
+	}
 	l, err := primarylease.Rebuild(c.cluster.Namespace, name, c.cluster.Name, *origin.Record, c.r.clock.Now())
 	if err != nil {
 		return err
@@ -200,6 +215,27 @@ func (c *cycle) createLease(ctx context.Context) error {
 	c.r.recorder.Eventf(c.cluster, corev1.EventTypeNormal, dbv1.ReasonPrimaryDesignated,
 		"Designated %s as the first primary (Lease %s): %s", origin.Record.Holder, name, origin.Reason)
 	return nil
+}
+
+// keptVolumes are the instances whose PersistentVolumeClaim is older than the
+// PostgresCluster. Read once per missing Lease, uncached: the sidecar needs no watch on
+// claims, only get.
+func (c *cycle) keptVolumes(ctx context.Context) ([]string, error) {
+	var kept []string
+	for i := range int(c.cluster.Spec.Replicas) {
+		var pvc corev1.PersistentVolumeClaim
+		err := c.r.reader.Get(ctx, client.ObjectKey{Namespace: c.cluster.Namespace, Name: c.cluster.VolumeClaimName(i)}, &pvc)
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("reading the volume claim of %s: %w", c.cluster.InstanceName(i), err)
+		}
+		if pvc.CreationTimestamp.Before(&c.cluster.CreationTimestamp) {
+			kept = append(kept, c.cluster.InstanceName(i))
+		}
+	}
+	return kept, nil
 }
 
 // sawRenewal records renewTime as the holder's last renewal, seen at now; from the

@@ -21,11 +21,15 @@ type MissingLease struct {
 	Remembered *primarylease.Record
 	// SynchronousReplicas is spec.postgresql.synchronousReplicas.
 	SynchronousReplicas int
+	// KeptVolumes are the instances whose PersistentVolumeClaim is older than the
+	// PostgresCluster: volumes kept from a cluster of the same name deleted before.
+	KeptVolumes []string
 }
 
 // LeaseOrigin is what a missing Lease is created as.
 type LeaseOrigin struct {
-	// Record is the Lease to create.
+	// Record is the Lease to create; nil to create none yet, and wait (Reason says for
+	// what).
 	Record *primarylease.Record
 	// Recreated: the cluster had data; the Lease is rebuilt, not a new cluster's.
 	Recreated bool
@@ -47,6 +51,11 @@ func DecideMissingLease(in MissingLease) LeaseOrigin {
 		}
 	}
 	if !in.Bootstrapped && len(withData) == 0 && in.Remembered == nil {
+		if unseen := unseenKeptVolumes(in); len(unseen) > 0 {
+			return LeaseOrigin{Reason: fmt.Sprintf(
+				"waiting for the agents of %s to report their volumes: they are older than this PostgresCluster and may hold a deleted cluster's data, which a new cluster's first primary must not ignore",
+				strings.Join(unseen, ", "))}
+		}
 		return newClusterLease(in)
 	}
 	evidence := fmt.Sprintf("instances with data: %s", listOrNone(withData))
@@ -75,11 +84,22 @@ func DecideMissingLease(in MissingLease) LeaseOrigin {
 		rec.Term, orUnknown(holder), term, evidence)}
 }
 
-// newClusterLease is the Lease of a cluster that shows no sign of data. An instance
-// the operator cannot see (no pod yet, or an agent that does not answer) may still hold
-// data of a cluster whose record was lost with it (the PostgresCluster created again on
-// kept volumes, and its Lease deleted too); the guard before every clone and rewind (a
-// source with another system identifier is refused, the data kept) covers that case.
+// unseenKeptVolumes are the instances with a kept volume whose agent has not answered:
+// their volumes may hold data.
+func unseenKeptVolumes(in MissingLease) []string {
+	var unseen []string
+	for _, name := range in.KeptVolumes {
+		if i := find(in.Instances, name); i == nil || !i.Reachable {
+			unseen = append(unseen, name)
+		}
+	}
+	return unseen
+}
+
+// newClusterLease is the Lease of a cluster that shows no sign of data: no record, no
+// agent reporting data, and every volume older than the PostgresCluster (kept from a
+// deleted cluster of the same name, whose Lease was deleted too) seen empty by its
+// agent. Volumes newer than the PostgresCluster were made for it, empty.
 func newClusterLease(in MissingLease) LeaseOrigin {
 	first := in.Expected[0]
 	return LeaseOrigin{Record: &primarylease.Record{Holder: first},

@@ -2,6 +2,8 @@ package status
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -9,6 +11,7 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
+	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
 
 // Observed is everything the status of a cluster is computed from.
@@ -30,6 +33,9 @@ type Observed struct {
 	Archiving *ArchivingHealth
 	// LastBackup is the newest Completed PostgresBackup, "" when none.
 	LastBackup string
+	// DataGuard is the agents' refusals and set-aside data directories as the failover
+	// controller last recorded them; nil when none were.
+	DataGuard *primarylease.DataGuard
 }
 
 // ArchivingHealth is whether the primary archives WAL, and what it last said.
@@ -57,6 +63,9 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 			Ready: ready,
 			Node:  p.Spec.NodeName,
 		})
+		if o.DataGuard != nil {
+			st.Instances[len(st.Instances)-1].SetAside = o.DataGuard.SetAside[p.Name]
+		}
 		if ready {
 			st.ReadyInstances++
 			if p.Name == o.Primary {
@@ -104,6 +113,8 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 	}
 	dbv1.SetCondition(&st.Conditions, creds, now)
 
+	dbv1.SetCondition(&st.Conditions, dataConsistent(o, c.Generation), now)
+
 	st.LastBackup = o.LastBackup
 	switch {
 	case c.Spec.Backup == nil:
@@ -119,6 +130,23 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 		dbv1.SetCondition(&st.Conditions, archiving, now)
 	}
 	return st
+}
+
+// dataConsistent is False while an instance refuses another database's data.
+func dataConsistent(o Observed, generation int64) dbv1.Condition {
+	cond := dbv1.Condition{
+		Type: dbv1.ConditionDataConsistent, Status: metav1.ConditionTrue, Reason: dbv1.ReasonOneDatabase,
+		Message: "No instance refuses to follow the primary for holding another database", ObservedGeneration: generation,
+	}
+	if o.DataGuard == nil || len(o.DataGuard.Refusals) == 0 {
+		return cond
+	}
+	var msgs []string
+	for _, pod := range slices.Sorted(maps.Keys(o.DataGuard.Refusals)) {
+		msgs = append(msgs, pod+": "+o.DataGuard.Refusals[pod])
+	}
+	cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, dbv1.ReasonAnotherDatabase, strings.Join(msgs, "; ")
+	return cond
 }
 
 // phaseOf summarises the cluster. A cluster stays Creating until it has been Healthy

@@ -11,6 +11,7 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/controller/status"
+	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
 
 var (
@@ -78,6 +79,13 @@ func wasReady(reason string) clusterOption {
 var failoverReady = dbv1.Condition{
 	Type: dbv1.ConditionFailoverReady, Status: metav1.ConditionTrue, Reason: dbv1.ReasonFailoverPossible,
 	Message: "A replica can take over if the primary fails", ObservedGeneration: generation, LastTransitionTime: now,
+}
+
+// dataConsistent is the DataConsistent condition Decide writes at now when no instance
+// refuses another database's data.
+var dataConsistent = dbv1.Condition{
+	Type: dbv1.ConditionDataConsistent, Status: metav1.ConditionTrue, Reason: dbv1.ReasonOneDatabase,
+	Message: "No instance refuses to follow the primary for holding another database", ObservedGeneration: generation, LastTransitionTime: now,
 }
 
 // bootstrappedCondition is what wasBootstrapped adds.
@@ -521,6 +529,7 @@ func TestDecideStatus(t *testing.T) {
 					failoverReady,
 					{Type: dbv1.ConditionCredentialsReady, Status: metav1.ConditionTrue, Reason: dbv1.ReasonCredentialsCreated,
 						Message: credentialsOK, ObservedGeneration: generation, LastTransitionTime: now},
+					dataConsistent,
 				},
 				Phase:          dbv1.PhaseCreating,
 				CurrentPrimary: "db-0",
@@ -559,6 +568,10 @@ func TestDecideStatus(t *testing.T) {
 					newPod("db-1", role(dbv1.RolePrimary), ready, onNode("node-b")),
 				},
 				Primary: "db-1",
+				DataGuard: &primarylease.DataGuard{
+					Refusals: map[string]string{"db-0": "refusing to rewind onto db-1: it holds another database"},
+					SetAside: map[string][]string{"db-1": {"pgdata.set-aside-20261124T100000Z: pg_rewind failed"}},
+				},
 			},
 			want: dbv1.PostgresClusterStatus{
 				Conditions: []dbv1.Condition{
@@ -568,13 +581,17 @@ func TestDecideStatus(t *testing.T) {
 					failoverReady,
 					{Type: dbv1.ConditionCredentialsReady, Status: metav1.ConditionTrue, Reason: dbv1.ReasonCredentialsCreated,
 						Message: credentialsOK, ObservedGeneration: generation, LastTransitionTime: now},
+					{Type: dbv1.ConditionDataConsistent, Status: metav1.ConditionFalse, Reason: dbv1.ReasonAnotherDatabase,
+						Message:            "db-0: refusing to rewind onto db-1: it holds another database",
+						ObservedGeneration: generation, LastTransitionTime: now},
 				},
 				Phase:          dbv1.PhaseDegraded,
 				CurrentPrimary: "db-1",
 				ReadyInstances: 1,
 				Instances: []dbv1.InstanceStatus{
 					{Name: "db-0", Role: dbv1.RoleFenced, Ready: false, Node: "node-a"},
-					{Name: "db-1", Role: dbv1.RolePrimary, Ready: true, Node: "node-b"},
+					{Name: "db-1", Role: dbv1.RolePrimary, Ready: true, Node: "node-b",
+						SetAside: []string{"pgdata.set-aside-20261124T100000Z: pg_rewind failed"}},
 				},
 				ObservedGeneration: generation,
 				DeployedRelease:    release,

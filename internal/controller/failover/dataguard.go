@@ -1,0 +1,144 @@
+package failover
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/primarylease"
+)
+
+// NextDataGuard is the record of the agents' data protection after this observation:
+// what each answering agent reports now; for one that does not answer, what it last
+// reported, as long as its pod exists.
+func NextDataGuard(prev *primarylease.DataGuard, instances []Instance) primarylease.DataGuard {
+	next := primarylease.DataGuard{Refusals: map[string]string{}, SetAside: map[string][]string{}}
+	for _, i := range instances {
+		switch {
+		case i.Reachable:
+			if i.Status.Refusal != "" {
+				next.Refusals[i.Name] = i.Status.Refusal
+			}
+			for _, a := range i.Status.SetAside {
+				next.SetAside[i.Name] = append(next.SetAside[i.Name], setAsideLine(a.Name, a.Reason, a.Superseded, a.Bytes))
+			}
+		case prev != nil && i.Pod != nil:
+			if r, ok := prev.Refusals[i.Name]; ok {
+				next.Refusals[i.Name] = r
+			}
+			if s, ok := prev.SetAside[i.Name]; ok {
+				next.SetAside[i.Name] = s
+			}
+		}
+	}
+	return next
+}
+
+func setAsideLine(name, reason string, superseded bool, bytes int64) string {
+	state := "kept until a newer clone is verified"
+	if superseded {
+		state = "superseded, removed when the volume needs the space"
+	}
+	return fmt.Sprintf("%s: %s (%d MiB, %s)", name, reason, bytes>>20, state)
+}
+
+// DataGuardEvent is one change between two records, for an event.
+type DataGuardEvent struct {
+	Type, Reason, Message string
+}
+
+// DataGuardEvents are the changes from prev to next worth an event: a new refusal, a
+// newly set-aside directory, and one that an answering agent (in answered) no longer
+// reports.
+func DataGuardEvents(prev *primarylease.DataGuard, next primarylease.DataGuard, answered []string) []DataGuardEvent {
+	if prev == nil {
+		prev = &primarylease.DataGuard{}
+	}
+	var out []DataGuardEvent
+	for _, pod := range slices.Sorted(maps.Keys(next.Refusals)) {
+		if msg := next.Refusals[pod]; prev.Refusals[pod] != msg {
+			out = append(out, DataGuardEvent{corev1.EventTypeWarning, dbv1.ReasonDataRefused, pod + ": " + msg})
+		}
+	}
+	names := func(g *primarylease.DataGuard, pod string) map[string]string {
+		m := map[string]string{}
+		for _, line := range g.SetAside[pod] {
+			name, _, _ := strings.Cut(line, ": ")
+			m[name] = line
+		}
+		return m
+	}
+	pods := slices.Sorted(maps.Keys(next.SetAside))
+	for _, pod := range slices.Sorted(maps.Keys(prev.SetAside)) {
+		if !slices.Contains(pods, pod) {
+			pods = append(pods, pod)
+		}
+	}
+	for _, pod := range pods {
+		before, now := names(prev, pod), names(&next, pod)
+		for _, name := range slices.Sorted(maps.Keys(now)) {
+			if _, ok := before[name]; !ok {
+				out = append(out, DataGuardEvent{corev1.EventTypeWarning, dbv1.ReasonDataSetAside,
+					fmt.Sprintf("%s replaced its data directory by a new clone and kept the old one on its volume: %s", pod, now[name])})
+			}
+		}
+		if !slices.Contains(answered, pod) {
+			continue
+		}
+		for _, name := range slices.Sorted(maps.Keys(before)) {
+			if _, ok := now[name]; !ok {
+				out = append(out, DataGuardEvent{corev1.EventTypeNormal, dbv1.ReasonSetAsideRemoved,
+					fmt.Sprintf("%s removed the set-aside data directory %s: a verified clone superseded it and the volume needed the space", pod, name)})
+			}
+		}
+	}
+	return out
+}
+
+// recordDataGuard records the agents' refusals and set-aside directories in the Lease
+// for the status controller, with an event for each change.
+func (c *cycle) recordDataGuard(ctx context.Context) error {
+	prev := primarylease.Parse(c.lease).DataGuard
+	next := NextDataGuard(prev, c.instances)
+	empty := len(next.Refusals) == 0 && len(next.SetAside) == 0
+	if prev == nil && empty {
+		return nil
+	}
+	if prev != nil && equalGuard(*prev, next) {
+		return nil
+	}
+	var answered []string
+	for _, i := range c.instances {
+		if i.Reachable {
+			answered = append(answered, i.Name)
+		}
+	}
+	for _, e := range DataGuardEvents(prev, next, answered) {
+		c.log("Data protection changed", "reason", e.Reason, "message", e.Message)
+		c.r.recorder.Event(c.cluster, e.Type, e.Reason, e.Message)
+	}
+	value := ""
+	if !empty {
+		b, err := json.Marshal(next)
+		if err != nil {
+			return err
+		}
+		value = string(b)
+	}
+	l, err := c.apply(ctx, primarylease.SetAnnotation(dbv1.AnnotationDataGuard, value))
+	if err != nil {
+		return fmt.Errorf("recording the agents' data protection in the Lease: %w", err)
+	}
+	c.lease = l
+	return nil
+}
+
+func equalGuard(a, b primarylease.DataGuard) bool {
+	return maps.Equal(a.Refusals, b.Refusals) && maps.EqualFunc(a.SetAside, b.SetAside, slices.Equal[[]string])
+}
