@@ -51,7 +51,11 @@ func archiveWAL(args []string) error {
 		if err != nil {
 			return err
 		}
-		if err := backup.CheckSystem(ctx, st, system); err != nil {
+		lineage, err := backup.ReadLineage(*pgdata)
+		if err != nil {
+			return err
+		}
+		if err := backup.CheckSystem(ctx, st, system, lineage); err != nil {
 			return err
 		}
 		return backup.ArchiveWAL(ctx, st, path, name)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/backup"
 )
 
 // reloadClusterConfig re-reads the cluster configuration (the ConfigMap the kubelet
@@ -158,6 +159,10 @@ func (a *Agent) startPrimary(ctx context.Context, state DataState, view LeaseVie
 		if err := a.pg.InitDB(ctx, a.creds.Superuser); err != nil {
 			return err
 		}
+		// Before postgres starts, so that every clone of it has the lineage.
+		if _, err := backup.NewLineage(a.cfg.PGData); err != nil {
+			return err
+		}
 		fresh = true
 	case DataStandby:
 		return a.startFormerStandby(ctx, view)
@@ -222,6 +227,17 @@ func (a *Agent) finishPrimaryStart(ctx context.Context, fresh bool) error {
 			return err
 		}
 		a.log.Info("Bootstrapped the cluster", "database", a.cluster.Bootstrap.Database, "owner", a.cluster.Bootstrap.Owner)
+	}
+	// The lineage the WAL archive is bound to: made with the cluster (or by a restore);
+	// a data directory from before lineages gets one here, on its primary, and its
+	// standbys with their next clone or rewind.
+	if lineage, err := backup.ReadLineage(a.cfg.PGData); err != nil {
+		return err
+	} else if lineage == "" {
+		if lineage, err = backup.NewLineage(a.cfg.PGData); err != nil {
+			return err
+		}
+		a.log.Info("Gave the data directory its lineage", "lineage", lineage)
 	}
 	changed, err := a.db.SyncPasswords(ctx, a.creds)
 	if err != nil {

@@ -127,7 +127,11 @@ func (a *Agent) StartBackup(_ context.Context, id string) error {
 			if err != nil {
 				return backup.Info{}, err
 			}
-			if err := backup.CheckSystem(ctx, st, system); err != nil {
+			lineage, err := backup.ReadLineage(a.cfg.PGData)
+			if err != nil {
+				return backup.Info{}, err
+			}
+			if err := backup.CheckSystem(ctx, st, system, lineage); err != nil {
 				return backup.Info{}, err
 			}
 			return backup.TakeBase(ctx, st, backup.BaseBackupOptions{
@@ -230,6 +234,12 @@ func (a *Agent) restoreFromBackup(ctx context.Context) error {
 		if err := os.Remove(filepath.Join(a.cfg.PGData, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
+	}
+	// A restored cluster is a history of its own from here on, even with the source's
+	// system identifier: it must never archive where the source, or another cluster
+	// restored from the same backup, does (backup.CheckSystem).
+	if _, err := backup.NewLineage(a.cfg.PGData); err != nil {
+		return err
 	}
 	if err := writeFileAtomic(filepath.Join(a.cfg.PGData, "recovery.signal"), nil, 0o600); err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -517,20 +518,25 @@ const systemKey = "system.json"
 
 type systemFile struct {
 	SystemIdentifier string `json:"systemIdentifier"`
+	// Lineage is the data directory lineage (LineageFile) that archives here; empty in
+	// a file written before lineages existed, and then taken by the first to archive.
+	Lineage string `json:"lineage,omitempty"`
 }
 
-// CheckSystem makes sure the store directory belongs to the PostgreSQL cluster with
-// systemID (pg_control's system identifier): it records it on first use and refuses
-// another afterwards. WAL file names repeat from one cluster to the next (a cluster
-// deleted and created again under its name starts over at timeline 1), so without this
-// a new cluster's WAL would be taken for the old one's. A cluster restored from a
-// backup keeps the identifier, and may archive where its source did.
-func CheckSystem(ctx context.Context, st store.Store, systemID string) error {
+// CheckSystem makes sure the store directory belongs to one PostgreSQL cluster: the one
+// with systemID (pg_control's system identifier) and lineage (LineageFile). It records
+// both on first use and refuses another afterwards. WAL file names repeat from one
+// cluster to the next (a cluster deleted and created again under its name starts over
+// at timeline 1), so without this a new cluster's WAL would be taken for the old one's.
+// A cluster restored from a backup keeps the system identifier but gets a lineage of
+// its own: two clusters restored from one backup into one directory would otherwise mix
+// their WAL and timeline IDs, and point-in-time recovery would replay the wrong history.
+// An empty lineage (a data directory from before lineages) is not checked.
+func CheckSystem(ctx context.Context, st store.Store, systemID, lineage string) error {
 	r, err := st.Get(ctx, systemKey)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		b, _ := json.Marshal(systemFile{SystemIdentifier: systemID})
-		return st.Put(ctx, systemKey, bytes.NewReader(b))
+		return putSystem(ctx, st, systemFile{SystemIdentifier: systemID, Lineage: lineage})
 	case err != nil:
 		return err
 	}
@@ -543,7 +549,50 @@ func CheckSystem(ctx context.Context, st store.Store, systemID string) error {
 		return fmt.Errorf("%s holds the backups of another PostgreSQL cluster (system identifier %s; this one is %s): give this cluster a store path of its own (spec.backup.store.path), or delete the old backups",
 			st, f.SystemIdentifier, systemID)
 	}
-	return nil
+	switch {
+	case lineage == "" || f.Lineage == lineage:
+		return nil
+	case f.Lineage == "":
+		f.Lineage = lineage
+		return putSystem(ctx, st, f)
+	}
+	return fmt.Errorf("%s holds the WAL of another cluster restored from the same backup, or of the cluster this one was restored from "+
+		"(the same system identifier %s, but lineage %s; this cluster's is %s): two clusters archiving into one place would mix their WAL and timelines, "+
+		"and point-in-time recovery would replay the wrong history. Give this cluster a store path of its own (spec.backup.store.path)",
+		st, systemID, f.Lineage, lineage)
+}
+
+func putSystem(ctx context.Context, st store.Store, f systemFile) error {
+	b, _ := json.Marshal(f)
+	return st.Put(ctx, systemKey, bytes.NewReader(b))
+}
+
+// LineageFile in a data directory names the history it belongs to. It is made with the
+// cluster, made anew by a restore from a backup, and carried along by clones and
+// rewinds (they copy the data directory's files).
+const LineageFile = "pgpilot.lineage"
+
+// ReadLineage reads pgdata's lineage; "" when it has none.
+func ReadLineage(pgdata string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(pgdata, LineageFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	return strings.TrimSpace(string(b)), err
+}
+
+// NewLineage gives pgdata a new, random lineage and returns it.
+func NewLineage(pgdata string) (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	id := hex.EncodeToString(b[:])
+	path := filepath.Join(pgdata, LineageFile)
+	if err := os.WriteFile(path+".tmp", []byte(id+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return id, os.Rename(path+".tmp", path)
 }
 
 // SystemIdentifier reads the system identifier from pgdata's pg_control: its first 8

@@ -111,14 +111,56 @@ func TestCheckSystem(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := CheckSystem(ctx, st, "7300000000000000001"); err != nil {
+	if err := CheckSystem(ctx, st, "7300000000000000001", "aaaa"); err != nil {
 		t.Fatalf("first use: %v", err)
 	}
-	if err := CheckSystem(ctx, st, "7300000000000000001"); err != nil {
+	if err := CheckSystem(ctx, st, "7300000000000000001", "aaaa"); err != nil {
 		t.Errorf("the same cluster again: %v", err)
 	}
-	err = CheckSystem(ctx, st, "7300000000000000002")
+	if err := CheckSystem(ctx, st, "7300000000000000001", ""); err != nil {
+		t.Errorf("an instance of it from before lineages: %v", err)
+	}
+	err = CheckSystem(ctx, st, "7300000000000000002", "aaaa")
 	if err == nil || !strings.Contains(err.Error(), "another PostgreSQL cluster") || !strings.Contains(err.Error(), "spec.backup.store.path") {
 		t.Errorf("another cluster: %v", err)
+	}
+	err = CheckSystem(ctx, st, "7300000000000000001", "bbbb")
+	if err == nil || !strings.Contains(err.Error(), "restored from the same backup") || !strings.Contains(err.Error(), "spec.backup.store.path") {
+		t.Errorf("a cluster restored from the same backup: %v", err)
+	}
+}
+
+// A store written before lineages is taken by the first lineage that archives there.
+func TestCheckSystemAdoptsALineage(t *testing.T) {
+	st, err := store.New(store.Config{Directory: t.TempDir(), Prefix: "prod/db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := CheckSystem(ctx, st, "7300000000000000001", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckSystem(ctx, st, "7300000000000000001", "aaaa"); err != nil {
+		t.Fatalf("the first lineage: %v", err)
+	}
+	if err := CheckSystem(ctx, st, "7300000000000000001", "bbbb"); err == nil {
+		t.Error("a second lineage was accepted after the first took the store")
+	}
+}
+
+func TestLineage(t *testing.T) {
+	dir := t.TempDir()
+	if l, err := ReadLineage(dir); err != nil || l != "" {
+		t.Fatalf("no lineage yet: %q, %v", l, err)
+	}
+	a, err := NewLineage(dir)
+	if err != nil || len(a) != 32 {
+		t.Fatalf("NewLineage: %q, %v", a, err)
+	}
+	if l, err := ReadLineage(dir); err != nil || l != a {
+		t.Errorf("ReadLineage = %q, %v; want %q", l, err, a)
+	}
+	if b, _ := NewLineage(dir); b == a {
+		t.Error("a new lineage repeats the old one")
 	}
 }

@@ -425,7 +425,14 @@ func TestAnotherClusterCannotArchiveIntoTheSameDirectory(t *testing.T) {
 	second := newCluster(t, 1)
 	second.setConfig("backup", agent.BackupConfig{Store: s.config(second, first.name, s.srv.SecretAccessKey)})
 	second.startAll()
-	in := second.instances[0]
+	second.instances[0].refusedByTheStore("holds the backups of another PostgreSQL cluster")
+}
+
+// refusedByTheStore writes and switches WAL on the primary in, then waits until its
+// archiver fails with why, and checks that a backup fails with it too.
+func (in *instance) refusedByTheStore(why string) {
+	t := in.c.t
+	t.Helper()
 	if err := in.superExec("SELECT pg_logical_emit_message(false, 'pgpilot-test', 'x'), pg_switch_wal()"); err != nil {
 		t.Fatal(err)
 	}
@@ -434,13 +441,13 @@ func TestAnotherClusterCannotArchiveIntoTheSameDirectory(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if a := st.Archiver; a == nil || !a.Failing() || !strings.Contains(a.LastError, "holds the backups of another PostgreSQL cluster") {
-			return fmt.Errorf("archiver: %+v", st.Archiver)
+		if a := st.Archiver; a == nil || !a.Failing() || !strings.Contains(a.LastError, why) {
+			return fmt.Errorf("%s's archiver: %+v", in.pod, st.Archiver)
 		}
 		return nil
 	})
-	if b := in.takeBackup("intruder"); b.Phase != agentapi.BackupFailed || !strings.Contains(b.Error, "another PostgreSQL cluster") {
-		t.Errorf("a backup into another cluster's directory: %+v", b)
+	if b := in.takeBackup("intruder"); b.Phase != agentapi.BackupFailed || !strings.Contains(b.Error, why) {
+		t.Errorf("a backup of %s into a directory that is not its own: %+v", in.pod, b)
 	}
 }
 
@@ -467,4 +474,46 @@ func TestBackupToAVolume(t *testing.T) {
 	rp.start()
 	rp.waitRole(agentapi.RolePrimary, 2, 2*upTimeout)
 	rp.waitCount("t", 600, 10*time.Second)
+}
+
+// Two clusters restored from one backup share the source's system identifier; told to
+// archive into one place, they used to mix their WAL and timeline IDs there, and a
+// point-in-time recovery from it replayed whichever history wrote last (issue 12). Each
+// restore now starts a lineage of its own: the second cluster's archiver is refused
+// with what to do, and the first cluster's archive restores exactly its own history.
+func TestTwoClustersRestoredFromOneBackupCannotShareAnArchive(t *testing.T) {
+	s := newS3Store(t)
+	src := backedUpCluster(t, s, 1)
+	src.startAll()
+	sp := src.instances[0]
+	sp.mustExec("CREATE TABLE t (id bigint PRIMARY KEY)")
+	sp.mustExec("INSERT INTO t SELECT generate_series(1, 100)")
+	if b := sp.takeBackup("src"); b.Phase != agentapi.BackupCompleted {
+		t.Fatalf("backup: %+v", b)
+	}
+	sp.archiveNow()
+
+	first := restoredCluster(t, s, src, 1, agent.RestoreConfig{})
+	first.setConfig("backup", agent.BackupConfig{Store: s.config(first, first.name, s.srv.SecretAccessKey)})
+	fp := first.instances[0]
+	fp.start()
+	fp.waitRole(agentapi.RolePrimary, 2, 2*upTimeout)
+	if b := fp.takeBackup("first"); b.Phase != agentapi.BackupCompleted {
+		t.Fatalf("the first restored cluster's backup: %+v", b)
+	}
+	fp.mustExec("INSERT INTO t SELECT generate_series(101, 200)")
+	fp.archiveNow()
+
+	// The second, restored from the same backup, is given the first one's store path.
+	second := restoredCluster(t, s, src, 1, agent.RestoreConfig{})
+	second.setConfig("backup", agent.BackupConfig{Store: s.config(second, first.name, s.srv.SecretAccessKey)})
+	bp := second.instances[0]
+	bp.start()
+	bp.waitRole(agentapi.RolePrimary, 2, 2*upTimeout)
+	bp.mustExec("INSERT INTO t SELECT generate_series(5001, 5100)")
+	bp.refusedByTheStore("restored from the same backup")
+	// The first cluster keeps archiving there, and its archive holds only its history.
+	fp.mustExec("INSERT INTO t SELECT generate_series(201, 300)")
+	fp.archiveNow()
+	wantRange(t, restoreOne(t, s, first, agent.RestoreConfig{}, 3).rows("t"), 1, 300)
 }
