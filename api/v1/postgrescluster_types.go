@@ -121,6 +121,17 @@ type PostgreSQLSpec struct {
 	// +kubebuilder:default=0
 	// +optional
 	SynchronousReplicas int32 `json:"synchronousReplicas,omitempty"`
+
+	// idleSlotTimeout is how long the primary keeps WAL for a replica that is not
+	// streaming (its pod down, its node drained, its network cut). Past it the replica's
+	// replication slot stops holding WAL, and the replica, when it returns, catches up
+	// from the WAL archive or is cloned again. Before it, the WAL a slot keeps is bounded
+	// by a quarter of the volume (max_slot_wal_keep_size) whatever the time. 0s keeps WAL
+	// up to that bound only.
+	// +kubebuilder:default="30m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('168h')",message="idleSlotTimeout must be a duration between 0s and 168h, such as 30m"
+	// +optional
+	IdleSlotTimeout *metav1.Duration `json:"idleSlotTimeout,omitempty"`
 }
 
 // BootstrapSpec says how the first instance of a new cluster is initialised.

@@ -616,6 +616,19 @@ const slotsEvery = 10 * time.Second
 // so that the moment it is promoted the other standbys find their slots ready: without
 // them they could not stream, and in synchronous mode no commit could be acknowledged,
 // until the new primary created them after its promotion.
+//
+// On a primary, a slot idle for longer than spec.postgresql.idleSlotTimeout is released
+// (made again without WAL reserved): an instance away for a day must not keep a day of
+// WAL. The idle time is counted by this agent from when it first saw the slot idle, so
+// an agent restart starts it again; max_slot_wal_keep_size bounds the WAL meanwhile.
+// A slot whose restart position moved between two looks was streamed from in between,
+// however briefly: its idle time starts at the second look.
+// idleSlot is an idle slot as keepSlots last saw it.
+type idleSlot struct {
+	since   time.Time // when it was first seen idle at restart
+	restart string    // its restart position
+}
+
 func (a *Agent) keepSlots(ctx context.Context, standby bool) error {
 	if time.Since(a.slotsDone) < slotsEvery {
 		return nil
@@ -624,13 +637,36 @@ func (a *Agent) keepSlots(ctx context.Context, standby bool) error {
 	for _, pod := range a.peers() {
 		want = append(want, SlotName(pod))
 	}
-	created, dropped, err := a.db.EnsureSlots(ctx, want, standby)
+	now := time.Now()
+	var release []string
+	if timeout := a.cluster.SlotTimeout(); timeout > 0 && !standby {
+		for s, idle := range a.slotIdle {
+			if now.Sub(idle.since) >= timeout {
+				release = append(release, s)
+			}
+		}
+	}
+	ch, err := a.db.EnsureSlots(ctx, want, standby, release)
 	if err != nil {
 		return err
 	}
-	if len(created)+len(dropped) > 0 {
-		a.log.Info("Replication slots changed", "created", created, "dropped", dropped)
+	if len(ch.Created)+len(ch.Dropped) > 0 {
+		a.log.Info("Replication slots changed", "created", ch.Created, "dropped", ch.Dropped)
 	}
-	a.slotsDone = time.Now()
+	if len(ch.Released) > 0 {
+		a.log.Info("Released the replication slots of instances idle for longer than spec.postgresql.idleSlotTimeout: they keep no WAL until their instances stream again, from the WAL archive or a new clone if what they need is gone",
+			"slots", ch.Released, "idleSlotTimeout", a.cluster.SlotTimeout().String())
+	}
+	idle := map[string]idleSlot{}
+	if !standby {
+		for s, restart := range ch.Idle {
+			idle[s] = idleSlot{since: now, restart: restart}
+			if was, ok := a.slotIdle[s]; ok && was.restart == restart {
+				idle[s] = was
+			}
+		}
+	}
+	a.slotIdle = idle
+	a.slotsDone = now
 	return nil
 }

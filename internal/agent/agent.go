@@ -78,6 +78,11 @@ type Agent struct {
 	downSince    time.Time
 	lastAct      Act
 	slotsDone    time.Time
+	// slotIdle is, on a primary, since when each of its idle slots holding WAL has been
+	// seen idle (keepSlots).
+	slotIdle map[string]idleSlot
+	// volume is the data volume's free space over the last minutes (guarded by mu).
+	volume volumeTrend
 	// walGone is since when this standby's WAL receiver has been failing because the
 	// primary no longer has the WAL it needs; zero while it is not.
 	walGone  time.Time
@@ -503,6 +508,10 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 	}
 	if free, total, err := volumeSpace(filepath.Dir(a.cfg.PGData)); err == nil {
 		st.VolumeBytes, st.VolumeFreeBytes = int64(total), int64(free)
+		a.mu.Lock()
+		a.volume.add(time.Now(), free)
+		st.VolumeFullInSeconds = int64(a.volume.fullIn().Seconds())
+		a.mu.Unlock()
 	}
 	if id, err := a.pg.SystemIdentifier(); err != nil {
 		st.Error = strings.TrimPrefix(st.Error+"; "+err.Error(), "; ")

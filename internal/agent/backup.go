@@ -74,6 +74,7 @@ func (a *Agent) archiver(arch *agentapi.ArchiverStatus, st *agentapi.Status) {
 	a.mu.Unlock()
 	if ready, err := filepath.Glob(filepath.Join(a.cfg.PGData, "pg_wal", "archive_status", "*.ready")); err == nil {
 		arch.Pending = len(ready)
+		arch.PendingBytes = pendingBytes(filepath.Join(a.cfg.PGData, "pg_wal"), ready)
 	}
 	if b, err := os.ReadFile(a.archiveStatusFile()); err == nil {
 		var f ArchiveStatusFile
@@ -82,6 +83,27 @@ func (a *Agent) archiver(arch *agentapi.ArchiverStatus, st *agentapi.Status) {
 		}
 	}
 	st.Archiver = arch
+}
+
+// pendingBytes is the size of the WAL files whose archive_status/<name>.ready files are
+// ready: every segment has the same size, so one is looked at; history and backup
+// label files are small and not counted.
+func pendingBytes(walDir string, ready []string) int64 {
+	segments := 0
+	var size int64
+	for _, r := range ready {
+		name := strings.TrimSuffix(filepath.Base(r), ".ready")
+		if len(name) != 24 || strings.Trim(name, "0123456789ABCDEF") != "" {
+			continue
+		}
+		segments++
+		if size == 0 {
+			if fi, err := os.Stat(filepath.Join(walDir, name)); err == nil {
+				size = fi.Size()
+			}
+		}
+	}
+	return int64(segments) * size
 }
 
 // backupJob is one base backup this agent took or takes.

@@ -59,10 +59,13 @@ type ClusterConfig struct {
 	Replicas    int               `json:"replicas"`
 	Parameters  map[string]string `json:"parameters"`
 	// SynchronousReplicas is how many standbys must confirm each commit; 0 is async.
-	SynchronousReplicas int       `json:"synchronousReplicas"`
-	Bootstrap           Bootstrap `json:"bootstrap"`
-	PrimaryLease        string    `json:"primaryLease"`
-	Services            struct {
+	SynchronousReplicas int `json:"synchronousReplicas"`
+	// IdleSlotTimeout is spec.postgresql.idleSlotTimeout, a Go duration: how long the
+	// primary keeps WAL for an instance that does not stream. Read with SlotTimeout.
+	IdleSlotTimeout string    `json:"idleSlotTimeout,omitempty"`
+	Bootstrap       Bootstrap `json:"bootstrap"`
+	PrimaryLease    string    `json:"primaryLease"`
+	Services        struct {
 		ReadWrite string `json:"readWrite"`
 		Headless  string `json:"headless"`
 	} `json:"services"`
@@ -72,6 +75,19 @@ type ClusterConfig struct {
 	// Restore is set when spec.bootstrap.fromBackup is: the first primary restores
 	// instead of running initdb.
 	Restore *RestoreConfig `json:"restore,omitempty"`
+}
+
+// DefaultIdleSlotTimeout is spec.postgresql.idleSlotTimeout's default.
+const DefaultIdleSlotTimeout = 30 * time.Minute
+
+// SlotTimeout is IdleSlotTimeout; the default when it is unset or not a duration (the
+// CRD validates it, so only a hand-made config can be wrong), 0 for none.
+func (c ClusterConfig) SlotTimeout() time.Duration {
+	d, err := time.ParseDuration(c.IdleSlotTimeout)
+	if err != nil || d < 0 {
+		return DefaultIdleSlotTimeout
+	}
+	return d
 }
 
 // BackupConfig is where this cluster's backups and archived WAL go.

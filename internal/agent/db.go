@@ -150,11 +150,12 @@ func (d *DB) Observe(ctx context.Context, st *agentapi.Status, arch *agentapi.Ar
 			return err
 		})
 	b.Queue(`SELECT slot_name::text, active,
-		coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END, restart_lsn), 0)::bigint
+		coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END, restart_lsn), 0)::bigint,
+		restart_lsn IS NULL
 		FROM pg_replication_slots ORDER BY slot_name`).Query(func(rows pgx.Rows) (err error) {
 		st.Slots, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (agentapi.SlotStatus, error) {
 			var s agentapi.SlotStatus
-			err := r.Scan(&s.Name, &s.Active, &s.RetainedBytes)
+			err := r.Scan(&s.Name, &s.Active, &s.RetainedBytes, &s.Released)
 			return s, err
 		})
 		return err
@@ -396,72 +397,113 @@ func (d *DB) SyncPasswords(ctx context.Context, cs Credentials) (changed []strin
 	return changed, nil
 }
 
+// SlotChanges is what EnsureSlots did, and the slots it left idle.
+type SlotChanges struct {
+	Created, Dropped, Released []string
+	// Idle are pgpilot's slots that hold WAL for nobody streaming now, with their
+	// restart positions: one that moved since the last call was streamed from since.
+	Idle map[string]string
+}
+
 // EnsureSlots creates the physical slots in want and drops pgpilot's slots that are not
-// in want and not in use, so WAL never piles up for an instance that is gone. On a
-// standby (advance) the unused slots are moved to the replay position, so they hold
-// back no more WAL than the standby replayed since the last call.
-func (d *DB) EnsureSlots(ctx context.Context, want []string, advance bool) (created, dropped []string, err error) {
+// in want and not in use, so WAL never piles up for an instance that is gone. The idle
+// slots in release are made again without WAL reserved: they keep nothing until their
+// instance streams again (from where it asks, if the WAL is still there). On a standby
+// (advance) the unused slots are moved to the replay position, so they hold back no
+// more WAL than the standby replayed since the last call.
+func (d *DB) EnsureSlots(ctx context.Context, want []string, advance bool, release []string) (ch SlotChanges, err error) {
 	conn, err := d.connect(ctx)
 	if err != nil {
-		return nil, nil, err
+		return ch, err
 	}
 	defer conn.Release()
 	have := map[string]bool{}
+	reserved := map[string]bool{}
+	restart := map[string]string{}
 	var lost []string
-	rows, err := conn.Query(ctx, `SELECT slot_name::text, active, coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name LIKE 'pgpilot\_%'`)
+	rows, err := conn.Query(ctx, `SELECT slot_name::text, active, coalesce(wal_status, ''), coalesce(restart_lsn::text, '')
+		FROM pg_replication_slots WHERE slot_name LIKE 'pgpilot\_%'`)
 	if err != nil {
-		return nil, nil, err
+		return ch, err
 	}
 	for rows.Next() {
-		var name, walStatus string
+		var name, walStatus, lsn string
 		var active bool
-		if err := rows.Scan(&name, &active, &walStatus); err != nil {
-			return nil, nil, err
+		if err := rows.Scan(&name, &active, &walStatus, &lsn); err != nil {
+			return ch, err
 		}
-		have[name] = active
+		have[name], reserved[name], restart[name] = active, lsn != "", lsn
 		if walStatus == "lost" && !active {
 			lost = append(lost, name)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, err
+		return ch, err
 	}
 	// A slot invalidated by max_slot_wal_keep_size keeps nothing and can never be
 	// streamed from: it is dropped, and made again below, so its instance, when it
 	// returns, is told its WAL is gone and is cloned again.
 	for _, s := range lost {
 		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s); err != nil {
-			return created, dropped, fmt.Errorf("dropping the invalidated slot %s: %w", s, err)
+			return ch, fmt.Errorf("dropping the invalidated slot %s: %w", s, err)
 		}
 		delete(have, s)
-		dropped = append(dropped, s)
+		ch.Dropped = append(ch.Dropped, s)
+	}
+	for _, s := range release {
+		if active, ok := have[s]; !ok || active || !reserved[s] {
+			continue
+		}
+		// Only while it is still idle: a walsender that took it since is left alone
+		// (pg_drop_replication_slot would fail on it anyway).
+		var dropped bool
+		if err := conn.QueryRow(ctx, `SELECT count(pg_drop_replication_slot(slot_name)) > 0
+			FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, s).Scan(&dropped); err != nil {
+			return ch, fmt.Errorf("releasing slot %s: %w", s, err)
+		}
+		if !dropped {
+			continue
+		}
+		if _, err := conn.Exec(ctx, "SELECT pg_create_physical_replication_slot($1, false)", s); err != nil {
+			delete(have, s) // made again below, reserved: better than none
+			continue
+		}
+		reserved[s] = false
+		ch.Released = append(ch.Released, s)
 	}
 	wanted := map[string]bool{}
 	for _, s := range want {
 		wanted[s] = true
 		if _, ok := have[s]; !ok {
 			if _, err := conn.Exec(ctx, "SELECT pg_create_physical_replication_slot($1, true)", s); err != nil {
-				return created, dropped, fmt.Errorf("creating slot %s: %w", s, err)
+				return ch, fmt.Errorf("creating slot %s: %w", s, err)
 			}
-			created = append(created, s)
+			have[s], reserved[s] = false, true
+			ch.Created = append(ch.Created, s)
 		}
 	}
 	for s, active := range have {
-		if !wanted[s] && !active {
+		switch {
+		case !wanted[s] && !active:
 			if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s); err != nil {
-				return created, dropped, fmt.Errorf("dropping slot %s: %w", s, err)
+				return ch, fmt.Errorf("dropping slot %s: %w", s, err)
 			}
-			dropped = append(dropped, s)
+			ch.Dropped = append(ch.Dropped, s)
+		case !active && reserved[s]:
+			if ch.Idle == nil {
+				ch.Idle = map[string]string{}
+			}
+			ch.Idle[s] = restart[s]
 		}
 	}
 	if advance {
 		if _, err := conn.Exec(ctx, `SELECT pg_replication_slot_advance(slot_name, pg_last_wal_replay_lsn())
 			FROM pg_replication_slots WHERE slot_name LIKE 'pgpilot\_%' AND slot_type = 'physical' AND NOT active
 			AND restart_lsn < pg_last_wal_replay_lsn()`); err != nil {
-			return created, dropped, fmt.Errorf("advancing the slots: %w", err)
+			return ch, fmt.Errorf("advancing the slots: %w", err)
 		}
 	}
-	return created, dropped, nil
+	return ch, nil
 }
 
 // Promote ends recovery and waits for it. pg_promote's own wait looks every 100 ms;

@@ -122,6 +122,10 @@ type Status struct {
 	// directory's volume; 0 when unknown.
 	VolumeBytes     int64 `json:"volumeBytes,omitempty"`
 	VolumeFreeBytes int64 `json:"volumeFreeBytes,omitempty"`
+	// VolumeFullInSeconds is how long until the volume is full at the rate its free
+	// space went down over the last 10 minutes; 0 when it is not filling (or for less
+	// than a minute of samples).
+	VolumeFullInSeconds int64 `json:"volumeFullInSeconds,omitempty"`
 	// SetAside are the data directories the agent set aside on the volume instead of
 	// deleting them, oldest first.
 	SetAside []SetAside `json:"setAside,omitempty"`
@@ -210,6 +214,10 @@ type SlotStatus struct {
 	// RetainedBytes is the WAL kept for the slot: from its restart position to the
 	// current write (or replay) position.
 	RetainedBytes int64 `json:"retainedBytes"`
+	// Released is whether the slot holds no WAL: made without any, or released after
+	// its instance was idle for longer than spec.postgresql.idleSlotTimeout, until its
+	// instance streams again.
+	Released bool `json:"released,omitempty"`
 }
 
 // Instance is what the server needs from the agent. Every method is safe to call

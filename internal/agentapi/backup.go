@@ -83,6 +83,8 @@ type ArchiverStatus struct {
 	// Pending counts WAL segments waiting to be archived: they stay on the instance's
 	// volume until they are.
 	Pending int `json:"pending"`
+	// PendingBytes is the size of the pending segments.
+	PendingBytes int64 `json:"pendingBytes,omitempty"`
 }
 
 // Failing reports whether the last archiving attempt failed.

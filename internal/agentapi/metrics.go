@@ -53,6 +53,10 @@ var (
 		"Failed attempts to archive a WAL file (pg_stat_archiver).", nil, nil)
 	archivePendingDesc = prometheus.NewDesc("pgpilot_wal_archive_pending",
 		"WAL segments waiting to be archived; they stay on the primary's volume until they are.", nil, nil)
+	archivePendingBytesDesc = prometheus.NewDesc("pgpilot_wal_archive_pending_bytes",
+		"Bytes of the WAL segments waiting to be archived.", nil, nil)
+	volumeFullInDesc = prometheus.NewDesc("pgpilot_volume_full_in_seconds",
+		"How long until the data volume is full at the rate its free space went down over the last 10 minutes; absent when it is not filling.", nil, nil)
 	archiveFailingDesc = prometheus.NewDesc("pgpilot_wal_archive_failing",
 		"Whether the last attempt to archive WAL failed (1) or not (0).", nil, nil)
 	lastArchivedDesc = prometheus.NewDesc("pgpilot_wal_last_archived_time_seconds",
@@ -72,7 +76,7 @@ func (c *instanceCollector) Describe(ch chan<- *prometheus.Desc) {
 		replicasDesc, replicaLagDesc, fencedDesc, startTimeDesc,
 		connectionsDesc, slotActiveDesc, slotRetainedDesc,
 		volumeSizeDesc, volumeFreeDesc, setAsideDesc,
-		archivedDesc, archiveFailedDesc, archivePendingDesc, archiveFailingDesc, lastArchivedDesc,
+		archivedDesc, archiveFailedDesc, archivePendingDesc, archivePendingBytesDesc, volumeFullInDesc, archiveFailingDesc, lastArchivedDesc,
 	} {
 		ch <- d
 	}
@@ -151,6 +155,9 @@ func (c *instanceCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(volumeSizeDesc, float64(st.VolumeBytes))
 		gauge(volumeFreeDesc, float64(st.VolumeFreeBytes))
 	}
+	if st.VolumeFullInSeconds > 0 {
+		gauge(volumeFullInDesc, float64(st.VolumeFullInSeconds))
+	}
 	var aside int64
 	for _, a := range st.SetAside {
 		aside += a.Bytes
@@ -166,6 +173,7 @@ func (c *instanceCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(archivedDesc, float64(a.ArchivedCount))
 		counter(archiveFailedDesc, float64(a.FailedCount))
 		gauge(archivePendingDesc, float64(a.Pending))
+		gauge(archivePendingBytesDesc, float64(a.PendingBytes))
 		gauge(archiveFailingDesc, boolValue(a.Failing()))
 		if a.LastArchivedAt != nil {
 			gauge(lastArchivedDesc, float64(a.LastArchivedAt.UnixNano())/1e9)

@@ -277,7 +277,8 @@ func TestMetricsArchiver(t *testing.T) {
 	failed := archived.Add(time.Minute)
 	st := primaryStatus()
 	st.Archiver = &ArchiverStatus{Enabled: true, ArchivedCount: 12, LastArchivedAt: &archived,
-		FailedCount: 3, LastFailedAt: &failed, Pending: 2}
+		FailedCount: 3, LastFailedAt: &failed, Pending: 2, PendingBytes: 32 << 20}
+	st.VolumeBytes, st.VolumeFreeBytes, st.VolumeFullInSeconds = 1<<30, 256<<20, 1500
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(&instanceCollector{inst: newFakeInstance(st), timeout: DefaultRequestTimeout})
 	want := `# HELP pgpilot_wal_archive_failed_total Failed attempts to archive a WAL file (pg_stat_archiver).
@@ -289,16 +290,22 @@ pgpilot_wal_archive_failing 1
 # HELP pgpilot_wal_archive_pending WAL segments waiting to be archived; they stay on the primary's volume until they are.
 # TYPE pgpilot_wal_archive_pending gauge
 pgpilot_wal_archive_pending 2
+# HELP pgpilot_wal_archive_pending_bytes Bytes of the WAL segments waiting to be archived.
+# TYPE pgpilot_wal_archive_pending_bytes gauge
+pgpilot_wal_archive_pending_bytes 3.3554432e+07
 # HELP pgpilot_wal_archived_total WAL files this primary archived since its statistics were reset (pg_stat_archiver).
 # TYPE pgpilot_wal_archived_total counter
 pgpilot_wal_archived_total 12
 # HELP pgpilot_wal_last_archived_time_seconds When a WAL file was last archived, in seconds since the Unix epoch.
 # TYPE pgpilot_wal_last_archived_time_seconds gauge
 pgpilot_wal_last_archived_time_seconds 1.7952696e+09
+# HELP pgpilot_volume_full_in_seconds How long until the data volume is full at the rate its free space went down over the last 10 minutes; absent when it is not filling.
+# TYPE pgpilot_volume_full_in_seconds gauge
+pgpilot_volume_full_in_seconds 1500
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "pgpilot_wal_archive_failed_total",
-		"pgpilot_wal_archive_failing", "pgpilot_wal_archive_pending", "pgpilot_wal_archived_total",
-		"pgpilot_wal_last_archived_time_seconds"); err != nil {
+		"pgpilot_wal_archive_failing", "pgpilot_wal_archive_pending", "pgpilot_wal_archive_pending_bytes", "pgpilot_wal_archived_total",
+		"pgpilot_wal_last_archived_time_seconds", "pgpilot_volume_full_in_seconds"); err != nil {
 		t.Error(err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"text/template"
 
 	"github.com/google/go-cmp/cmp"
 	helmchart "helm.sh/helm/v3/pkg/chart"
@@ -903,11 +904,12 @@ type instanceConfig = agent.ClusterConfig
 
 func wantConfig(replicas int, parameters map[string]string, database, owner string) instanceConfig {
 	c := instanceConfig{
-		ClusterName:  name,
-		Version:      "16",
-		Replicas:     replicas,
-		Parameters:   parameters,
-		PrimaryLease: name + "-primary",
+		ClusterName:     name,
+		Version:         "16",
+		Replicas:        replicas,
+		Parameters:      parameters,
+		PrimaryLease:    name + "-primary",
+		IdleSlotTimeout: "30m",
 	}
 	c.Bootstrap.Database, c.Bootstrap.Owner = database, owner
 	c.Services.ReadWrite, c.Services.Headless = name+"-rw", name+"-headless"
@@ -946,6 +948,15 @@ func TestConfigJSON(t *testing.T) {
 			name:   "bootstrap database and owner",
 			values: readmeValues(set("bootstrap", map[string]any{"database": "orders", "owner": "shop"})),
 			want:   wantConfig(3, map[string]string{}, "orders", "shop"),
+		},
+		{
+			name:   "idle slot timeout",
+			values: readmeValues(set("postgresql.idleSlotTimeout", "2h")),
+			want: func() instanceConfig {
+				c := wantConfig(3, map[string]string{}, "app", "app")
+				c.IdleSlotTimeout = "2h"
+				return c
+			}(),
 		},
 	}
 	for _, tt := range tests {
@@ -1061,12 +1072,28 @@ func TestPrometheusRule(t *testing.T) {
 				if expr := rule["expr"].(string); !strings.Contains(expr, want) {
 					t.Errorf("%s: expr %q does not select this cluster's pods (%s)", rule["alert"], expr, want)
 				}
+				// Annotations are Prometheus's templates: they must parse, with its functions
+				// and the variables it defines first.
+				for key, text := range rule["annotations"].(map[string]any) {
+					const prelude = "{{$labels := .Labels}}{{$externalLabels := .ExternalLabels}}{{$value := .Value}}"
+					if _, err := template.New(key).Funcs(prometheusTemplateFuncs).Parse(prelude + text.(string)); err != nil {
+						t.Errorf("%s: annotation %s is not a Prometheus template: %v", rule["alert"], key, err)
+					}
+				}
 			}
 			if diff := cmp.Diff([]string{"PgpilotVolumeFillsUpSoon", "PgpilotVolumeAlmostFull", "PgpilotWALArchiveFailing"}, alerts); diff != "" {
 				t.Errorf("alerts (-want +got):\n%s", diff)
 			}
 		})
 	}
+}
+
+// prometheusTemplateFuncs are the functions of Prometheus's alert templates the chart
+// uses, for parsing only.
+var prometheusTemplateFuncs = template.FuncMap{
+	"query": func(string) ([]any, error) { return nil, nil }, "first": func([]any) any { return nil },
+	"value": func(any) float64 { return 0 }, "humanize1024": func(float64) string { return "" },
+	"humanizeDuration": func(float64) string { return "" },
 }
 
 func TestRole(t *testing.T) {

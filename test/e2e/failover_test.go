@@ -11,12 +11,14 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/primarylease"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
@@ -35,16 +37,7 @@ func TestPrimaryFailures(t *testing.T) {
 	// the rows.
 	recovered := func(old string) {
 		t.Helper()
-		testutil.Eventually(t, 5*time.Minute, func() error {
-			pgc := d.cluster()
-			if pgc.Status.Phase != dbv1.PhaseHealthy || pgc.Status.ReadyInstances != 3 {
-				return fmt.Errorf("phase %s, %d ready", pgc.Status.Phase, pgc.Status.ReadyInstances)
-			}
-			if role := d.pod(old).Labels[dbv1.LabelRole]; role != dbv1.RoleReplica {
-				return fmt.Errorf("the old primary %s is %q, not yet a replica again", old, role)
-			}
-			return nil
-		})
+		d.waitReplica(old, 3, 5*time.Minute)
 		d.waitStreaming(2, 2*time.Minute)
 		w.insert(10)
 		w.check()
@@ -91,7 +84,107 @@ func TestPrimaryFailures(t *testing.T) {
 	t.Logf("switchover: %s took writes through -rw %s after it was asked", target, took.Round(10*time.Millisecond))
 	recovered(old)
 
+	d.leaseLostWithAnEmptyInstanceZero(w)
+
 	d.rollingUpdate(w)
+}
+
+// leaseLostWithAnEmptyInstanceZero deletes the primary Lease the moment instance 0, a
+// replica, comes back with an empty volume (its pod and PersistentVolumeClaim deleted):
+// a lost record at the worst time, when the instance a new cluster would start from
+// holds nothing. The Lease is rebuilt naming the same primary in the same term,
+// instance 0 is cloned from it (not made a database of its own), and every
+// acknowledged row is there.
+func (d *db) leaseLostWithAnEmptyInstanceZero(w *writes) {
+	t := d.t
+	t.Helper()
+	ctx := context.Background()
+	pgc := d.cluster()
+	primary, zero := pgc.Status.CurrentPrimary, pgc.InstanceName(0)
+	if primary == zero {
+		t.Fatalf("the primary is %s; this step needs another", zero)
+	}
+	before, err := d.agentStatus(primary)
+	if err != nil || before.SystemIdentifier == "" {
+		t.Fatalf("the primary's system identifier: %q, %v", before.SystemIdentifier, err)
+	}
+	oldZero := d.pod(zero)
+	var oldClaim corev1.PersistentVolumeClaim
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: pgc.VolumeClaimName(0)}, &oldClaim); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("emptying %s's volume and deleting the primary Lease; %s is the primary", zero, primary)
+	if err := k8s.Delete(ctx, &oldClaim); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(ctx, &oldZero); err != nil {
+		t.Fatal(err)
+	}
+	// The StatefulSet makes the pod again, and with it a new, empty claim. A pod made
+	// while the old claim was still terminating would keep it: it is deleted again.
+	testutil.Eventually(t, 3*time.Minute, func() error {
+		var pod corev1.Pod
+		var claim corev1.PersistentVolumeClaim
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: zero}, &pod); err != nil {
+			return err
+		}
+		if pod.UID == oldZero.UID || pod.DeletionTimestamp != nil {
+			return fmt.Errorf("%s is not made again yet", zero)
+		}
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: pgc.VolumeClaimName(0)}, &claim)
+		switch {
+		case err != nil:
+			return err
+		case claim.UID == oldClaim.UID && pod.CreationTimestamp.Time.Before(time.Now().Add(-10*time.Second)):
+			if err := k8s.Delete(ctx, &pod); err != nil {
+				return err
+			}
+			return fmt.Errorf("%s was made while its old claim was terminating: deleted again", zero)
+		case claim.UID == oldClaim.UID:
+			return fmt.Errorf("the claim of %s is still the old one", zero)
+		}
+		return nil
+	})
+	deleted := time.Now()
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: d.ns, Name: pgc.PrimaryLeaseName()}}
+	if err := k8s.Delete(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(lease), lease); err != nil {
+			return err
+		}
+		if rec := primarylease.Parse(lease); rec.Holder != primary || lease.CreationTimestamp.Time.Before(deleted.Add(-time.Second)) {
+			return fmt.Errorf("the Lease made %s names %q, want %s", lease.CreationTimestamp, rec.Holder, primary)
+		}
+		return nil
+	})
+	t.Logf("the Lease was rebuilt naming %s %s after it was deleted", primary, time.Since(deleted).Round(10*time.Millisecond))
+	d.waitReplica(zero, 3, 5*time.Minute)
+	if now := d.cluster().Status.CurrentPrimary; now != primary {
+		t.Errorf("the primary moved from %s to %s", primary, now)
+	}
+	if st, err := d.agentStatus(zero); err != nil || st.SystemIdentifier != before.SystemIdentifier {
+		t.Errorf("%s holds database %q (%v), want the cluster's %s", zero, st.SystemIdentifier, err, before.SystemIdentifier)
+	}
+	d.waitStreaming(2, 2*time.Minute)
+	w.insert(10)
+	w.check()
+}
+
+// waitReplica waits until the cluster is Healthy with n ready instances, name a replica.
+func (d *db) waitReplica(name string, n int32, timeout time.Duration) {
+	d.t.Helper()
+	testutil.Eventually(d.t, timeout, func() error {
+		pgc := d.cluster()
+		if pgc.Status.Phase != dbv1.PhaseHealthy || pgc.Status.ReadyInstances != n {
+			return fmt.Errorf("phase %s, %d ready", pgc.Status.Phase, pgc.Status.ReadyInstances)
+		}
+		if role := d.pod(name).Labels[dbv1.LabelRole]; role != dbv1.RoleReplica {
+			return fmt.Errorf("%s is %q, not yet a replica", name, role)
+		}
+		return nil
+	})
 }
 
 // waitNewPrimary waits until the cluster's primary is another pod than old, and returns it.

@@ -351,6 +351,8 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 		{"zero storage", map[string]any{"version": "16", "storage": map[string]any{"size": "0"}}, "size must be greater than zero"},
 		{"more synchronous replicas than replicas", map[string]any{"version": "16", "replicas": int64(2),
 			"postgresql": map[string]any{"synchronousReplicas": int64(2)}}, "synchronousReplicas must be less than replicas"},
+		{"negative idle slot timeout", map[string]any{"version": "16", "postgresql": map[string]any{"idleSlotTimeout": "-5m"}}, "idleSlotTimeout must be a duration between 0s and 168h"},
+		{"idle slot timeout over a week", map[string]any{"version": "16", "postgresql": map[string]any{"idleSlotTimeout": "200h"}}, "idleSlotTimeout must be a duration between 0s and 168h"},
 	}
 	for _, p := range dbv1.ManagedParameters {
 		cases = append(cases, struct {

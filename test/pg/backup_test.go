@@ -169,21 +169,15 @@ func (in *instance) archiveNow() {
 
 func (in *instance) rows(table string) []int64 {
 	in.c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := in.conn(ctx)
-	if err != nil {
-		in.c.t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	rows, err := conn.Query(ctx, "SELECT id FROM "+pgx.Identifier{table}.Sanitize()+" ORDER BY id")
-	if err != nil {
-		in.c.t.Fatal(err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		in.c.t.Fatal(err)
-	}
+	var ids []int64
+	in.withConn(func(ctx context.Context, conn *pgx.Conn) error {
+		rows, err := conn.Query(ctx, "SELECT id FROM "+pgx.Identifier{table}.Sanitize()+" ORDER BY id")
+		if err != nil {
+			return err
+		}
+		ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		return err
+	})
 	return ids
 }
 

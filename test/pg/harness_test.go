@@ -550,6 +550,22 @@ func (in *instance) conn(ctx context.Context) (*pgx.Conn, error) {
 	return pgx.ConnectConfig(ctx, cfg)
 }
 
+// withConn runs f on a connection to the instance as the application owner, within
+// 10 s; an error fails the test.
+func (in *instance) withConn(f func(ctx context.Context, conn *pgx.Conn) error) {
+	in.c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := in.conn(ctx)
+	if err != nil {
+		in.c.t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if err := f(ctx, conn); err != nil {
+		in.c.t.Fatal(err)
+	}
+}
+
 func (in *instance) exec(sql string, args ...any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -3,6 +3,7 @@ package pg
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,4 +121,68 @@ func TestOperatorBacksUpAndRestores(t *testing.T) {
 	rp.start()
 	rp.waitRole(agentapi.RolePrimary, 2, 2*upTimeout)
 	rp.waitCount("t", 150, 30*time.Second)
+}
+
+// When the store stops taking WAL, the cluster says so with the figures a person needs:
+// the ContinuousArchiving condition and an ArchiveFailing event name the segments that
+// wait on the primary's volume and their size, the volume's free space and, once the
+// volume has been filling for a minute, how long until it is full.
+func TestArchiveFailureSaysWhenTheVolumeIsFull(t *testing.T) {
+	s := newS3Store(t)
+	c := newOperatedCluster(t, 1, withS3(s, 1))
+	p := c.instances[0]
+	p.onVolume(768 << 20)
+	startOperated(t, c)
+	if err := c.writeThroughRW("CREATE TABLE w (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	archiving := func() (*dbv1.Condition, error) {
+		var pgc dbv1.PostgresCluster
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: c.name}, &pgc); err != nil {
+			return nil, err
+		}
+		cond := dbv1.FindCondition(pgc.Status.Conditions, dbv1.ConditionContinuousArchiving)
+		if cond == nil {
+			return nil, fmt.Errorf("no ContinuousArchiving condition: %+v", pgc.Status.Conditions)
+		}
+		return cond, nil
+	}
+	testutil.Eventually(t, time.Minute, func() error {
+		cond, err := archiving()
+		if err == nil && cond.Status != metav1.ConditionTrue {
+			err = fmt.Errorf("archiving before the store stops: %+v", cond)
+		}
+		return err
+	})
+
+	s.srv.Stop()
+	// A segment every 4 s: 16 MiB each, 4 MiB/s, for as long as the volume has not been
+	// seen filling for a minute by the agent and the operator's next look.
+	var last *dbv1.Condition
+	deadline := time.Now().Add(3 * time.Minute)
+	for i := 0; ; i++ {
+		p.mustExec("INSERT INTO w VALUES ($1)", i)
+		if err := p.superExec("SELECT pg_switch_wal()"); err != nil {
+			t.Fatal(err)
+		}
+		if cond, err := archiving(); err == nil {
+			last = cond
+			if cond.Status == metav1.ConditionFalse && strings.Contains(cond.Message, "the volume is full in about") {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ContinuousArchiving does not say when the volume is full: %+v", last)
+		}
+		time.Sleep(4 * time.Second)
+	}
+	t.Logf("ContinuousArchiving: %s", last.Message)
+	for _, want := range []string{"segments (", "MiB) wait on the primary's volume", " MiB of 768 MiB free", "grow spec.storage.size"} {
+		if !strings.Contains(last.Message, want) {
+			t.Errorf("ContinuousArchiving's message %q does not say %q", last.Message, want)
+		}
+	}
+	if msg := c.eventMessage(dbv1.ReasonArchiveFailing); !strings.Contains(msg, "wait on the primary's volume") {
+		t.Errorf("the ArchiveFailing event says %q; want the WAL that waits", msg)
+	}
 }

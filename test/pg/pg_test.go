@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pgpilot/pgpilot/internal/agentapi"
@@ -998,6 +1000,93 @@ func TestAbsentReplicasSlotCannotFillThePrimarysVolume(t *testing.T) {
 	r.start()
 	r.waitCount("w", 41, 3*time.Minute)
 	r.waitRole(agentapi.RoleReplica, 1, upTimeout)
+}
+
+// A replica away for longer than idleSlotTimeout keeps no WAL on the primary, however
+// much room the volume has: its slot holds WAL until then, is released after, and the
+// segment the replica needs goes with the next checkpoint. Back, the replica catches up
+// (cloned again here: there is no archive).
+func TestIdleSlotIsReleasedAfterTheTimeout(t *testing.T) {
+	const timeout = 20 * time.Second
+	c := newCluster(t, 2)
+	c.setConfig("idleSlotTimeout", timeout.String())
+	p, r := c.instances[0], c.instances[1]
+	c.startAll()
+	p.mustExec("CREATE TABLE w (id int)")
+	p.mustExec("INSERT INTO w VALUES (0)")
+	r.waitCount("w", 1, upTimeout)
+	st, err := r.status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	needed := p.walFileName(st.Position)
+	r.kill9()
+	gone := time.Now()
+	slot := SlotFor(r.pod)
+	writeSegments := func(from, n int) {
+		for i := from; i < from+n; i++ {
+			p.mustExec("INSERT INTO w VALUES ($1)", i)
+			if err := p.superExec("SELECT pg_switch_wal()"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.superExec("CHECKPOINT"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept := func() bool {
+		_, err := os.Stat(filepath.Join(p.pgdata, "pg_wal", needed))
+		return err == nil
+	}
+	writeSegments(1, 4)
+	if !kept() {
+		t.Fatalf("the primary removed %s, which the absent replica needs, before idleSlotTimeout", needed)
+	}
+	deadline := time.Now().Add(timeout + time.Minute)
+	for {
+		if st, err := p.status(); err == nil {
+			if i := slices.IndexFunc(st.Slots, func(s agentapi.SlotStatus) bool { return s.Name == slot }); i >= 0 && st.Slots[i].Released {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot %s of an instance away for %s is not released (idleSlotTimeout %s)", slot, time.Since(gone).Round(time.Second), timeout)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if away := time.Since(gone); away < timeout {
+		t.Fatalf("the slot %s was released after %s, before idleSlotTimeout (%s)", slot, away.Round(time.Second), timeout)
+	}
+	t.Logf("slot %s released %s after its instance went away", slot, time.Since(gone).Round(time.Second))
+	writeSegments(5, 4)
+	if kept() {
+		t.Errorf("the primary still keeps %s for a replica away for longer than idleSlotTimeout", needed)
+	}
+	r.start()
+	r.waitCount("w", 9, 3*time.Minute)
+	r.waitRole(agentapi.RoleReplica, 1, upTimeout)
+	// Its slot holds WAL for it again from its first reply.
+	var last agentapi.SlotStatus
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		if st, err := p.status(); err == nil {
+			if i := slices.IndexFunc(st.Slots, func(s agentapi.SlotStatus) bool { return s.Name == slot }); i >= 0 {
+				if last = st.Slots[i]; last.Active && !last.Released {
+					return
+				}
+			}
+		}
+	}
+	t.Errorf("the returned replica does not stream through its slot, holding WAL: %+v", last)
+}
+
+// walFileName is the name of the WAL segment holding lsn on this instance's timeline.
+func (in *instance) walFileName(lsn string) string {
+	in.c.t.Helper()
+	var name string
+	in.withConn(func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, "SELECT pg_walfile_name($1::pg_lsn)", lsn).Scan(&name)
+	})
+	return name
 }
 
 // SlotFor is the slot name the primary keeps for pod.

@@ -84,7 +84,7 @@ func (r *ScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if primary == nil {
 		return ctrl.Result{RequeueAfter: requeue}, nil
 	}
-	if err := r.recordArchiving(ctx, &cluster, primary.status.Archiver); err != nil {
+	if err := r.recordArchiving(ctx, &cluster, primary.status); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.retain(ctx, &cluster, list.Items, primary.client); err != nil {
@@ -183,6 +183,51 @@ func (r *ScheduleReconciler) retain(ctx context.Context, cluster *dbv1.PostgresC
 	return nil
 }
 
+// ArchiveFailingMessage says why the primary in st cannot archive, how much WAL waits
+// on its volume, and how long until the volume is full. Figures are rounded so that
+// the message, kept in the Lease and a condition, changes at most every few minutes.
+func ArchiveFailingMessage(st agentapi.Status) string {
+	a := st.Archiver
+	why := a.LastError
+	if why == "" {
+		why = "see the primary's log"
+	}
+	msg := fmt.Sprintf("Archiving WAL %s failed %d times (%s); %d segments (%s) wait on the primary's volume",
+		a.LastFailedWAL, a.FailedCount, why, a.Pending, roundBytes(a.PendingBytes))
+	if st.VolumeBytes > 0 {
+		msg += fmt.Sprintf(", %s of %s free", roundBytes(st.VolumeFreeBytes), roundBytes(st.VolumeBytes))
+	}
+	if st.VolumeFullInSeconds > 0 {
+		msg += fmt.Sprintf("; at the last 10 minutes' rate the volume is full in about %s", roundDuration(time.Duration(st.VolumeFullInSeconds)*time.Second))
+	}
+	return msg + ". PostgreSQL stops when it is: fix the store, or grow spec.storage.size"
+}
+
+// roundBytes is n in binary units with two significant digits at most.
+func roundBytes(n int64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	v, u := float64(n), 0
+	for v >= 1024 && u < len(units)-1 {
+		v /= 1024
+		u++
+	}
+	if v >= 10 || u == 0 {
+		return fmt.Sprintf("%.0f %s", v, units[u])
+	}
+	return fmt.Sprintf("%.1f %s", v, units[u])
+}
+
+// roundDuration is d to the minute under 2 hours, to the hour beyond.
+func roundDuration(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return "a minute"
+	case d < 2*time.Hour:
+		return fmt.Sprintf("%d minutes", int(d.Round(time.Minute).Minutes()))
+	}
+	return fmt.Sprintf("%d hours", int(d.Round(time.Hour).Hours()))
+}
+
 // ArchivingRecord is the primary's archiving health, kept in the primary Lease's
 // AnnotationArchiving for the status controller.
 type ArchivingRecord struct {
@@ -190,19 +235,15 @@ type ArchivingRecord struct {
 	Message string `json:"message"`
 }
 
-func (r *ScheduleReconciler) recordArchiving(ctx context.Context, cluster *dbv1.PostgresCluster, a *agentapi.ArchiverStatus) error {
+func (r *ScheduleReconciler) recordArchiving(ctx context.Context, cluster *dbv1.PostgresCluster, st agentapi.Status) error {
+	a := st.Archiver
 	if a == nil {
 		return nil
 	}
 	rec := ArchivingRecord{OK: true, Message: "No WAL segment archived yet"}
 	switch {
 	case a.Failing():
-		why := a.LastError
-		if why == "" {
-			why = "see the primary's log"
-		}
-		rec = ArchivingRecord{Message: fmt.Sprintf("Archiving WAL %s failed %d times (%s); %d segments wait on the primary's volume",
-			a.LastFailedWAL, a.FailedCount, why, a.Pending)}
+		rec = ArchivingRecord{Message: ArchiveFailingMessage(st)}
 	case a.LastArchivedAt != nil:
 		rec.Message = fmt.Sprintf("Last archived %s at %s", a.LastArchivedWAL, a.LastArchivedAt.UTC().Format(time.RFC3339))
 	}
