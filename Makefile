@@ -18,6 +18,8 @@ OPERATOR_SDK_VERSION ?= v1.34.1
 OPERATOR_SDK := $(TOOLS)/operator-sdk-$(OPERATOR_SDK_VERSION)/operator-sdk
 OPM_VERSION ?= v1.35.0
 OPM := $(TOOLS)/opm-$(OPM_VERSION)/opm
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
 
 # OLM bundle and catalog. IMAGE_TAG_BASE names the images: $(IMAGE_TAG_BASE):<version>
 # (the operator), $(IMAGE_TAG_BASE)-bundle:v<version>, $(IMAGE_TAG_BASE)-catalog:v<version>.
@@ -70,6 +72,12 @@ vet: ## go vet the code.
 verify: generate manifests ## Check that generated files and formatting are current.
 	@test -z "$$(gofmt -l api cmd internal hack test)" || { gofmt -l api cmd internal hack test; echo "run make fmt"; exit 1; }
 	@git diff --exit-code -- api config helm-charts || { echo "generated files are stale: run make generate manifests and commit"; exit 1; }
+
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## Lint: golangci-lint (.golangci.yml) on every package and build tag, shellcheck (.shellcheckrc) on every shell script.
+	$(GOLANGCI_LINT) run ./...
+	@bash hack/apt-install.sh shellcheck shellcheck
+	shellcheck $$(git ls-files '*.sh' .ci/run)
 
 .PHONY: control-plane
 control-plane: ## Build (once) the kube-apiserver, etcd and kubectl the tests use.
@@ -216,6 +224,9 @@ undeploy: $(KUSTOMIZE) ## Remove the operator (PostgresClusters must be deleted 
 
 $(CONTROLLER_GEN):
 	GOBIN=$(dir $@) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+
+$(GOLANGCI_LINT):
+	GOBIN=$(dir $@) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 $(KUSTOMIZE):
 	GOBIN=$(dir $@) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)

@@ -49,7 +49,7 @@ build_s3_image() {
 }
 
 cluster_up() {
-  step "Building the local Kubernetes $(. "$LC/lib.sh"; echo "$K8S_VERSION") cluster's parts (about 10 minutes the first time, then cached)"
+  step "Building the local Kubernetes $(sed -n 's/^K8S_VERSION=//p' "$LC/lib.sh") cluster's parts (about 10 minutes the first time, then cached)"
   bash "$LC/build.sh"
   step "Starting the local cluster in its own network namespace"
   bash "$LC/up.sh"

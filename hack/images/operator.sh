@@ -53,6 +53,7 @@ tarball="$out/pgpilot-$short.tar"
 touch "$tarball" # the newest, for the pruning below
 
 # Older operator tarballs beyond the newest $keep.
+# shellcheck disable=SC2012 # our own file names, no odd characters; ls -t sorts them by time
 ls -1t "$out"/pgpilot-????????????.tar 2>/dev/null | tail -n +$((keep + 1)) | while read -r old; do
   rm -f "$old"
 done

@@ -122,6 +122,7 @@ if [[ $(id -u) == 0 ]]; then
 fi
 
 find_cached() { # the newest tarball this script built for the major version
+  # shellcheck disable=SC2012 # our own file names, no odd characters; ls -t sorts them by time
   ls -1t "$out/pgpilot-postgres-$major-"*"-$recipe.tar" 2>/dev/null | head -n 1 || true
 }
 finish() { # prints the result, owned by the user sudo ran this for
@@ -230,6 +231,7 @@ in_root() {
     DEBIAN_FRONTEND=noninteractive "$@"
 }
 log "installing $package $version"
+# shellcheck disable=SC2016 # expanded by the inner shell, not this one
 in_root sh -euc '
   # The user and group of the official postgres image, before the packages make theirs.
   groupadd --system --gid 999 postgres
@@ -250,6 +252,7 @@ in_root sh -euc '
   chmod 1777 /var/lib/postgresql/data
 ' sh "$package=$version" >"$work/install.log" 2>&1 ||
   { tail -n 20 "$work/install.log" >&2; die "installing $package failed"; }
+# shellcheck disable=SC2016 # a dpkg-query format, not a shell expansion
 installed=$(in_root dpkg-query -W -f '${Version}' "$package")
 [[ $installed == "$version" ]] || die "installed $package $installed, not $version"
 [[ $(in_root id -u postgres):$(in_root id -g postgres) == 999:999 ]] || die "the postgres user is not 999:999"
@@ -272,6 +275,7 @@ in_root sh -euc '
 : >"$rootfs/etc/resolv.conf"
 
 log "checking that postgres runs as 999 in the trimmed root"
+# shellcheck disable=SC2016 # expanded by the inner shell, not this one
 chroot --userspec=999:999 "$rootfs" /usr/bin/env -i HOME=/var/lib/postgresql LC_ALL=C.UTF-8 \
   PATH="/usr/lib/postgresql/$major/bin:/usr/bin:/bin" sh -euc '
   d=$(mktemp -d)
@@ -299,6 +303,7 @@ bin="/usr/lib/postgresql/$major/bin"
   -label "org.opencontainers.image.base.name=debian:$suite" >/dev/null
 mv -f "$tarball.partial" "$tarball"
 # Of this major version's tarballs, the newest two stay (the one before for going back).
+# shellcheck disable=SC2012 # our own file names, no odd characters; ls -t sorts them by time
 ls -1t "$out/pgpilot-postgres-$major-"*.tar | tail -n +3 | while read -r old; do
   rm -f "$old"
 done

@@ -50,9 +50,10 @@ k8s_ldflags() {
 }
 
 build_kubernetes() {
-  local bins=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl) b missing=0
-  for b in "${bins[@]}"; do [[ -x $LC_K8S_BIN/$b ]] || missing=1; done
-  ((missing)) || return 0
+  local bins=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+  local b absent=0
+  for b in "${bins[@]}"; do [[ -x $LC_K8S_BIN/$b ]] || absent=1; done
+  ((absent)) || return 0
   mkdir -p "$LC_K8S_BIN"
 
   # kube-apiserver and kubectl: the ones hack/control-plane.sh builds for envtest.

@@ -31,7 +31,9 @@ stop_node_daemons() {
     stop_daemon kube-proxy
     # Removes kube-proxy's rules; the namespace's removal would too, this keeps the order
     # honest if the namespace is ever kept.
-    netns_exists && in_netns "$LC_K8S_BIN/kube-proxy" --cleanup >>"$LC_LOGS/kube-proxy.log" 2>&1 || true
+    if netns_exists; then
+      in_netns "$LC_K8S_BIN/kube-proxy" --cleanup >>"$LC_LOGS/kube-proxy.log" 2>&1 || true
+    fi
   fi
   stop_daemon kube-proxy
   stop_daemon coredns
@@ -66,7 +68,7 @@ kill_leftovers() {
   local pids pid
   pids=$(lc_pids | sort -un)
   [[ -n $pids ]] || return 0
-  log "killing leftover processes: $(echo $pids)"
+  log "killing leftover processes: ${pids//$'\n'/ }"
   for pid in $pids; do kill -KILL "$pid" 2>/dev/null || true; done
   sleep 0.5
 }
@@ -113,14 +115,14 @@ remove_netns() {
     ip netns del "$LC_NETNS" 2>/dev/null || { umount "$LC_NETNS_PATH" 2>/dev/null; rm -f "$LC_NETNS_PATH"; }
   fi
   rm -rf "/etc/netns/$LC_NETNS"
-  created /etc/netns && rmdir /etc/netns 2>/dev/null || true
+  if created /etc/netns; then rmdir /etc/netns 2>/dev/null || true; fi
   # `ip netns add` made /run/netns a mount point of its own when it was none; undo that
   # once no namespace is left in it.
   if [[ ! -s $LC_STATE/run-netns-mounted.before && -d /run/netns && -z $(ls -A /run/netns) ]]; then
     while awk '$5 == "/run/netns" { f = 1 } END { exit !f }' /proc/self/mountinfo; do
       umount /run/netns 2>/dev/null || break
     done
-    created /run/netns && rmdir /run/netns 2>/dev/null || true
+    if created /run/netns; then rmdir /run/netns 2>/dev/null || true; fi
   fi
 }
 
@@ -156,7 +158,7 @@ remove_files() {
     for f in /var/log/containers/*; do
       [[ -L $f && $(readlink "$f") == "$LC_RUN/"* ]] && rm -f "$f"
     done
-    created /var/log/containers && rmdir /var/log/containers 2>/dev/null || true
+    if created /var/log/containers; then rmdir /var/log/containers 2>/dev/null || true; fi
   fi
   rm -f /var/lib/cni/results/"$LC_NAME"-* 2>/dev/null || true
   if created /var/lib/cni; then

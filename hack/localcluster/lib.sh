@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2034 # the names are for the scripts that source this file
 # Shared names, paths and helpers of the local cluster scripts (sourced, not run).
 #
 # Everything the cluster creates carries the name $LC_NAME, so teardown and the

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -375,7 +376,7 @@ func (d *DB) SyncPasswords(ctx context.Context, cs Credentials) (changed []strin
 	for _, c := range []Credential{cs.Superuser, cs.Replication, cs.App} {
 		var current *string
 		err := conn.QueryRow(ctx, "SELECT rolpassword FROM pg_authid WHERE rolname = $1", c.Username).Scan(&current)
-		if err == pgx.ErrNoRows {
+		if errors.Is(err, pgx.ErrNoRows) {
 			continue
 		}
 		if err != nil {

@@ -35,24 +35,24 @@ type Observation struct {
 type Act int
 
 const (
-	// Idle: nothing to do now.
+	// Idle — nothing to do now.
 	Idle Act = iota
-	// KeepPrimary: a running primary the Lease names; keep its slots and synchronous rule.
+	// KeepPrimary — a running primary the Lease names; keep its slots and synchronous rule.
 	KeepPrimary
-	// KeepStandby: a running standby that follows the right primary, or stays frozen.
+	// KeepStandby — a running standby that follows the right primary, or stays frozen.
 	KeepStandby
-	// StartPrimary: initialise, restore or start postgres as the primary.
+	// StartPrimary — initialise, restore or start postgres as the primary.
 	StartPrimary
-	// StartStandby: clone, rewind or start postgres as a standby of Target ("" starts it
+	// StartStandby — clone, rewind or start postgres as a standby of Target ("" starts it
 	// frozen: no upstream).
 	StartStandby
 	// Promote the running standby.
 	Promote
-	// Follow: point the running standby at Target.
+	// Follow — point the running standby at Target.
 	Follow
-	// Freeze: stop the running standby's WAL receiver.
+	// Freeze — stop the running standby's WAL receiver.
 	Freeze
-	// StepDown: a running primary the Lease no longer names stops (and later rejoins).
+	// StepDown — a running primary the Lease no longer names stops (and later rejoins).
 	StepDown
 )
 

@@ -65,18 +65,18 @@ func (g *Gate) Drain() (confirmed pglogrepl.LSN, connected bool) {
 }
 
 // Run streams until ctx ends, connecting again when the stream breaks (after 10 ms,
-// doubling up to gateRetryMax): while the gate is away, commits wait, so a new
+// doubling up to gateRetryLongest): while the gate is away, commits wait, so a new
 // primary's first commits wait for its first connection.
 func (g *Gate) Run(ctx context.Context) {
 	defer g.connected.Store(false)
 	lastErr := ""
 	down, attempts := time.Now(), 0
-	retry := gateRetryMin
+	retry := gateRetryFirst
 	for ctx.Err() == nil {
 		attempts++
 		err := g.session(ctx, func() {
 			g.Log.Info("The commit gate streams", "after", time.Since(down).Round(time.Millisecond).String(), "attempts", attempts)
-			lastErr, attempts, retry = "", 0, gateRetryMin
+			lastErr, attempts, retry = "", 0, gateRetryFirst
 		})
 		g.connected.Store(false)
 		if ctx.Err() != nil {
@@ -93,14 +93,14 @@ func (g *Gate) Run(ctx context.Context) {
 		case <-ctx.Done():
 		case <-time.After(retry):
 		}
-		retry = min(2*retry, gateRetryMax)
+		retry = min(2*retry, gateRetryLongest)
 	}
 }
 
 // The commit gate's waits between connection attempts.
 const (
-	gateRetryMin = 10 * time.Millisecond
-	gateRetryMax = 100 * time.Millisecond
+	gateRetryFirst   = 10 * time.Millisecond
+	gateRetryLongest = 100 * time.Millisecond
 )
 
 // session streams once; streaming is called once the stream started.
@@ -244,7 +244,7 @@ func (s *gateStream) handle(ctx context.Context, data []byte) error {
 // report sends the gate's position when it changed, when asked, and every
 // gateStatusEvery. The flush position advances only while commits may be acknowledged:
 // Allowed is read right before the message is built.
-func (s *gateStream) report(ctx context.Context, asked bool) error {
+func (s *gateStream) report(_ context.Context, asked bool) error {
 	s.g.reporting.Lock()
 	defer s.g.reporting.Unlock()
 	flushed, written := s.flushed, s.received

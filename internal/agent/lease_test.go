@@ -3,11 +3,10 @@ package agent
 import (
 	"testing"
 
+	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-
-	"github.com/go-logr/logr"
 )
 
 // A read that answers late with an older Lease must not undo a newer view.

@@ -120,11 +120,11 @@ func lastLines(b []byte, n int) string {
 type DataState int
 
 const (
-	// DataEmpty: no data directory, or an empty one.
+	// DataEmpty — no data directory, or an empty one.
 	DataEmpty DataState = iota
-	// DataStandby: a data directory set up to run as a standby (standby.signal).
+	// DataStandby — a data directory set up to run as a standby (standby.signal).
 	DataStandby
-	// DataPrimary: a data directory that last ran, or will run, as a primary.
+	// DataPrimary — a data directory that last ran, or will run, as a primary.
 	DataPrimary
 )
 

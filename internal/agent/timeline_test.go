@@ -13,7 +13,7 @@ func TestPlaceholderHistoryFiles(t *testing.T) {
 	if err := os.Mkdir(wal, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	real := func(id int64) {
+	realHistory := func(id int64) {
 		if err := os.WriteFile(historyPath(pg.PGData, id), []byte("1\t0/3000000\tno recovery target specified\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -53,8 +53,8 @@ func TestPlaceholderHistoryFiles(t *testing.T) {
 	if n := newest(); n != 1 {
 		t.Errorf("no history file: newest %d, want 1", n)
 	}
-	real(2)
-	real(4) // 3 is missing: a gap PostgreSQL's search would stop at
+	realHistory(2)
+	realHistory(4) // 3 is missing: a gap PostgreSQL's search would stop at
 	reserve(1, 7)
 	all, placeholders := list()
 	if !slices.Equal(all, []int64{2, 3, 4, 5, 6}) || !slices.Equal(placeholders, []int64{3, 5, 6}) {
@@ -77,7 +77,7 @@ func TestPlaceholderHistoryFiles(t *testing.T) {
 	}
 	// It did: the chosen timeline's real file keeps every placeholder below it.
 	reserve(4, 7)
-	real(7)
+	realHistory(7)
 	if err := pg.removeUnusedPlaceholders(); err != nil {
 		t.Fatal(err)
 	}

@@ -16,9 +16,9 @@ type volumeSample struct {
 const (
 	trendEvery  = 10 * time.Second
 	trendWindow = 10 * time.Minute
-	// trendMin is the shortest span a rate is given for: a checkpoint or a sort's
+	// trendShortest is the shortest span a rate is given for: a checkpoint or a sort's
 	// temporary files move free space for seconds, not minutes.
-	trendMin = time.Minute
+	trendShortest = time.Minute
 )
 
 // add records free at now, at most once every trendEvery.
@@ -36,14 +36,14 @@ func (v *volumeTrend) add(now time.Time, free uint64) {
 
 // fullIn is how long until the volume is full at the rate free space went down from
 // the oldest sample to the newest; 0 when it did not go down, or the samples span less
-// than trendMin.
+// than trendShortest.
 func (v *volumeTrend) fullIn() time.Duration {
 	if len(v.samples) < 2 {
 		return 0
 	}
 	first, last := v.samples[0], v.samples[len(v.samples)-1]
 	span := last.at.Sub(first.at)
-	if span < trendMin || last.free >= first.free {
+	if span < trendShortest || last.free >= first.free {
 		return 0
 	}
 	perSecond := float64(first.free-last.free) / span.Seconds()

@@ -164,7 +164,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		_ = srv.Close()
 		err = fmt.Errorf("shut down the agent API: %w", err)
 	}
-	<-served // http.ErrServerClosed, as soon as Shutdown or Close began
+	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = fmt.Errorf("serving the agent API: %w", serr) // as soon as Shutdown or Close began, else
+	}
 	s.log.Info("Stopped serving the agent API")
 	return err
 }

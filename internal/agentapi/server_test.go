@@ -602,7 +602,8 @@ func TestRunStopsWhenContextEnds(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after its context ended")
 	}
-	if _, err := http.Get("http://" + addr + PathHealthz); err == nil {
+	if resp, err := http.Get("http://" + addr + PathHealthz); err == nil {
+		resp.Body.Close()
 		t.Error("the server still answers after Run returned")
 	}
 }

@@ -37,7 +37,7 @@ type faulting struct {
 // controls run only when CHAOS_FAULTS names them. "none" is the writers and the probe
 // alone for the hold: whatever happens to the cluster then is the harness's doing.
 var controls = []fault{
-	{"none", "no fault: the writers and the probe run for the hold (20 s)", func(ctx context.Context, f *faulting) error {
+	{"none", "no fault: the writers and the probe run for the hold (20 s)", func(ctx context.Context, _ *faulting) error {
 		return hold(ctx)
 	}},
 }

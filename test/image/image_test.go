@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/pgpilot/pgpilot/test/testutil"
 	"io"
 	"net"
 	"net/http"
@@ -35,6 +34,7 @@ import (
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/devenv"
 	"github.com/pgpilot/pgpilot/internal/sidecar"
+	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
 // instruction is one Dockerfile instruction, its continuation lines joined.

@@ -22,7 +22,7 @@ import (
 type tarballEntry struct {
 	Dir      bool
 	Mode     fs.FileMode // permission bits, with the sticky bit
-	Uid, Gid int
+	UID, Gid int
 	Content  string // of the files other than the binaries
 }
 
@@ -135,7 +135,7 @@ func TestOperatorTarballMatchesTheDockerfile(t *testing.T) {
 		}
 		for dst, o := range chown {
 			if rel == dst || strings.HasPrefix(rel, dst+"/") {
-				e.Uid, e.Gid = o[0], o[1]
+				e.UID, e.Gid = o[0], o[1]
 			}
 		}
 		want[filepath.ToSlash(rel)] = e
@@ -217,7 +217,7 @@ func readLayer(t *testing.T, file, layer string, skipContent func(string) bool) 
 			t.Fatal(err)
 		}
 		name := strings.TrimSuffix(hdr.Name, "/")
-		e := tarballEntry{Dir: hdr.Typeflag == tar.TypeDir, Mode: hdr.FileInfo().Mode() & (fs.ModePerm | fs.ModeSticky), Uid: hdr.Uid, Gid: hdr.Gid}
+		e := tarballEntry{Dir: hdr.Typeflag == tar.TypeDir, Mode: hdr.FileInfo().Mode() & (fs.ModePerm | fs.ModeSticky), UID: hdr.Uid, Gid: hdr.Gid}
 		if hdr.Typeflag == tar.TypeReg && !skipContent(name) {
 			data, err := io.ReadAll(tr)
 			if err != nil {

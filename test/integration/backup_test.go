@@ -55,7 +55,12 @@ func startScheduler(t *testing.T, clk *clocktesting.FakeClock) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the manager: %v", err)
+		}
+	})
 }
 
 func scheduledBackups(ns, cluster string) ([]string, error) {

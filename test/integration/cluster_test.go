@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/pgpilot/pgpilot/test/testutil"
 	"io"
 	"os"
 	"path/filepath"
@@ -25,9 +24,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
 const timeout = 30 * time.Second
@@ -601,10 +602,18 @@ func waitForStatus(t *testing.T, ns, name string, phase dbv1.Phase, ready int32)
 	return &c
 }
 
-// kubectl runs the kubectl built with the control plane against it.
+// kubectl runs the kubectl built with the control plane against it, as a cluster admin.
 func kubectl(t *testing.T, args ...string) string {
 	t.Helper()
-	stdout, stderr, err := env.ControlPlane.KubeCtl().Run(args...)
+	admin, err := env.ControlPlane.AddUser(envtest.User{Name: "kubectl-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := admin.Kubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := k.Run(args...)
 	out, _ := io.ReadAll(stdout)
 	if err != nil {
 		msg, _ := io.ReadAll(stderr)

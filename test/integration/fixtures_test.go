@@ -51,10 +51,6 @@ func newCluster(ns, name string, opts ...clusterOption) *dbv1.PostgresCluster {
 	return c
 }
 
-func withReplicas(n int32) clusterOption {
-	return func(c *dbv1.PostgresCluster) { c.Spec.Replicas = n }
-}
-
 func withStorage(size, class string) clusterOption {
 	return func(c *dbv1.PostgresCluster) {
 		q := resource.MustParse(size)

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/pgpilot/pgpilot/test/testutil"
 	"io"
 	"net"
 	"net/http"
@@ -43,6 +42,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/devenv"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 	"github.com/pgpilot/pgpilot/internal/sidecar"
+	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
 // PGBin is where Debian's postgresql-15 puts its programs; hack/install-postgres.sh
@@ -128,7 +128,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer env.Stop() //nolint:errcheck
+	defer env.Stop() //nolint:errcheck // the process exits next; nothing to do with an error
 	if kube, err = kubernetes.NewForConfig(env.Config); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -314,17 +314,16 @@ func (c *cluster) setLease(pod string, bootstrapped bool) {
 	c.t.Helper()
 	ctx := context.Background()
 	store := primarylease.ClientsetStore{Client: kube, Namespace: c.namespace, Name: c.name + "-primary"}
-	l, err := store.Get(ctx)
+	_, err := store.Get(ctx)
 	if apierrors.IsNotFound(err) {
-		l = primarylease.New(c.namespace, c.name+"-primary", c.name, pod, time.Now())
-		_, err = kube.CoordinationV1().Leases(c.namespace).Create(ctx, l, metav1.CreateOptions{})
-		if err != nil {
+		l := primarylease.New(c.namespace, c.name+"-primary", c.name, pod, time.Now())
+		if _, err := kube.CoordinationV1().Leases(c.namespace).Create(ctx, l, metav1.CreateOptions{}); err != nil {
 			c.t.Fatal(err)
 		}
 		if !bootstrapped {
 			return
 		}
-		l, err = store.Get(ctx)
+		err = nil
 	}
 	if err != nil {
 		c.t.Fatal(err)

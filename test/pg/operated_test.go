@@ -3,7 +3,6 @@ package pg
 import (
 	"context"
 	"fmt"
-	"github.com/pgpilot/pgpilot/test/testutil"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agent"
 	"github.com/pgpilot/pgpilot/internal/devenv"
+	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
 // newOperatedCluster creates a PostgresCluster for the operator to run, and prepares
@@ -150,7 +150,9 @@ func (c *cluster) startOperator() {
 	c.stopOperator = func() {
 		cancel()
 		for range 2 {
-			<-errs
+			if err := <-errs; err != nil {
+				c.t.Logf("the operator stopped: %v", err)
+			}
 		}
 	}
 }

@@ -228,7 +228,7 @@ func (l *layer) write(w io.Writer, epoch *time.Time) error {
 			return err
 		}
 		if st, ok := e.info.Sys().(*syscall.Stat_t); ok && e.info.Mode().IsRegular() && st.Nlink > 1 {
-			id := inode{uint64(st.Dev), uint64(st.Ino)}
+			id := inode{uint64(st.Dev), st.Ino} //nolint:unconvert // Dev is a uint32 on some Linux platforms
 			if first, ok := links[id]; ok {
 				hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
 			} else {
@@ -344,7 +344,7 @@ func copyTarLayer(w io.Writer, src string) error {
 			}
 			n++
 		}
-		io.Copy(io.Discard, pr)
+		_, _ = io.Copy(io.Discard, pr) // drains the pipe so that its writer ends
 		if n == 0 {
 			done <- fmt.Errorf("%s is an empty tar file", src)
 			return

@@ -150,7 +150,7 @@ func sha256hex(b []byte) string {
 type layerEntry struct {
 	Type     byte
 	Mode     int64
-	Uid, Gid int
+	UID, Gid int
 	Link     string
 	Content  string
 	ModTime  int64
@@ -176,7 +176,7 @@ func listLayer(t *testing.T, data []byte) (map[string]layerEntry, []string) {
 		if _, dup := out[hdr.Name]; dup {
 			t.Errorf("the layer has %s twice", hdr.Name)
 		}
-		out[hdr.Name] = layerEntry{Type: hdr.Typeflag, Mode: hdr.Mode, Uid: hdr.Uid, Gid: hdr.Gid, Link: hdr.Linkname, Content: string(content), ModTime: hdr.ModTime.Unix()}
+		out[hdr.Name] = layerEntry{Type: hdr.Typeflag, Mode: hdr.Mode, UID: hdr.Uid, Gid: hdr.Gid, Link: hdr.Linkname, Content: string(content), ModTime: hdr.ModTime.Unix()}
 		order = append(order, hdr.Name)
 	}
 }
@@ -289,8 +289,8 @@ func TestImageFromRootfs(t *testing.T) {
 		"etc/":              {Type: tar.TypeDir, Mode: 0o755, ModTime: e},
 		"etc/hello.conf":    {Type: tar.TypeReg, Mode: 0o644, Content: "greeting=hello\n", ModTime: e},
 		"home/":             {Type: tar.TypeDir, Mode: 0o755, ModTime: e},
-		"home/app/":         {Type: tar.TypeDir, Mode: 0o755, Uid: 1000, Gid: 1001, ModTime: e},
-		"home/app/.profile": {Type: tar.TypeReg, Mode: 0o600, Uid: 1000, Gid: 1001, Content: "export A=1\n", ModTime: e},
+		"home/app/":         {Type: tar.TypeDir, Mode: 0o755, UID: 1000, Gid: 1001, ModTime: e},
+		"home/app/.profile": {Type: tar.TypeReg, Mode: 0o600, UID: 1000, Gid: 1001, Content: "export A=1\n", ModTime: e},
 		"tmp/":              {Type: tar.TypeDir, Mode: 0o1777, ModTime: e},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -333,7 +333,9 @@ func TestOCILayoutAndTarLayers(t *testing.T) {
 		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o755, Size: int64(len(f.content)), Typeflag: tar.TypeReg}); err != nil {
 			t.Fatal(err)
 		}
-		tw.Write([]byte(f.content))
+		if _, err := tw.Write([]byte(f.content)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	tw.Close()
 	gz.Close()
@@ -452,7 +454,7 @@ CMD ["--serve"]
 		"opt/app/charts/":                {Type: tar.TypeDir, Mode: 0o755},
 		"opt/app/charts/demo/":           {Type: tar.TypeDir, Mode: 0o755},
 		"opt/app/charts/demo/Chart.yaml": {Type: tar.TypeReg, Mode: 0o644, Content: "name: demo\n"},
-		"tmp/":                           {Type: tar.TypeDir, Mode: 0o1777, Uid: 65532, Gid: 65532},
+		"tmp/":                           {Type: tar.TypeDir, Mode: 0o1777, UID: 65532, Gid: 65532},
 		"usr/":                           {Type: tar.TypeDir, Mode: 0o755},
 		"usr/local/":                     {Type: tar.TypeDir, Mode: 0o755},
 		"usr/local/bin/":                 {Type: tar.TypeDir, Mode: 0o755},

@@ -203,7 +203,7 @@ func (g *sizeGuard) Read(p []byte) (int, error) {
 		// The read that completes the last part: find out now, before that part is
 		// uploaded and the upload completed, whether more follows. The error comes without
 		// the data, as minio-go drops an error that comes with the data filling its buffer.
-		if err := g.probe(); err != io.EOF {
+		if err := g.probe(); !errors.Is(err, io.EOF) {
 			return 0, err
 		}
 		return n, io.EOF
@@ -260,11 +260,8 @@ func (s *s3Store) headError(ctx context.Context, key string, err error) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // stops the listing after its first page
-	for obj := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.prefix + key, MaxKeys: 1}) {
-		if obj.Err != nil {
-			return obj.Err
-		}
-		break
+	if obj, ok := <-s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.prefix + key, MaxKeys: 1}); ok && obj.Err != nil {
+		return obj.Err
 	}
 	return err
 }

@@ -657,7 +657,7 @@ func TestSizeGuard(t *testing.T) {
 		for n < len(buf) && err == nil {
 			var m int
 			m, err = g.Read(buf[n:min(n+7, len(buf))])
-			if err != nil && err != io.EOF && m > 0 {
+			if err != nil && !errors.Is(err, io.EOF) && m > 0 {
 				t.Errorf("size %d: Read returned %d bytes with %v", tc.size, m, err)
 			}
 			n += m
@@ -665,7 +665,7 @@ func TestSizeGuard(t *testing.T) {
 		if err == nil {
 			_, err = g.Read(buf[:1])
 		}
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			err = nil
 		}
 		if !errors.Is(err, tc.wantErr) {

@@ -217,10 +217,10 @@ func (r *CredentialsReconciler) newTokenSecret(c *dbv1.PostgresCluster) (*corev1
 
 // Password returns n characters drawn uniformly from [A-Za-z0-9].
 func Password(random io.Reader, n int) (string, error) {
-	max := big.NewInt(int64(len(passwordAlphabet)))
+	size := big.NewInt(int64(len(passwordAlphabet)))
 	b := make([]byte, n)
 	for i := range b {
-		j, err := rand.Int(random, max)
+		j, err := rand.Int(random, size)
 		if err != nil {
 			return "", fmt.Errorf("generating a password: %w", err)
 		}

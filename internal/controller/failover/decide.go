@@ -65,17 +65,17 @@ type Input struct {
 type Action int
 
 const (
-	// None: the primary is healthy, or there is nothing to act on.
+	// None — the primary is healthy, or there is nothing to act on.
 	None Action = iota
-	// Wait: come back after RequeueAfter.
+	// Wait — come back after RequeueAfter.
 	Wait
-	// Blocked: no replica can safely take over; Reason says why.
+	// Blocked — no replica can safely take over; Reason says why.
 	Blocked
 	// Revoke the Lease from the failed holder.
 	Revoke
 	// Demote the holder for a switchover to Target.
 	Demote
-	// RefuseSwitchover: the switchover to Target cannot happen; Reason says why.
+	// RefuseSwitchover — the switchover to Target cannot happen; Reason says why.
 	RefuseSwitchover
 	// Move the Lease to Target, a standby.
 	Move

@@ -24,9 +24,9 @@ type Pod struct {
 type Action int
 
 const (
-	// Done: every pod runs the update revision (or there is none to apply).
+	// Done — every pod runs the update revision (or there is none to apply).
 	Done Action = iota
-	// Wait: a pod is missing, starting or terminating; one at a time.
+	// Wait — a pod is missing, starting or terminating; one at a time.
 	Wait
 	// DeleteReplica restarts an outdated replica (Target).
 	DeleteReplica

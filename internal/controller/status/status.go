@@ -103,7 +103,7 @@ func (r *StatusReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster)
 				obs.Archiving = &ArchivingHealth{OK: a.OK, Message: a.Message}
 			}
 		}
-	case err != nil && !apierrors.IsNotFound(err):
+	case !apierrors.IsNotFound(err):
 		return obs, err
 	}
 
