@@ -89,7 +89,9 @@ type PostgresClusterSpec struct {
 // StorageSpec is the persistent volume of each instance.
 // +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storageClassName cannot be changed after creation: existing volumes cannot move to another class"
 type StorageSpec struct {
-	// size of each instance's volume. It can grow but never shrink.
+	// size of each instance's volume. It can never shrink. A larger size is accepted but
+	// not yet applied to the volumes of an existing cluster: expand their
+	// PersistentVolumeClaims by hand, with a StorageClass that allows it.
 	// +kubebuilder:default="1Gi"
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="size must be greater than zero"
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0",messageExpression="'size cannot shrink from ' + string(oldSelf) + ' to ' + string(self) + ': a volume cannot be made smaller without losing data'"

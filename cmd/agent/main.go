@@ -1,5 +1,11 @@
-// Command agent is PID 1 of every PostgreSQL container: `agent install DST` copies the
-// binary into a shared volume (the init container); `agent run` supervises postgres.
+// Command agent is PID 1 of every PostgreSQL container:
+//
+//	agent install DST                        copy this binary into a shared volume (the init container)
+//	agent run [flags]                        supervise postgres (as PID 1: a minimal init, then the agent)
+//	agent archive-wal [flags] PATH NAME      postgres's archive_command
+//	agent restore-wal [flags] NAME PATH      postgres's restore_command
+//
+// `agent run -h` lists the flags.
 package main
 
 import (
@@ -12,7 +18,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -50,7 +55,7 @@ func main() {
 	case "restore-wal":
 		os.Exit(restoreWAL(os.Args[2:]))
 	default:
-		fmt.Fprintf(os.Stderr, "agent: unknown command %q; want install or run\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "agent: unknown command %q; want install, run, archive-wal or restore-wal\n", os.Args[1])
 		os.Exit(2)
 	}
 	if err != nil {
@@ -173,8 +178,15 @@ func run(args []string) error {
 
 	// SIGTERM ends the agent's Run, which then hands over; the API and the Lease
 	// follower keep serving until that is done, so the operator sees it happen.
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := signal.NotifyContext(context.Background(), agent.Forwarded...)
 	defer stop()
+	stray := make(chan os.Signal, 4)
+	signal.Notify(stray, agent.Stray...)
+	go func() {
+		for s := range stray {
+			log.Info("Ignored a signal: only SIGTERM and SIGINT stop the agent", "signal", s.String())
+		}
+	}()
 	serveCtx, stopServing := context.WithCancel(context.Background())
 	defer stopServing()
 	lease := agent.NewLeaseFollower(clientset, cfg.Namespace, cluster.PrimaryLease, log.WithName("lease"))

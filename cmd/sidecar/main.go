@@ -1,5 +1,7 @@
-// Command sidecar runs pgpilot's Go controllers next to the Helm manager: credentials,
-// the primary record, and status.
+// Command sidecar runs pgpilot's Go controllers next to the Helm manager, for what the
+// chart cannot express (internal/sidecar wires them): credentials, failover and
+// switchover (the primary Lease), backups and their schedule and retention, the rolling
+// update order, and the PostgresCluster's status.
 package main
 
 import (

@@ -28,33 +28,22 @@ REPORT=$REPO_ROOT/bin/chaos-report.md
 begin=$SECONDS
 
 status=0
-up=0
 test_pid=
-# teardown runs on every exit, an interrupted run's included, so that no cluster, no
+# The teardown runs on every exit, an interrupted run's included, so that no cluster, no
 # frozen pod and no test process is left behind.
-teardown() {
-  local rc=$?
-  trap - EXIT INT TERM
-  ((status == 0)) && status=$rc
+on_exit() {
   if [[ -n $test_pid ]] && kill -0 "$test_pid" 2>/dev/null; then
     kill -TERM "$test_pid" 2>/dev/null || true
   fi
-  if ((up)); then
-    if [[ ${CHAOS_KEEP:-} == 1 ]]; then
-      step "CHAOS_KEEP=1: leaving the cluster up (make demo-down removes it)"
-    else
-      step "Tearing the cluster down"
-      # down.sh ends with check-clean.sh and fails when anything of the cluster is left.
-      bash "$LC/down.sh" || status=$((status ? status : 1))
-    fi
-  fi
-  [[ -s $REPORT ]] && { echo; cat "$REPORT"; }
-  step "make chaos took $((SECONDS - begin))s"
-  exit "$status"
 }
-trap teardown EXIT
-trap 'status=130; exit 130' INT
-trap 'status=143; exit 143' TERM
+after_teardown() {
+  if [[ -s $REPORT ]]; then
+    echo
+    cat "$REPORT"
+  fi
+  step "make chaos took $((SECONDS - begin))s"
+}
+teardown_on_exit CHAOS_KEEP
 
 step "Building the chaos test binary"
 mkdir -p "$REPO_ROOT/bin"
@@ -64,7 +53,7 @@ bin=$REPO_ROOT/bin/chaos.test
 
 build_images
 up=1
-cluster_up
+fresh_cluster_up
 load_images
 deploy_operator
 step "Running the chaos suite (faults: ${CHAOS_FAULTS:-all}, ${CHAOS_ROUNDS:-3} rounds each; $((SECONDS - begin))s so far)"

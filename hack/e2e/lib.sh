@@ -6,6 +6,9 @@ E2E_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PGPILOT_CACHE=${PGPILOT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pgpilot}
 REPO_ROOT=$(cd "$E2E_DIR/../.." && pwd)
 LC=$REPO_ROOT/hack/localcluster
+# The local cluster's names (K8S_VERSION, netns_exists, ...); it sets REPO_ROOT alike.
+# shellcheck source=../localcluster/lib.sh
+source "$LC/lib.sh"
 # The local PostgreSQL image is Debian's PostgreSQL 15 (the only major that can be had
 # offline here besides 17 and 18): the demo and the tests ask for version 15, never
 # tag 15's binaries as another major.
@@ -49,10 +52,48 @@ build_s3_image() {
 }
 
 cluster_up() {
-  step "Building the local Kubernetes $(sed -n 's/^K8S_VERSION=//p' "$LC/lib.sh") cluster's parts (about 10 minutes the first time, then cached)"
+  step "Building the local Kubernetes $K8S_VERSION cluster's parts (about 10 minutes the first time, then cached)"
   bash "$LC/build.sh"
   step "Starting the local cluster in its own network namespace"
   bash "$LC/up.sh"
+}
+
+# fresh_cluster_up is cluster_up for a test: a cluster left up (by make demo, or a kept
+# test run) is torn down first, so that no object, volume or pod of it is in the test.
+fresh_cluster_up() {
+  if netns_exists; then
+    step "A local cluster is already up (make demo's, or a kept run's): tearing it down for a fresh one"
+    bash "$LC/down.sh"
+  fi
+  cluster_up
+}
+
+# teardown_on_exit KEEP_VAR tears the cluster down when the script exits, interrupted or
+# not, unless $KEEP_VAR is 1; the exit status is the script's (in $status), or the
+# teardown's when that was 0. on_exit, when set, runs first (before the teardown).
+teardown_on_exit() {
+  keep_var=$1 up=0
+  trap _teardown EXIT
+  trap 'status=130; exit 130' INT
+  trap 'status=143; exit 143' TERM
+}
+
+_teardown() {
+  local rc=$?
+  trap - EXIT INT TERM
+  ((${status:-0} == 0)) && status=$rc
+  if declare -F on_exit >/dev/null; then on_exit || true; fi
+  if ((up)); then
+    if [[ ${!keep_var:-} == 1 ]]; then
+      step "$keep_var=1: leaving the cluster up (make demo-down removes it)"
+    else
+      step "Tearing the cluster down"
+      # down.sh ends with check-clean.sh and fails when anything of the cluster is left.
+      bash "$LC/down.sh" || status=$((status ? status : 1))
+    fi
+  fi
+  if declare -F after_teardown >/dev/null; then after_teardown || true; fi
+  exit "$status"
 }
 
 load_images() {

@@ -1,13 +1,27 @@
 #!/usr/bin/env bash
 # make e2e: builds the images and the local cluster (cached), deploys pgpilot, runs
 # test/e2e inside the cluster's network namespace, tears the cluster down and checks that
-# nothing of it is left on the machine. Exit status: the tests', or the cleanliness
-# check's when the tests passed.
+# nothing of it is left on the machine, also when interrupted. Exit status: the tests',
+# or the cleanliness check's when the tests passed.
+#
+#   E2E_RUN=regexp   tests to run (default all); E2E_BENCH=regexp runs benchmarks instead
+#   E2E_KEEP=1       leave the cluster up afterwards (make demo-down removes it)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # Every test cluster takes local volumes that are released, not reused, after it goes.
 export PGPILOT_LC_PVS=${PGPILOT_LC_PVS:-24}
+
+status=0
+test_pid=
+# An interrupt stops the tests before the teardown.
+on_exit() {
+  if [[ -n $test_pid ]] && kill -0 "$test_pid" 2>/dev/null; then
+    kill -TERM "$test_pid" 2>/dev/null || true
+    wait "$test_pid" 2>/dev/null || true
+  fi
+}
+teardown_on_exit E2E_KEEP
 
 step "Building the e2e test binary"
 bin=$REPO_ROOT/bin/e2e.test
@@ -15,27 +29,24 @@ bin=$REPO_ROOT/bin/e2e.test
 
 build_images
 build_s3_image
-cluster_up
-status=0
-load_images && bash "$LC/load-image.sh" "$S3_TAR" && deploy_operator || status=$?
-if ((status == 0)); then
-  what=tests
-  [[ -n ${E2E_BENCH:-} ]] && what=benchmarks
-  step "Running the e2e $what"
-  args=(-test.v -test.timeout 45m)
-  if [[ -n ${E2E_BENCH:-} ]]; then
-    # Benchmarks only: they print figures and assert nothing.
-    args+=(-test.run '^$' -test.bench "$E2E_BENCH" -test.benchtime "${E2E_BENCHTIME:-10x}")
-  elif [[ -n ${E2E_RUN:-} ]]; then
-    args+=(-test.run "$E2E_RUN")
-  fi
-  E2E_PG_MAJOR=$E2E_PG_MAJOR E2E_S3_IMAGE=$S3_IMAGE bash "$LC/exec.sh" "$bin" "${args[@]}" || status=$?
+up=1
+fresh_cluster_up
+load_images
+bash "$LC/load-image.sh" "$S3_TAR"
+deploy_operator
+
+what=tests
+[[ -n ${E2E_BENCH:-} ]] && what=benchmarks
+step "Running the e2e $what"
+args=(-test.v -test.timeout 45m)
+if [[ -n ${E2E_BENCH:-} ]]; then
+  # Benchmarks only: they print figures and assert nothing.
+  args+=(-test.run '^$' -test.bench "$E2E_BENCH" -test.benchtime "${E2E_BENCHTIME:-10x}")
+elif [[ -n ${E2E_RUN:-} ]]; then
+  args+=(-test.run "$E2E_RUN")
 fi
-if [[ ${E2E_KEEP:-} == 1 ]]; then
-  step "E2E_KEEP=1: leaving the cluster up (make demo-down removes it)"
-  exit "$status"
-fi
-step "Tearing the cluster down"
-# down.sh ends with check-clean.sh and fails when anything of the cluster is left.
-bash "$LC/down.sh" || status=$((status ? status : 1))
-exit "$status"
+# In the background, so that an interrupt reaches the teardown at once.
+E2E_PG_MAJOR=$E2E_PG_MAJOR E2E_S3_IMAGE=$S3_IMAGE bash "$LC/exec.sh" "$bin" "${args[@]}" &
+test_pid=$!
+wait "$test_pid" || status=$?
+test_pid=

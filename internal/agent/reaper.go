@@ -19,9 +19,18 @@ import (
 // forwards signals to it and reaps everything, and the agent proper, which is not PID 1
 // and waits for its own children undisturbed.
 
-// forwarded are the signals the init passes on to the agent: what a container runtime,
-// kubelet or a person sends to stop or poke it.
-var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2}
+// Forwarded are the signals the init passes on to the agent: those the agent handles, a
+// clean stop (what the kubelet, a container runtime or a person sends). Any other signal
+// to the container's PID 1 is dropped: the kernel does not let an unhandled signal kill
+// PID 1, and passed on it would kill the agent (Go's default for SIGHUP, SIGUSR1/2,
+// SIGQUIT) and leave postgres running without it.
+var Forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT}
+
+// Stray are signals the agent receives and ignores, so that one sent to it by mistake
+// (a reload habit, kill -HUP) does not end it and leave postgres running without it.
+// They are caught, not ignored: an ignored signal stays ignored in the children the
+// agent starts (postgres sets its own handlers, but initdb and pg_basebackup would not).
+var Stray = []os.Signal{syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2}
 
 // RunAsInit makes this process the container's init when it is PID 1: it runs the same
 // command line again as its child and returns that child's exit code with ok true once
@@ -37,7 +46,7 @@ func RunAsInit() (code int, ok bool) {
 		return 1, true
 	}
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
+	signal.Notify(sigs, Forwarded...)
 	cmd := exec.Command(self, os.Args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	if err := cmd.Start(); err != nil {

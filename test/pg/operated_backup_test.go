@@ -177,7 +177,7 @@ func TestArchiveFailureSaysWhenTheVolumeIsFull(t *testing.T) {
 		time.Sleep(4 * time.Second)
 	}
 	t.Logf("ContinuousArchiving: %s", last.Message)
-	for _, want := range []string{"segments (", "MiB) wait on the primary's volume", " MiB of 768 MiB free", "grow spec.storage.size"} {
+	for _, want := range []string{"segments (", "MiB) wait on the primary's volume", " MiB of 768 MiB free", "fix the store"} {
 		if !strings.Contains(last.Message, want) {
 			t.Errorf("ContinuousArchiving's message %q does not say %q", last.Message, want)
 		}

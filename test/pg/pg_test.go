@@ -1089,5 +1089,33 @@ func (in *instance) walFileName(lsn string) string {
 	return name
 }
 
+// A signal other than SIGTERM or SIGINT sent to the agent by mistake (a reload habit,
+// kill -HUP) does not end it: postgres keeps its supervisor and keeps running.
+func TestAgentSurvivesStraySignals(t *testing.T) {
+	c := newCluster(t, 1)
+	p := c.instances[0]
+	c.startAll()
+	pm := p.postmasterPid()
+	for _, s := range []syscall.Signal{syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2} {
+		if err := p.cmd.Process.Signal(s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	select {
+	case <-p.done:
+		t.Fatalf("the agent exited after a stray signal: %v", p.cmd.ProcessState)
+	case <-time.After(2 * time.Second):
+	}
+	if st, err := p.status(); err != nil || st.Role != agentapi.RolePrimary {
+		t.Errorf("after stray signals the agent says %+v, %v", st, err)
+	}
+	if now := p.postmasterPid(); now != pm {
+		t.Errorf("postgres was restarted (postmaster %d, then %d)", pm, now)
+	}
+	if !strings.Contains(p.log.String(), "Ignored a signal") {
+		t.Error("the agent did not log the signals it ignored")
+	}
+}
+
 // SlotFor is the slot name the primary keeps for pod.
 func SlotFor(pod string) string { return strings.ReplaceAll("pgpilot_"+pod, "-", "_") }

@@ -200,7 +200,7 @@ func ArchiveFailingMessage(st agentapi.Status) string {
 	if st.VolumeFullInSeconds > 0 {
 		msg += fmt.Sprintf("; at the last 10 minutes' rate the volume is full in about %s", roundDuration(time.Duration(st.VolumeFullInSeconds)*time.Second))
 	}
-	return msg + ". PostgreSQL stops when it is: fix the store, or grow spec.storage.size"
+	return msg + ". PostgreSQL stops when it is: fix the store, or give the volume room (expand its PersistentVolumeClaim)"
 }
 
 // roundBytes is n in binary units with two significant digits at most.
