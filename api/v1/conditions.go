@@ -101,6 +101,11 @@ const (
 	// clone superseded, because the volume needed the space.
 	ReasonDataSetAside    = "DataSetAside"
 	ReasonSetAsideRemoved = "SetAsideRemoved"
+	// ReasonRestartingInstance: a rolling update restarts an instance's pod.
+	ReasonRestartingInstance = "RestartingInstance"
+	// ReasonSwitchingOverForUpdate: a rolling update moves the primary before
+	// restarting it.
+	ReasonSwitchingOverForUpdate = "SwitchingOverForUpdate"
 )
 
 // Phases of a cluster.

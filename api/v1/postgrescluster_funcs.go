@@ -54,35 +54,81 @@ const (
 	ReplicationUser = "pgpilot_replication"
 )
 
-// PrimaryLeaseName is the Lease whose holder is the primary pod: the single source of
-// truth for who is primary.
-func (c *PostgresCluster) PrimaryLeaseName() string { return c.Name + "-primary" }
-
-// SuperuserSecretName is the Secret with the postgres superuser's credentials.
-func (c *PostgresCluster) SuperuserSecretName() string { return c.Name + "-superuser" }
-
-// ReplicationSecretName is the Secret with the replication role's credentials.
-func (c *PostgresCluster) ReplicationSecretName() string { return c.Name + "-replication" }
-
-// AppSecretName is the Secret with the application owner's credentials.
-func (c *PostgresCluster) AppSecretName() string { return c.Name + "-app" }
-
-// AgentTokenSecretName is the Secret with the bearer token of the agents' API.
-func (c *PostgresCluster) AgentTokenSecretName() string { return c.Name + "-agent" }
-
-// ReadWriteServiceName is the Service that selects the primary.
-func (c *PostgresCluster) ReadWriteServiceName() string { return c.Name + "-rw" }
-
-// InstanceName is the pod name of instance ordinal i (StatefulSet naming).
-func (c *PostgresCluster) InstanceName(i int) string {
-	return c.Name + "-" + strconv.Itoa(i)
+// Names builds the names of the objects of one PostgresCluster: the one place in Go
+// they are made. The chart renders the same names (internal/chart's tests compare every
+// rendered object with these); the controllers and every test suite read them here.
+type Names struct {
+	// Cluster is the PostgresCluster's name (the Helm release's).
+	Cluster string
 }
 
-// VolumeClaimName is the PersistentVolumeClaim of instance i: the StatefulSet's claim
+// NamesOf is the Names of the PostgresCluster called cluster.
+func NamesOf(cluster string) Names { return Names{Cluster: cluster} }
+
+// Names are the names of c's objects.
+func (c *PostgresCluster) Names() Names { return NamesOf(c.Name) }
+
+// PrimaryLease is the Lease whose holder is the primary pod: the single source of truth
+// for who is primary.
+func (n Names) PrimaryLease() string { return n.Cluster + "-primary" }
+
+// ReadWriteService selects the primary.
+func (n Names) ReadWriteService() string { return n.Cluster + "-rw" }
+
+// ReadOnlyService selects the replicas.
+func (n Names) ReadOnlyService() string { return n.Cluster + "-ro" }
+
+// HeadlessService gives each instance its DNS name (the StatefulSet's serviceName).
+func (n Names) HeadlessService() string { return n.Cluster + "-headless" }
+
+// SuperuserSecret holds the postgres superuser's credentials.
+func (n Names) SuperuserSecret() string { return n.Cluster + "-superuser" }
+
+// ReplicationSecret holds the replication role's credentials.
+func (n Names) ReplicationSecret() string { return n.Cluster + "-replication" }
+
+// AppSecret holds the application owner's credentials.
+func (n Names) AppSecret() string { return n.Cluster + "-app" }
+
+// AgentTokenSecret holds the bearer token of the agents' API.
+func (n Names) AgentTokenSecret() string { return n.Cluster + "-agent" }
+
+// ConfigMap holds the agents' config.json.
+func (n Names) ConfigMap() string { return n.Cluster + "-config" }
+
+// StatefulSet runs the instances.
+func (n Names) StatefulSet() string { return n.Cluster }
+
+// Instance is the pod name of instance ordinal i (StatefulSet naming).
+func (n Names) Instance(i int) string { return n.Cluster + "-" + strconv.Itoa(i) }
+
+// VolumeClaim is the PersistentVolumeClaim of instance i: the StatefulSet's claim
 // template "data" (helm-charts/postgrescluster/templates/statefulset.yaml).
-func (c *PostgresCluster) VolumeClaimName(i int) string {
-	return "data-" + c.InstanceName(i)
-}
+func (n Names) VolumeClaim(i int) string { return "data-" + n.Instance(i) }
+
+// PrimaryLeaseName is Names().PrimaryLease().
+func (c *PostgresCluster) PrimaryLeaseName() string { return c.Names().PrimaryLease() }
+
+// SuperuserSecretName is Names().SuperuserSecret().
+func (c *PostgresCluster) SuperuserSecretName() string { return c.Names().SuperuserSecret() }
+
+// ReplicationSecretName is Names().ReplicationSecret().
+func (c *PostgresCluster) ReplicationSecretName() string { return c.Names().ReplicationSecret() }
+
+// AppSecretName is Names().AppSecret().
+func (c *PostgresCluster) AppSecretName() string { return c.Names().AppSecret() }
+
+// AgentTokenSecretName is Names().AgentTokenSecret().
+func (c *PostgresCluster) AgentTokenSecretName() string { return c.Names().AgentTokenSecret() }
+
+// ReadWriteServiceName is Names().ReadWriteService().
+func (c *PostgresCluster) ReadWriteServiceName() string { return c.Names().ReadWriteService() }
+
+// InstanceName is Names().Instance(i).
+func (c *PostgresCluster) InstanceName(i int) string { return c.Names().Instance(i) }
+
+// VolumeClaimName is Names().VolumeClaim(i).
+func (c *PostgresCluster) VolumeClaimName(i int) string { return c.Names().VolumeClaim(i) }
 
 // ManagedParameters are the postgresql.conf settings pgpilot sets itself; the CRD
 // refuses them in spec.postgresql.parameters. The CEL rule on that field lists the same

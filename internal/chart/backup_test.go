@@ -385,7 +385,7 @@ func configMap(t *testing.T, ns string, restore *agent.RestoreConfig) *corev1.Co
 	}
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-config", Namespace: ns, Labels: commonLabels(name)},
+		ObjectMeta: metav1.ObjectMeta{Name: dbv1.NamesOf(name).ConfigMap(), Namespace: ns, Labels: commonLabels(name)},
 		Data:       map[string]string{"config.json": string(data)},
 	}
 }
@@ -395,7 +395,7 @@ func configMap(t *testing.T, ns string, restore *agent.RestoreConfig) *corev1.Co
 func deployed(t *testing.T, m *manifest) []runtime.Object {
 	t.Helper()
 	return []runtime.Object{
-		decode[corev1.ConfigMap](t, m, "ConfigMap", name+"-config"),
+		decode[corev1.ConfigMap](t, m, "ConfigMap", dbv1.NamesOf(name).ConfigMap()),
 		decode[appsv1.StatefulSet](t, m, "StatefulSet", name),
 	}
 }

@@ -288,7 +288,7 @@ func wantStatefulSet() *appsv1.StatefulSet {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels},
 		Spec: appsv1.StatefulSetSpec{
 			Replicas:            ptr.To[int32](3),
-			ServiceName:         name + "-headless",
+			ServiceName:         dbv1.NamesOf(name).HeadlessService(),
 			Selector:            &metav1.LabelSelector{MatchLabels: selectorLabels(name)},
 			PodManagementPolicy: appsv1.ParallelPodManagement,
 			UpdateStrategy:      appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType},
@@ -367,12 +367,12 @@ func wantStatefulSet() *appsv1.StatefulSet {
 					Volumes: []corev1.Volume{
 						{Name: "agent", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 						{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-							LocalObjectReference: corev1.LocalObjectReference{Name: name + "-config"},
+							LocalObjectReference: corev1.LocalObjectReference{Name: dbv1.NamesOf(name).ConfigMap()},
 						}}},
-						secretVolume("superuser", name+"-superuser"),
-						secretVolume("replication", name+"-replication"),
-						secretVolume("app", name+"-app"),
-						secretVolume("agent-token", name+"-agent"),
+						secretVolume("superuser", dbv1.NamesOf(name).SuperuserSecret()),
+						secretVolume("replication", dbv1.NamesOf(name).ReplicationSecret()),
+						secretVolume("app", dbv1.NamesOf(name).AppSecret()),
+						secretVolume("agent-token", dbv1.NamesOf(name).AgentTokenSecret()),
 						{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 						{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 						{Name: "shm", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
@@ -448,7 +448,7 @@ func TestReadmeExample(t *testing.T) {
 		t.Errorf("RoleBinding (-want +got):\n%s", diff)
 	}
 
-	for _, want := range []string{name + "-rw.db.svc:5432", "Secret " + name + "-app"} {
+	for _, want := range []string{name + "-rw.db.svc:5432", "Secret " + dbv1.NamesOf(name).AppSecret()} {
 		if !strings.Contains(m.Notes, want) {
 			t.Errorf("NOTES.txt does not mention %q:\n%s", want, m.Notes)
 		}
@@ -469,7 +469,7 @@ func TestStatefulSetShape(t *testing.T) {
 	want := func(replicas int32, major string) shape {
 		return shape{
 			Replicas:            replicas,
-			ServiceName:         name + "-headless",
+			ServiceName:         dbv1.NamesOf(name).HeadlessService(),
 			Selector:            selectorLabels(name),
 			PodManagementPolicy: appsv1.ParallelPodManagement,
 			UpdateStrategy:      appsv1.OnDeleteStatefulSetStrategyType,
@@ -603,17 +603,17 @@ func TestServices(t *testing.T) {
 		name string
 		want corev1.ServiceSpec
 	}{
-		{name: name + "-rw", want: corev1.ServiceSpec{
+		{name: dbv1.NamesOf(name).ReadWriteService(), want: corev1.ServiceSpec{
 			Type: corev1.ServiceTypeClusterIP, Selector: roleSelector(name, "primary"), Ports: []corev1.ServicePort{postgresql},
 			PublishNotReadyAddresses: true,
 		}},
-		{name: name + "-ro", want: corev1.ServiceSpec{
+		{name: dbv1.NamesOf(name).ReadOnlyService(), want: corev1.ServiceSpec{
 			Type: corev1.ServiceTypeClusterIP, Selector: roleSelector(name, "replica"), Ports: []corev1.ServicePort{postgresql},
 		}},
 		{name: name + "-r", want: corev1.ServiceSpec{
 			Type: corev1.ServiceTypeClusterIP, Selector: selectorLabels(name), Ports: []corev1.ServicePort{postgresql},
 		}},
-		{name: name + "-headless", want: corev1.ServiceSpec{
+		{name: dbv1.NamesOf(name).HeadlessService(), want: corev1.ServiceSpec{
 			Type: corev1.ServiceTypeClusterIP, ClusterIP: corev1.ClusterIPNone, PublishNotReadyAddresses: true,
 			Selector: selectorLabels(name), Ports: []corev1.ServicePort{postgresql, agent},
 		}},
@@ -908,11 +908,11 @@ func wantConfig(replicas int, parameters map[string]string, database, owner stri
 		Version:         "16",
 		Replicas:        replicas,
 		Parameters:      parameters,
-		PrimaryLease:    name + "-primary",
+		PrimaryLease:    dbv1.NamesOf(name).PrimaryLease(),
 		IdleSlotTimeout: "30m",
 	}
 	c.Bootstrap.Database, c.Bootstrap.Owner = database, owner
-	c.Services.ReadWrite, c.Services.Headless = name+"-rw", name+"-headless"
+	c.Services.ReadWrite, c.Services.Headless = dbv1.NamesOf(name).ReadWriteService(), dbv1.NamesOf(name).HeadlessService()
 	return c
 }
 
@@ -973,7 +973,7 @@ func TestConfigJSON(t *testing.T) {
 // checks that it is the ConfigMap's only key.
 func decodeConfig(t *testing.T, m *manifest) instanceConfig {
 	t.Helper()
-	cm := decode[corev1.ConfigMap](t, m, "ConfigMap", name+"-config")
+	cm := decode[corev1.ConfigMap](t, m, "ConfigMap", dbv1.NamesOf(name).ConfigMap())
 	if diff := cmp.Diff([]string{"config.json"}, keys(cm.Data)); diff != "" {
 		t.Errorf("ConfigMap keys (-want +got):\n%s", diff)
 	}
@@ -1099,7 +1099,7 @@ var prometheusTemplateFuncs = template.FuncMap{
 func TestRole(t *testing.T) {
 	rules := func(pods ...string) []rbacv1.PolicyRule {
 		return []rbacv1.PolicyRule{
-			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{name + "-primary"}, Verbs: []string{"get", "watch", "update"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{dbv1.NamesOf(name).PrimaryLease()}, Verbs: []string{"get", "watch", "update"}},
 			{APIGroups: []string{""}, Resources: []string{"pods"}, ResourceNames: pods, Verbs: []string{"get"}},
 		}
 	}

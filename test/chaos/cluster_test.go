@@ -244,11 +244,11 @@ func (c *cluster) renewBackOff(ctx context.Context) ([]string, error) {
 // kube-proxy routes it).
 func (c *cluster) connConfig(ctx context.Context) (*pgx.ConnConfig, error) {
 	var s corev1.Service
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: c.name + "-rw"}, &s); err != nil {
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: dbv1.NamesOf(c.name).ReadWriteService()}, &s); err != nil {
 		return nil, err
 	}
 	var secret corev1.Secret
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: c.name + "-app"}, &secret); err != nil {
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: dbv1.NamesOf(c.name).AppSecret()}, &secret); err != nil {
 		return nil, err
 	}
 	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=5432 dbname=app user=%s sslmode=disable connect_timeout=3",
@@ -431,7 +431,7 @@ func (c *cluster) dump(t testing.TB, since time.Time, sections ...string) {
 		}
 	}
 	var lease coordinationv1.Lease
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: c.name + "-primary"}, &lease); err != nil {
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: dbv1.NamesOf(c.name).PrimaryLease()}, &lease); err != nil {
 		fmt.Fprintf(&b, "lease: %v\n", err)
 	} else {
 		fmt.Fprintf(&b, "lease %s: holder %q transitions %v renewed %v annotations %v\n", lease.Name,

@@ -14,6 +14,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 )
 
 // fault is one way the primary fails. inject hits primary (the pod status.currentPrimary
@@ -114,7 +116,7 @@ var faults = []fault{
 // leaseDelete deletes the cluster's primary Lease and waits until the operator has
 // created it again (another UID).
 func leaseDelete(ctx context.Context, f *faulting) error {
-	key := client.ObjectKey{Namespace: f.c.ns, Name: f.c.name + "-primary"}
+	key := client.ObjectKey{Namespace: f.c.ns, Name: dbv1.NamesOf(f.c.name).PrimaryLease()}
 	var l coordinationv1.Lease
 	if err := k8s.Get(ctx, key, &l); err != nil {
 		return err

@@ -80,8 +80,8 @@ func TestScheduledBackupRestores(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != w.acked {
-		t.Errorf("the restored cluster has %d rows, want the %d written before the backup", n, w.acked)
+	if n != w.acked() {
+		t.Errorf("the restored cluster has %d rows, want the %d written before the backup", n, w.acked())
 	}
 	restored.waitCount("ro", "t", n, time.Minute)
 }

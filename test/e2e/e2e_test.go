@@ -132,12 +132,26 @@ func (d *db) waitHealthy(n int32, timeout time.Duration) dbv1.PostgresCluster {
 // conn connects as the application owner through Service svc ("rw" or "ro"), by its
 // cluster IP: the tests run in the node's network namespace, where kube-proxy routes it.
 func (d *db) conn(ctx context.Context, svc string) (*pgx.Conn, error) {
+	cfg, err := d.connConfig(ctx, svc)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.ConnectConfig(ctx, cfg)
+}
+
+// rwTarget is the read-write Service, for a testutil.Writer.
+func (d *db) rwTarget(ctx context.Context) (*pgx.ConnConfig, error) { return d.connConfig(ctx, "rw") }
+
+// connConfig is conn's configuration.
+func (d *db) connConfig(ctx context.Context, svc string) (*pgx.ConnConfig, error) {
 	var s corev1.Service
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: d.name + "-" + svc}, &s); err != nil {
+	names := dbv1.NamesOf(d.name)
+	service := map[string]string{"rw": names.ReadWriteService(), "ro": names.ReadOnlyService()}[svc]
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: service}, &s); err != nil {
 		return nil, err
 	}
 	var secret corev1.Secret
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: d.name + "-app"}, &secret); err != nil {
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: dbv1.NamesOf(d.name).AppSecret()}, &secret); err != nil {
 		return nil, err
 	}
 	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=5432 dbname=app user=%s connect_timeout=3",
@@ -146,7 +160,7 @@ func (d *db) conn(ctx context.Context, svc string) (*pgx.Conn, error) {
 		return nil, err
 	}
 	cfg.Password = string(secret.Data["password"])
-	return pgx.ConnectConfig(ctx, cfg)
+	return cfg, nil
 }
 
 func (d *db) exec(svc, sql string, args ...any) error {
@@ -285,28 +299,50 @@ func (d *db) waitStreaming(n int, timeout time.Duration) {
 	})
 }
 
-// writes counts the inserts into table t that the primary acknowledged.
+// writes records the inserts into table t through -rw, each with its own id, as
+// testutil.Attempts: check compares them with the table by id (testutil.CheckRows).
 type writes struct {
-	d     *db
-	acked int64
+	d        *db
+	next     int64
+	attempts []testutil.Attempt
 }
 
 func (d *db) newTable() *writes {
 	d.t.Helper()
-	if err := d.exec("rw", "CREATE TABLE t (id bigserial PRIMARY KEY, at timestamptz DEFAULT now())"); err != nil {
+	if err := d.exec("rw", "CREATE TABLE t (id bigint PRIMARY KEY, at timestamptz DEFAULT now())"); err != nil {
 		d.t.Fatal(err)
 	}
-	return &writes{d: d}
+	return &writes{d: d, next: 1}
+}
+
+// try inserts the next id through -rw once and records the attempt.
+func (w *writes) try() error {
+	a := testutil.Attempt{ID: w.next, Start: time.Now()}
+	w.next++
+	a.Err = w.d.exec("rw", "INSERT INTO t (id) VALUES ($1)", a.ID)
+	a.End = time.Now()
+	w.attempts = append(w.attempts, a)
+	return a.Err
+}
+
+// acked counts the acknowledged inserts.
+func (w *writes) acked() int64 {
+	var n int64
+	for _, a := range w.attempts {
+		if a.Acked() {
+			n++
+		}
+	}
+	return n
 }
 
 // insert writes n rows one transaction each through -rw and fails the test on an error.
 func (w *writes) insert(n int) {
 	w.d.t.Helper()
 	for range n {
-		if err := w.d.exec("rw", "INSERT INTO t DEFAULT VALUES"); err != nil {
+		if err := w.try(); err != nil {
 			w.d.t.Fatal(err)
 		}
-		w.acked++
 	}
 }
 
@@ -314,8 +350,7 @@ func (w *writes) insert(n int) {
 // long that took from since.
 func (w *writes) untilWritable(since time.Time, timeout time.Duration) time.Duration {
 	w.d.t.Helper()
-	testutil.Eventually(w.d.t, timeout, func() error { return w.d.exec("rw", "INSERT INTO t DEFAULT VALUES") })
-	w.acked++
+	testutil.Eventually(w.d.t, timeout, w.try)
 	return time.Since(since)
 }
 
@@ -323,14 +358,32 @@ func (w *writes) untilWritable(since time.Time, timeout time.Duration) time.Dura
 // the replicas behind -ro.
 func (w *writes) check() {
 	w.d.t.Helper()
+	if check := w.d.checkRows("t", w.attempts); len(check.Lost) > 0 {
+		w.d.t.Fatalf("%d of %d acknowledged writes lost: ids %v", len(check.Lost), check.Acked, check.Lost)
+	}
 	n, err := w.d.count("rw", "t")
 	if err != nil {
 		w.d.t.Fatal(err)
 	}
-	if n < w.acked {
-		w.d.t.Fatalf("%d rows through -rw, %d writes acknowledged: acknowledged writes were lost", n, w.acked)
-	}
 	w.d.waitCount("ro", "t", n, time.Minute)
+}
+
+// checkRows compares table, read through -rw, with the attempts that wrote into it
+// (testutil.CheckRows), and fails the test when it cannot read it.
+func (d *db) checkRows(table string, attempts []testutil.Attempt) testutil.RowCheck {
+	d.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := d.conn(ctx, "rw")
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	check, err := testutil.CheckRows(ctx, conn, table, attempts)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return check
 }
 
 // postmasters returns the PIDs of the postmasters running in pod's containers: postgres

@@ -100,7 +100,7 @@ func (d *db) archiveCurrentWAL() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var s corev1.Service
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: d.name + "-rw"}, &s); err != nil {
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: dbv1.NamesOf(d.name).ReadWriteService()}, &s); err != nil {
 		d.t.Fatal(err)
 	}
 	var secret corev1.Secret

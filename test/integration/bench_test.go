@@ -11,6 +11,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 )
 
 // BenchmarkCreateToTopology measures, from creating the README's example, how long
@@ -32,12 +34,13 @@ func BenchmarkCreateToTopology(b *testing.B) {
 		}
 		rendered = append(rendered, waitFor(b, func() error { return get(ns, name, &appsv1.StatefulSet{}) }).Sub(start))
 		startable = append(startable, waitFor(b, func() error {
-			for _, s := range []string{"-superuser", "-replication", "-app"} {
-				if err := get(ns, name+s, &corev1.Secret{}); err != nil {
+			n := dbv1.NamesOf(name)
+			for _, s := range []string{n.SuperuserSecret(), n.ReplicationSecret(), n.AppSecret()} {
+				if err := get(ns, s, &corev1.Secret{}); err != nil {
 					return err
 				}
 			}
-			return get(ns, name+"-primary", &coordinationv1.Lease{})
+			return get(ns, dbv1.NamesOf(name).PrimaryLease(), &coordinationv1.Lease{})
 		}).Sub(start))
 	}
 	b.StopTimer()

@@ -137,9 +137,6 @@ func TestGracefulStopHandsOverWithoutLoss(t *testing.T) {
 	c := newOperatedCluster(t, 3)
 	startOperated(t, c)
 	old := c.instances[0]
-	if err := c.writeThroughRW("CREATE TABLE acked (id bigint PRIMARY KEY)"); err != nil {
-		t.Fatal(err)
-	}
 	w := testutil.StartWriter(c.rwTarget, testutil.WriterOptions{Table: "acked", FirstID: 1, Interval: 5 * time.Millisecond,
 		PerStatementInterval: 100 * time.Millisecond})
 	// A backend busy with a long query never looks whether its postmaster is still
@@ -236,7 +233,7 @@ func TestSwitchover(t *testing.T) {
 	c := newOperatedCluster(t, 3)
 	startOperated(t, c)
 	old, target := c.instances[0], c.instances[2]
-	if err := c.writeThroughRW("CREATE TABLE t (id bigint PRIMARY KEY)"); err != nil {
+	if err := c.writeThroughRW("CREATE TABLE acked (id bigint PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
 	}
 	// A refused request: the target does not exist.
@@ -251,29 +248,13 @@ func TestSwitchover(t *testing.T) {
 		t.Fatalf("a refused switchover moved the primary to %v", rw)
 	}
 
-	var acked []int64
-	stop := make(chan struct{})
-	done := make(chan time.Duration)
-	go func() {
-		var longest time.Duration
-		lastOK := time.Now()
-		for id := int64(1); ; id++ {
-			select {
-			case <-stop:
-				done <- longest
-				return
-			default:
-			}
-			if err := c.writeThroughRW("INSERT INTO t VALUES ($1)", id); err == nil {
-				acked = append(acked, id)
-				longest = max(longest, time.Since(lastOK))
-				lastOK = time.Now()
-			} else {
-				time.Sleep(10 * time.Millisecond)
-			}
-		}
-	}()
+	if err := c.writeThroughRW("CREATE TABLE acked (id bigint PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	w := testutil.StartWriter(c.rwTarget, testutil.WriterOptions{Table: "acked", FirstID: 1, Interval: 5 * time.Millisecond,
+		PerStatementInterval: 100 * time.Millisecond})
 	time.Sleep(time.Second) // writes flow before the switchover
+	asked := time.Now()
 	c.annotate(dbv1.AnnotationSwitchoverTo, target.pod)
 	testutil.Eventually(t, time.Minute, func() error {
 		if rw := c.readWrite(); rw != target {
@@ -282,17 +263,15 @@ func TestSwitchover(t *testing.T) {
 		return nil
 	})
 	time.Sleep(time.Second) // writes flow after it
-	close(stop)
-	unavailable := <-done
-	t.Logf("switchover: writes unavailable for %s at most; %d writes acknowledged", unavailable.Round(10*time.Millisecond), len(acked))
+	attempts := w.Stop()
+	gap := testutil.Unavailability(attempts, asked, time.Now())
 	target.waitRole(agentapi.RolePrimary, 2, 30*time.Second)
 	old.waitRole(agentapi.RoleReplica, 2, upTimeout)
-	n, err := target.count("t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n < int64(len(acked)) {
-		t.Errorf("the new primary has %d rows, %d were acknowledged", n, len(acked))
+	check := target.checkAcked(attempts)
+	t.Logf("switchover: writes unavailable for %s at most; %d of %d writes acknowledged",
+		gap.Duration().Round(10*time.Millisecond), check.Acked, check.Attempted)
+	if len(check.Lost) > 0 {
+		t.Errorf("%d acknowledged rows lost in a switchover: %v", len(check.Lost), check.Lost)
 	}
 	if !c.hasEvent(dbv1.ReasonSwitchedOver) {
 		t.Error("no SwitchedOver event")
@@ -325,7 +304,7 @@ func (c *cluster) annotate(key, value string) {
 // holder is who the primary Lease names now.
 func (c *cluster) holder() string {
 	var l coordinationv1.Lease
-	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: c.name + "-primary"}, &l); err != nil || l.Spec.HolderIdentity == nil {
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: dbv1.NamesOf(c.name).PrimaryLease()}, &l); err != nil || l.Spec.HolderIdentity == nil {
 		return ""
 	}
 	return *l.Spec.HolderIdentity
@@ -530,7 +509,7 @@ func TestDeletedLeaseIsRebuiltFromTheAgents(t *testing.T) {
 		PerStatementInterval: 100 * time.Millisecond})
 	time.Sleep(time.Second)
 	deleted := time.Now()
-	if err := kube.CoordinationV1().Leases(c.namespace).Delete(context.Background(), c.name+"-primary", metav1.DeleteOptions{}); err != nil {
+	if err := kube.CoordinationV1().Leases(c.namespace).Delete(context.Background(), dbv1.NamesOf(c.name).PrimaryLease(), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	first.start()
@@ -577,7 +556,7 @@ func (c *cluster) leaseRecord() primarylease.Record {
 
 func (c *cluster) leaseRecordErr() (primarylease.Record, error) {
 	var l coordinationv1.Lease
-	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: c.name + "-primary"}, &l); err != nil {
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: dbv1.NamesOf(c.name).PrimaryLease()}, &l); err != nil {
 		return primarylease.Record{}, err
 	}
 	return primarylease.Parse(&l), nil

@@ -37,6 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agent"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/devenv"
@@ -256,8 +257,8 @@ func newCluster(t testing.TB, n int) *cluster {
 		"clusterName": c.name, "version": "15", "replicas": n,
 		"parameters":   map[string]string{"work_mem": "8MB", "log_min_messages": "warning", "shared_buffers": "16MB"},
 		"bootstrap":    map[string]string{"database": "app", "owner": "app"},
-		"services":     map[string]string{"readWrite": c.name + "-rw", "headless": c.name + "-headless"},
-		"primaryLease": c.name + "-primary",
+		"services":     map[string]string{"readWrite": dbv1.NamesOf(c.name).ReadWriteService(), "headless": dbv1.NamesOf(c.name).HeadlessService()},
+		"primaryLease": dbv1.NamesOf(c.name).PrimaryLease(),
 	}
 	b, _ := json.Marshal(cfg)
 	mustWrite(t, filepath.Join(c.dir, "config.json"), b)
@@ -313,10 +314,10 @@ func (c *cluster) setConfig(key string, value any) {
 func (c *cluster) setLease(pod string, bootstrapped bool) {
 	c.t.Helper()
 	ctx := context.Background()
-	store := primarylease.ClientsetStore{Client: kube, Namespace: c.namespace, Name: c.name + "-primary"}
+	store := primarylease.ClientsetStore{Client: kube, Namespace: c.namespace, Name: dbv1.NamesOf(c.name).PrimaryLease()}
 	_, err := store.Get(ctx)
 	if apierrors.IsNotFound(err) {
-		l := primarylease.New(c.namespace, c.name+"-primary", c.name, pod, time.Now())
+		l := primarylease.New(c.namespace, dbv1.NamesOf(c.name).PrimaryLease(), c.name, pod, time.Now())
 		if _, err := kube.CoordinationV1().Leases(c.namespace).Create(ctx, l, metav1.CreateOptions{}); err != nil {
 			c.t.Fatal(err)
 		}
@@ -345,7 +346,7 @@ func (c *cluster) setLease(pod string, bootstrapped bool) {
 // setLeaseAnnotation sets one annotation of the primary Lease.
 func (c *cluster) setLeaseAnnotation(key, value string) {
 	c.t.Helper()
-	store := primarylease.ClientsetStore{Client: kube, Namespace: c.namespace, Name: c.name + "-primary"}
+	store := primarylease.ClientsetStore{Client: kube, Namespace: c.namespace, Name: dbv1.NamesOf(c.name).PrimaryLease()}
 	if _, err := primarylease.Apply(context.Background(), store, nil, time.Now, primarylease.SetAnnotation(key, value)); err != nil {
 		c.t.Fatal(err)
 	}

@@ -64,13 +64,14 @@ func newOperatedClusterIn(t testing.TB, ns string, n int, opts ...func(*dbv1.Pos
 		return k8s.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: name}, obj)
 	}
 	var cm corev1.ConfigMap
-	testutil.Eventually(t, time.Minute, func() error { return get(c.name+"-config", &cm) })
+	testutil.Eventually(t, time.Minute, func() error { return get(dbv1.NamesOf(c.name).ConfigMap(), &cm) })
 	testutil.Eventually(t, time.Minute, func() error { return get(c.name, &c.sts) })
 	mustWrite(t, filepath.Join(c.dir, "config.json"), []byte(c.mountVolumes(cm.Data["config.json"])))
-	secretFiles := map[string]string{"superuser": "-superuser", "replication": "-replication", "app": "-app"}
-	for dir, suffix := range secretFiles {
+	names := dbv1.NamesOf(c.name)
+	secretFiles := map[string]string{"superuser": names.SuperuserSecret(), "replication": names.ReplicationSecret(), "app": names.AppSecret()}
+	for dir, secret := range secretFiles {
 		var s corev1.Secret
-		testutil.Eventually(t, time.Minute, func() error { return get(c.name+suffix, &s) })
+		testutil.Eventually(t, time.Minute, func() error { return get(secret, &s) })
 		mustMkdir(t, filepath.Join(c.dir, "secrets", dir), 0o755)
 		mustWrite(t, filepath.Join(c.dir, "secrets", dir, "username"), s.Data["username"])
 		mustWrite(t, filepath.Join(c.dir, "secrets", dir, "password"), s.Data["password"])
@@ -85,7 +86,7 @@ func newOperatedClusterIn(t testing.TB, ns string, n int, opts ...func(*dbv1.Pos
 		}
 	}
 	var tok corev1.Secret
-	testutil.Eventually(t, time.Minute, func() error { return get(c.name+"-agent", &tok) })
+	testutil.Eventually(t, time.Minute, func() error { return get(dbv1.NamesOf(c.name).AgentTokenSecret(), &tok) })
 	mustWrite(t, filepath.Join(c.dir, "token"), tok.Data["token"])
 	c.token = string(tok.Data["token"])
 	c.addInstances(k, n)
@@ -275,7 +276,7 @@ func (c *cluster) setPodStatus(ctx context.Context, in *instance, ready bool) er
 func (c *cluster) readWrite() *instance {
 	ctx := context.Background()
 	var svc corev1.Service
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: c.name + "-rw"}, &svc); err != nil {
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: dbv1.NamesOf(c.name).ReadWriteService()}, &svc); err != nil {
 		return nil
 	}
 	var pods corev1.PodList

@@ -1,8 +1,6 @@
 package pg
 
 import (
-	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,28 +26,8 @@ func BenchmarkOperatorFailover(b *testing.B) {
 			for c.writeThroughRW("CREATE TABLE IF NOT EXISTS acked (id bigint PRIMARY KEY)") != nil {
 				time.Sleep(50 * time.Millisecond)
 			}
-			var (
-				mu    sync.Mutex
-				acked []int64
-			)
-			stop, done := make(chan struct{}), make(chan struct{})
-			go func() {
-				defer close(done)
-				for id := int64(1); ; id++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if c.writeThroughRW("INSERT INTO acked VALUES ($1)", id) == nil {
-						mu.Lock()
-						acked = append(acked, id)
-						mu.Unlock()
-					} else {
-						time.Sleep(5 * time.Millisecond)
-					}
-				}
-			}()
+			w := testutil.StartWriter(c.rwTarget, testutil.WriterOptions{Table: "acked", FirstID: 1,
+				Interval: 2 * time.Millisecond, PerStatementInterval: 100 * time.Millisecond})
 			var failovers []time.Duration
 			timeline := int64(1)
 			b.ResetTimer()
@@ -76,40 +54,16 @@ func BenchmarkOperatorFailover(b *testing.B) {
 				old.waitRoleB(b, agentapi.RoleReplica, timeline)
 			}
 			b.StopTimer()
-			close(stop)
-			<-done
+			attempts := w.Stop()
 			testutil.ReportDurations(b, "failover", failovers)
 			rw := c.readWrite()
 			for rw == nil {
 				time.Sleep(10 * time.Millisecond)
 				rw = c.readWrite()
 			}
-			present, err := rw.ids("acked")
-			if err != nil {
-				b.Fatal(err)
-			}
-			lost := 0
-			for _, id := range acked {
-				if !present[id] {
-					lost++
-				}
-			}
-			b.ReportMetric(float64(len(acked)), "rows-acked")
-			b.ReportMetric(float64(lost), "acked-rows-lost")
+			testutil.ReportRows(b, rw.checkAcked(attempts))
 		})
 	}
-}
-
-// ids returns the id column of table.
-func (in *instance) ids(table string) (map[int64]bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := in.conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close(context.Background())
-	return testutil.IDs(ctx, conn, table)
 }
 
 // BenchmarkSwitchover switches the primary of a 3-instance cluster run by the real
@@ -123,32 +77,8 @@ func BenchmarkSwitchover(b *testing.B) {
 	for c.writeThroughRW("CREATE TABLE IF NOT EXISTS acked (id bigint PRIMARY KEY)") != nil {
 		time.Sleep(50 * time.Millisecond)
 	}
-	var (
-		mu     sync.Mutex
-		acked  []int64
-		lastOK = time.Now()
-		gap    time.Duration
-	)
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for id := int64(1); ; id++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if c.writeThroughRW("INSERT INTO acked VALUES ($1)", id) == nil {
-				mu.Lock()
-				acked = append(acked, id)
-				gap = max(gap, time.Since(lastOK))
-				lastOK = time.Now()
-				mu.Unlock()
-			} else {
-				time.Sleep(2 * time.Millisecond)
-			}
-		}
-	}()
+	w := testutil.StartWriter(c.rwTarget, testutil.WriterOptions{Table: "acked", FirstID: 1,
+		Interval: 2 * time.Millisecond, PerStatementInterval: 100 * time.Millisecond})
 	var gaps []time.Duration
 	timeline := int64(1)
 	primary := 0
@@ -156,9 +86,7 @@ func BenchmarkSwitchover(b *testing.B) {
 	for range b.N {
 		target := c.instances[(primary+1)%3]
 		time.Sleep(300 * time.Millisecond) // writes flow before
-		mu.Lock()
-		gap = 0
-		mu.Unlock()
+		asked := time.Now()
 		c.annotate(dbv1.AnnotationSwitchoverTo, target.pod)
 		for c.readWrite() != target {
 			time.Sleep(5 * time.Millisecond)
@@ -166,25 +94,11 @@ func BenchmarkSwitchover(b *testing.B) {
 		timeline++
 		c.instances[primary].waitRoleB(b, agentapi.RoleReplica, timeline)
 		time.Sleep(300 * time.Millisecond) // and after
-		mu.Lock()
-		gaps = append(gaps, gap)
-		mu.Unlock()
+		gaps = append(gaps, testutil.Unavailability(w.Attempts(), asked, time.Now()).Duration())
 		primary = (primary + 1) % 3
 	}
 	b.StopTimer()
-	close(stop)
-	<-done
+	attempts := w.Stop()
 	testutil.ReportDurations(b, "unavailable", gaps)
-	present, err := c.instances[primary].ids("acked")
-	if err != nil {
-		b.Fatal(err)
-	}
-	lost := 0
-	for _, id := range acked {
-		if !present[id] {
-			lost++
-		}
-	}
-	b.ReportMetric(float64(len(acked)), "rows-acked")
-	b.ReportMetric(float64(lost), "acked-rows-lost")
+	testutil.ReportRows(b, c.instances[primary].checkAcked(attempts))
 }

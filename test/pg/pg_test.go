@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 	"github.com/pgpilot/pgpilot/test/testutil"
@@ -260,7 +261,7 @@ func (c *cluster) anotherDatabase(other *instance) {
 	if err := os.RemoveAll(other.pgdata); err != nil {
 		t.Fatal(err)
 	}
-	if err := kube.CoordinationV1().Leases(c.namespace).Delete(context.Background(), c.name+"-primary", metav1.DeleteOptions{}); err != nil {
+	if err := kube.CoordinationV1().Leases(c.namespace).Delete(context.Background(), dbv1.NamesOf(c.name).PrimaryLease(), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	c.setLease(other.pod, false)
@@ -765,38 +766,14 @@ func TestSynchronousNoAcknowledgedWriteLost(t *testing.T) {
 	var (
 		mu      sync.Mutex
 		current = primary
-		acked   []int64
-		failed  int
 	)
-	stop := make(chan struct{})
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		for id := int64(1); ; id++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			mu.Lock()
-			target := current
-			mu.Unlock()
-			if err := target.exec("INSERT INTO acked VALUES ($1)", id); err != nil {
-				mu.Lock()
-				failed++
-				mu.Unlock()
-				time.Sleep(20 * time.Millisecond)
-				continue
-			}
-			mu.Lock()
-			acked = append(acked, id)
-			mu.Unlock()
-		}
-	}()
-	ackedCount := func() int {
+	w := testutil.StartWriter(func(context.Context) (*pgx.ConnConfig, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(acked)
+		return current.connConfig()
+	}, testutil.WriterOptions{Table: "acked", FirstID: 1, PerStatementInterval: 100 * time.Millisecond})
+	ackedCount := func() int {
+		return len(slices.DeleteFunc(w.Attempts(), func(a testutil.Attempt) bool { return !a.Acked() }))
 	}
 
 	timeline := int64(1)
@@ -843,40 +820,12 @@ func TestSynchronousNoAcknowledgedWriteLost(t *testing.T) {
 		old.start()
 		old.waitRole(agentapi.RoleReplica, timeline, upTimeout)
 	}
-	close(stop)
-	<-writerDone
-
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := current.conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	present := map[int64]bool{}
-	rows, err := conn.Query(ctx, "SELECT id FROM acked")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		present[id] = true
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	var lost []int64
-	for _, id := range acked {
-		if !present[id] {
-			lost = append(lost, id)
-		}
-	}
-	t.Logf("%d rows acknowledged over 3 primary kills, %d writes failed (unacknowledged), %d acknowledged rows lost", len(acked), failed, len(lost))
-	if len(lost) > 0 {
-		t.Errorf("acknowledged rows lost: %v", lost)
+	attempts := w.Stop()
+	check := current.checkAcked(attempts)
+	t.Logf("%d rows acknowledged over 3 primary kills, %d writes failed (unacknowledged), %d acknowledged rows lost",
+		check.Acked, check.Attempted-check.Acked, len(check.Lost))
+	if len(check.Lost) > 0 {
+		t.Errorf("acknowledged rows lost: %v", check.Lost)
 	}
 }
 

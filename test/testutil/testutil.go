@@ -40,6 +40,12 @@ func ReportDurations(b *testing.B, what string, ds []time.Duration) {
 	b.ReportMetric(at(1), what+"-max-ms")
 }
 
+// ReportRows prints a benchmark's acknowledged rows and how many of them were lost.
+func ReportRows(b *testing.B, c RowCheck) {
+	b.ReportMetric(float64(c.Acked), "rows-acked")
+	b.ReportMetric(float64(len(c.Lost)), "acked-rows-lost")
+}
+
 // IDs returns the bigint id column of table, read through conn: the benchmarks compare
 // it with the ids whose inserts were acknowledged.
 func IDs(ctx context.Context, conn *pgx.Conn, table string) (map[int64]bool, error) {

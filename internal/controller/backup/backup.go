@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -258,20 +259,9 @@ func timePtr(t *time.Time) *metav1.Time {
 	return &metav1.Time{Time: *t}
 }
 
-// humanBytes is n in the largest binary unit that keeps it at least 1: "12.3Mi".
-func humanBytes(n int64) string {
-	v, unit := float64(n), ""
-	for _, u := range []string{"Ki", "Mi", "Gi", "Ti", "Pi"} {
-		if v < 1024 {
-			break
-		}
-		v, unit = v/1024, u
-	}
-	if unit == "" {
-		return fmt.Sprintf("%d", n)
-	}
-	return fmt.Sprintf("%.1f%s", v, unit)
-}
+// humanBytes is n in binary units with two or three significant digits: "12 MiB",
+// "1.2 GiB".
+func humanBytes(n int64) string { return humanize.IBytes(uint64(max(n, 0))) }
 
 // SetupWithManager runs the reconciler on PostgresBackups.
 func (r *BackupReconciler) SetupWithManager(mgr ctrl.Manager) error {

@@ -193,28 +193,14 @@ func ArchiveFailingMessage(st agentapi.Status) string {
 		why = "see the primary's log"
 	}
 	msg := fmt.Sprintf("Archiving WAL %s failed %d times (%s); %d segments (%s) wait on the primary's volume",
-		a.LastFailedWAL, a.FailedCount, why, a.Pending, roundBytes(a.PendingBytes))
+		a.LastFailedWAL, a.FailedCount, why, a.Pending, humanBytes(a.PendingBytes))
 	if st.VolumeBytes > 0 {
-		msg += fmt.Sprintf(", %s of %s free", roundBytes(st.VolumeFreeBytes), roundBytes(st.VolumeBytes))
+		msg += fmt.Sprintf(", %s of %s free", humanBytes(st.VolumeFreeBytes), humanBytes(st.VolumeBytes))
 	}
 	if st.VolumeFullInSeconds > 0 {
 		msg += fmt.Sprintf("; at the last 10 minutes' rate the volume is full in about %s", roundDuration(time.Duration(st.VolumeFullInSeconds)*time.Second))
 	}
 	return msg + ". PostgreSQL stops when it is: fix the store, or give the volume room (expand its PersistentVolumeClaim)"
-}
-
-// roundBytes is n in binary units with two significant digits at most.
-func roundBytes(n int64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
-	v, u := float64(n), 0
-	for v >= 1024 && u < len(units)-1 {
-		v /= 1024
-		u++
-	}
-	if v >= 10 || u == 0 {
-		return fmt.Sprintf("%.0f %s", v, units[u])
-	}
-	return fmt.Sprintf("%.1f %s", v, units[u])
 }
 
 // roundDuration is d to the minute under 2 hours, to the hour beyond.

@@ -21,12 +21,6 @@ import (
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
 
-// Event reasons.
-const (
-	ReasonRestartingInstance = "RestartingInstance"
-	ReasonSwitchingOver      = "SwitchingOverForUpdate"
-)
-
 // checkPeriod is how often a rollout in progress is looked at.
 const checkPeriod = 2 * time.Second
 
@@ -90,7 +84,7 @@ func (r *RolloutReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{RequeueAfter: checkPeriod}, nil
 	case DeleteReplica, DeletePrimary:
 		logger.Info("Rolling update", "reason", d.Reason)
-		r.recorder.Event(&cluster, corev1.EventTypeNormal, ReasonRestartingInstance, d.Reason)
+		r.recorder.Event(&cluster, corev1.EventTypeNormal, dbv1.ReasonRestartingInstance, d.Reason)
 		pod := &corev1.Pod{}
 		pod.Namespace, pod.Name = cluster.Namespace, d.Target
 		if err := r.client.Delete(ctx, pod); err != nil && !apierrors.IsNotFound(err) {
@@ -98,7 +92,7 @@ func (r *RolloutReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	case Switchover:
 		logger.Info("Rolling update", "reason", d.Reason)
-		r.recorder.Event(&cluster, corev1.EventTypeNormal, ReasonSwitchingOver, d.Reason)
+		r.recorder.Event(&cluster, corev1.EventTypeNormal, dbv1.ReasonSwitchingOverForUpdate, d.Reason)
 		patch := client.MergeFrom(cluster.DeepCopy())
 		if cluster.Annotations == nil {
 			cluster.Annotations = map[string]string{}
