@@ -137,6 +137,9 @@ func TestGracefulStopHandsOverWithoutLoss(t *testing.T) {
 	c := newOperatedCluster(t, 3)
 	startOperated(t, c)
 	old := c.instances[0]
+	if err := c.writeThroughRW("CREATE TABLE acked (id bigint PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
 	w := testutil.StartWriter(c.rwTarget, testutil.WriterOptions{Table: "acked", FirstID: 1, Interval: 5 * time.Millisecond,
 		PerStatementInterval: 100 * time.Millisecond})
 	// A backend busy with a long query never looks whether its postmaster is still
@@ -248,9 +251,6 @@ func TestSwitchover(t *testing.T) {
 		t.Fatalf("a refused switchover moved the primary to %v", rw)
 	}
 
-	if err := c.writeThroughRW("CREATE TABLE acked (id bigint PRIMARY KEY)"); err != nil {
-		t.Fatal(err)
-	}
 	w := testutil.StartWriter(c.rwTarget, testutil.WriterOptions{Table: "acked", FirstID: 1, Interval: 5 * time.Millisecond,
 		PerStatementInterval: 100 * time.Millisecond})
 	time.Sleep(time.Second) // writes flow before the switchover

@@ -771,7 +771,7 @@ func TestSynchronousNoAcknowledgedWriteLost(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		return current.connConfig()
-	}, testutil.WriterOptions{Table: "acked", FirstID: 1, PerStatementInterval: 100 * time.Millisecond})
+	}, testutil.WriterOptions{Table: "acked", FirstID: 1, Interval: 5 * time.Millisecond, PerStatementInterval: 100 * time.Millisecond})
 	ackedCount := func() int {
 		return len(slices.DeleteFunc(w.Attempts(), func(a testutil.Attempt) bool { return !a.Acked() }))
 	}
