@@ -57,6 +57,8 @@ const (
 // Names builds the names of the objects of one PostgresCluster: the one place in Go
 // they are made. The chart renders the same names (internal/chart's tests compare every
 // rendered object with these); the controllers and every test suite read them here.
+// Not an API type: no DeepCopy.
+// +kubebuilder:object:generate=false
 type Names struct {
 	// Cluster is the PostgresCluster's name (the Helm release's).
 	Cluster string
