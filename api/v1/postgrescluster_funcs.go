@@ -55,8 +55,8 @@ const (
 )
 
 // Names builds the names of the objects of one PostgresCluster: the one place in Go
-// they are made. The chart renders the same names (internal/chart's tests compare every
-// rendered object with these); the controllers and every test suite read them here.
+// they are made. The chart renders them from the plan (internal/plan), the controllers
+// and every test suite read them here.
 // Not an API type: no DeepCopy.
 // +kubebuilder:object:generate=false
 type Names struct {
@@ -80,8 +80,21 @@ func (n Names) ReadWriteService() string { return n.Cluster + "-rw" }
 // ReadOnlyService selects the replicas.
 func (n Names) ReadOnlyService() string { return n.Cluster + "-ro" }
 
+// ReadService selects every instance, primary or replica.
+func (n Names) ReadService() string { return n.Cluster + "-r" }
+
 // HeadlessService gives each instance its DNS name (the StatefulSet's serviceName).
 func (n Names) HeadlessService() string { return n.Cluster + "-headless" }
+
+// InstanceServiceAccount is the instance pods' ServiceAccount, and its Role and
+// RoleBinding.
+func (n Names) InstanceServiceAccount() string { return n.Cluster + "-instance" }
+
+// PrimaryDisruptionBudget keeps a voluntary disruption from taking the primary.
+func (n Names) PrimaryDisruptionBudget() string { return n.Cluster + "-primary" }
+
+// ReplicasDisruptionBudget keeps a voluntary disruption from taking every replica.
+func (n Names) ReplicasDisruptionBudget() string { return n.Cluster + "-replicas" }
 
 // SuperuserSecret holds the postgres superuser's credentials.
 func (n Names) SuperuserSecret() string { return n.Cluster + "-superuser" }

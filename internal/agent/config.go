@@ -52,7 +52,7 @@ func (c Config) PeerURL(pod string) string {
 	return "http://" + net.JoinHostPort(c.PeerHost(pod), strconv.Itoa(c.AgentPort))
 }
 
-// ClusterConfig is the chart's config.json (helm-charts/postgrescluster/templates/configmap.yaml).
+// ClusterConfig is config.json, made by internal/plan and rendered by the chart (helm-charts/postgrescluster/templates/configmap.yaml).
 type ClusterConfig struct {
 	ClusterName string            `json:"clusterName"`
 	Version     string            `json:"version"`

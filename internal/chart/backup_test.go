@@ -1,7 +1,6 @@
 package chart_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"regexp"
 	"sort"
@@ -16,7 +15,6 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agent"
-	"github.com/pgpilot/pgpilot/internal/chart"
 )
 
 // Names the backup tests use. The Secrets' contents are never known to a render: the
@@ -125,7 +123,7 @@ func TestBackupAndRestore(t *testing.T) {
 		name string
 		// values are added to the README example's.
 		values []valuesOption
-		// cluster holds what the chart's lookup calls find.
+		// cluster holds what the plan observes.
 		cluster     []runtime.Object
 		wantBackup  *agent.BackupConfig
 		wantRestore *agent.RestoreConfig
@@ -237,7 +235,7 @@ func TestBackupAndRestore(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			opts := renderOptions(readmeValues(tt.values...))
-			opts.Cluster = newFakeCluster(t, tt.cluster...)
+			opts.Observed = existing(tt.cluster...)
 			m := renderWith(t, opts)
 
 			config := wantConfig(3, map[string]string{}, "app", "app")
@@ -257,60 +255,6 @@ func TestBackupAndRestore(t *testing.T) {
 			}
 			if violations := restrictedViolations(got.Spec.Template.Spec); len(violations) > 0 {
 				t.Errorf("the instance pod breaks the restricted profile:\n%s", strings.Join(violations, "\n"))
-			}
-		})
-	}
-}
-
-func TestRestoreFromBackupNameErrors(t *testing.T) {
-	missing := `bootstrap.fromBackup.backupName: PostgresBackup "nightly" does not exist in namespace "db"`
-	notCompleted := func(phase string) string {
-		return fmt.Sprintf(`bootstrap.fromBackup.backupName: PostgresBackup "nightly" is %s, not Completed: wait for it to complete or name another backup`, phase)
-	}
-	fromBackup := map[string]any{"backupName": backupName}
-	tests := []struct {
-		name       string
-		fromBackup map[string]any
-		// cluster holds what lookup finds; nil renders without a cluster, as helm template.
-		cluster []runtime.Object
-		wantErr string
-	}{
-		{name: "no PostgresBackup", fromBackup: fromBackup, cluster: []runtime.Object{}, wantErr: missing},
-		// Only a ConfigMap with a restore block is a deployed restore (see
-		// TestRestoreFromBackupNameOnceDeployed): any other first render resolves the backup.
-		{
-			name: "no PostgresBackup, a ConfigMap without a restore block", fromBackup: fromBackup,
-			cluster: []runtime.Object{configMap(t, namespace, nil)}, wantErr: missing,
-		},
-		{
-			name: "no PostgresBackup, a ConfigMap with a restore block in another namespace", fromBackup: fromBackup,
-			cluster: []runtime.Object{configMap(t, "elsewhere", &handmadeRestore)}, wantErr: missing,
-		},
-		{
-			name: "no PostgresBackup, a StatefulSet but no ConfigMap", fromBackup: fromBackup,
-			cluster: []runtime.Object{existingStatefulSet(namespace, "1Gi", nil)}, wantErr: missing,
-		},
-		{name: "PostgresBackup in another namespace", fromBackup: fromBackup, cluster: []runtime.Object{postgresBackup("elsewhere", dbv1.BackupCompleted)}, wantErr: missing},
-		{name: "render without a cluster", fromBackup: fromBackup, wantErr: missing},
-		{name: "Running", fromBackup: fromBackup, cluster: []runtime.Object{postgresBackup(namespace, dbv1.BackupRunning)}, wantErr: notCompleted("Running")},
-		{name: "Failed", fromBackup: fromBackup, cluster: []runtime.Object{postgresBackup(namespace, dbv1.BackupFailed)}, wantErr: notCompleted("Failed")},
-		{name: "no phase yet", fromBackup: fromBackup, cluster: []runtime.Object{postgresBackup(namespace, "")}, wantErr: notCompleted("Pending")},
-		{
-			name:       "another backupID",
-			fromBackup: map[string]any{"backupName": backupName, "backupID": "20240101T000000Z"},
-			cluster:    []runtime.Object{postgresBackup(namespace, dbv1.BackupCompleted)},
-			wantErr:    `bootstrap.fromBackup.backupID "20240101T000000Z" is not the backupID "20250601T000000Z" of PostgresBackup "nightly"`,
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			opts := renderOptions(readmeValues(set("bootstrap.fromBackup", tt.fromBackup)))
-			if tt.cluster != nil {
-				opts.Cluster = newFakeCluster(t, tt.cluster...)
-			}
-			_, err := chart.Render(loadChart(t), opts)
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("Render error = %v, want one containing %q", err, tt.wantErr)
 			}
 		})
 	}
@@ -366,31 +310,7 @@ func TestBackupSecretsAreOnlyReferenced(t *testing.T) {
 	}
 }
 
-// handmadeRestore is a restore block no render of these tests makes.
-var handmadeRestore = agent.RestoreConfig{
-	Store:     agent.StoreConfig{Directory: "/var/lib/pgpilot/restore", Prefix: "archive/older-db"},
-	BackupID:  "20240101T000000Z",
-	TargetLSN: "0/5000028",
-}
-
-// configMap is ConfigMap my-db-config in namespace ns as a cluster of the README example
-// deployed it, with restore as its config.json's restore block.
-func configMap(t *testing.T, ns string, restore *agent.RestoreConfig) *corev1.ConfigMap {
-	t.Helper()
-	config := wantConfig(3, map[string]string{}, "app", "app")
-	config.Restore = restore
-	data, err := json.Marshal(config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &corev1.ConfigMap{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: metav1.ObjectMeta{Name: dbv1.NamesOf(name).ConfigMap(), Namespace: ns, Labels: commonLabels(name)},
-		Data:       map[string]string{"config.json": string(data)},
-	}
-}
-
-// deployed is what the API server holds once m is deployed, for the chart's lookups: its
+// deployed is what the API server holds once m is deployed, for the plan to observe: its
 // ConfigMap and StatefulSet.
 func deployed(t *testing.T, m *manifest) []runtime.Object {
 	t.Helper()
@@ -457,13 +377,13 @@ func TestRestoreFromBackupNameOnceDeployed(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			opts := renderOptions(readmeValues(tt.values...))
-			opts.Cluster = newFakeCluster(t, tt.created)
+			opts.Observed = existing(tt.created)
 			first := renderWith(t, opts)
 			if decodeConfig(t, first).Restore == nil {
 				t.Fatal("the first render has no restore block")
 			}
 
-			opts.Cluster = newFakeCluster(t, append(deployed(t, first), tt.now...)...)
+			opts.Observed = existing(append(deployed(t, first), tt.now...)...)
 			again := renderWith(t, opts)
 			if diff := cmp.Diff(first.Text, again.Text); diff != "" {
 				t.Errorf("the deployed cluster renders differently (-first +again):\n%s", diff)
@@ -481,35 +401,5 @@ func TestRestoreFromBackupNameOnceDeployed(t *testing.T) {
 				t.Errorf("pod template after scaling (-first +scaled):\n%s", diff)
 			}
 		})
-	}
-}
-
-// The restore block of the deployed ConfigMap is reused as it is: no PostgresBackup is
-// looked up. Without the StatefulSet, the restore volumes it mounted are not known.
-func TestRestoreFromBackupNameReusesConfigMap(t *testing.T) {
-	opts := renderOptions(readmeValues(set("bootstrap.fromBackup", map[string]any{"backupName": backupName})))
-	opts.Cluster = newFakeCluster(t, configMap(t, namespace, &handmadeRestore))
-	m := renderWith(t, opts)
-
-	want := wantConfig(3, map[string]string{}, "app", "app")
-	want.Restore = &handmadeRestore
-	if diff := cmp.Diff(want, decodeConfig(t, m)); diff != "" {
-		t.Errorf("config.json (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff(wantStatefulSet(), decode[appsv1.StatefulSet](t, m, "StatefulSet", name), quantity); diff != "" {
-		t.Errorf("StatefulSet (-want +got):\n%s", diff)
-	}
-}
-
-// fromBackup.store needs no lookup and cannot change: it renders from the values, whatever
-// the deployed ConfigMap says.
-func TestRestoreFromStoreIgnoresConfigMap(t *testing.T) {
-	opts := renderOptions(readmeValues(set("bootstrap.fromBackup", map[string]any{
-		"store": s3StoreValues("prod/eu"), "clusterName": sourceCluster,
-	})))
-	opts.Cluster = newFakeCluster(t, configMap(t, namespace, &handmadeRestore))
-	want := &agent.RestoreConfig{Store: s3StoreConfig("restore", "prod/eu/old-db")}
-	if diff := cmp.Diff(want, decodeConfig(t, renderWith(t, opts)).Restore); diff != "" {
-		t.Errorf("restore block (-want +got):\n%s", diff)
 	}
 }

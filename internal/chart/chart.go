@@ -10,6 +10,8 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
 	"helm.sh/helm/v3/pkg/releaseutil"
+
+	"github.com/pgpilot/pgpilot/internal/plan"
 )
 
 // DefaultKubeVersion is the Kubernetes version a render assumes unless told otherwise: the
@@ -38,9 +40,9 @@ type Options struct {
 	// APIVersions the cluster serves beyond the built-in ones, as "group/version" or
 	// "group/version/Kind".
 	APIVersions []string
-	// Cluster answers the chart's lookup calls. Nil behaves like `helm template`: lookup
-	// finds nothing.
-	Cluster engine.ClientProvider
+	// Observed is what the plan finds in the cluster (internal/plan); the zero value is
+	// a cluster never deployed.
+	Observed plan.Observed
 }
 
 // Document is one rendered object, as YAML.
@@ -59,9 +61,10 @@ type Rendered struct {
 	Notes string
 }
 
-// Render renders ch with opts like a Helm install does: values are coalesced with the
-// chart's values.yaml and checked against its values.schema.json when it has one, and the
-// chart's kubeVersion constraint is checked.
+// Render renders ch with opts like the operator's Helm manager does: the plan is made
+// from the values and opts.Observed (plan.ChartValues, the manager's value translator
+// without its reads), values are coalesced with the chart's values.yaml and checked
+// against its values.schema.json, and the chart's kubeVersion constraint is checked.
 func Render(ch *helmchart.Chart, opts Options) (*Rendered, error) {
 	kubeVersion := opts.KubeVersion
 	if kubeVersion == "" {
@@ -79,9 +82,9 @@ func Render(ch *helmchart.Chart, opts Options) (*Rendered, error) {
 	caps.APIVersions = append(chartutil.VersionSet{}, caps.APIVersions...)
 	caps.APIVersions = append(caps.APIVersions, opts.APIVersions...)
 
-	values := opts.Values
-	if values == nil {
-		values = map[string]any{}
+	values, err := plan.ChartValues(ch, plan.Cluster{Name: opts.Name, Namespace: opts.Namespace}, opts.Values, opts.Observed)
+	if err != nil {
+		return nil, err
 	}
 	release := chartutil.ReleaseOptions{Name: opts.Name, Namespace: opts.Namespace, Revision: 1, IsInstall: true}
 	renderValues, err := chartutil.ToRenderValues(ch, values, release, caps)
@@ -89,12 +92,7 @@ func Render(ch *helmchart.Chart, opts Options) (*Rendered, error) {
 		return nil, err
 	}
 
-	var files map[string]string
-	if opts.Cluster != nil {
-		files, err = engine.RenderWithClientProvider(ch, renderValues, opts.Cluster)
-	} else {
-		files, err = engine.Render(ch, renderValues)
-	}
+	files, err := engine.Render(ch, renderValues)
 	if err != nil {
 		return nil, err
 	}

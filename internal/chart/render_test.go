@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	helmchart "helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -19,16 +21,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/dynamic"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agent"
 	"github.com/pgpilot/pgpilot/internal/chart"
+	"github.com/pgpilot/pgpilot/internal/plan"
 )
 
 const (
@@ -185,43 +185,28 @@ func (m *manifest) names() []string {
 	return names
 }
 
-// fakeCluster answers the chart's lookup calls from a fake dynamic client.
-type fakeCluster struct {
-	client dynamic.Interface
-}
-
-// fakeResources are the kinds the chart looks up, all namespaced, and their resources.
-var fakeResources = map[schema.GroupVersionKind]string{
-	appsv1.SchemeGroupVersion.WithKind("StatefulSet"): "statefulsets",
-	corev1.SchemeGroupVersion.WithKind("ConfigMap"):   "configmaps",
-	dbv1.GroupVersion.WithKind("PostgresBackup"):      "postgresbackups",
-}
-
-func newFakeCluster(t *testing.T, objects ...runtime.Object) fakeCluster {
-	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := appsv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
+// existing is what the plan observes (plan.Observe) when the API server holds objects:
+// cluster my-db's ConfigMap and StatefulSet, and the PostgresBackup the restore tests name,
+// in namespace db.
+func existing(objects ...runtime.Object) plan.Observed {
+	var observed plan.Observed
+	for _, obj := range objects {
+		switch obj := obj.(type) {
+		case *corev1.ConfigMap:
+			if obj.Namespace == namespace && obj.Name == dbv1.NamesOf(name).ConfigMap() {
+				observed.ConfigMap = obj
+			}
+		case *appsv1.StatefulSet:
+			if obj.Namespace == namespace && obj.Name == dbv1.NamesOf(name).StatefulSet() {
+				observed.StatefulSet = obj
+			}
+		case *dbv1.PostgresBackup:
+			if obj.Namespace == namespace && obj.Name == backupName {
+				observed.Backup = obj
+			}
+		}
 	}
-	if err := corev1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := dbv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	return fakeCluster{client: dynamicfake.NewSimpleDynamicClient(scheme, objects...)}
-}
-
-func (c fakeCluster) GetClientFor(apiVersion, kind string) (dynamic.NamespaceableResourceInterface, bool, error) {
-	gv, err := schema.ParseGroupVersion(apiVersion)
-	if err != nil {
-		return nil, false, err
-	}
-	resource, ok := fakeResources[gv.WithKind(kind)]
-	if !ok {
-		return nil, false, fmt.Errorf("the fake cluster does not serve %s %s", apiVersion, kind)
-	}
-	return c.client.Resource(gv.WithResource(resource)), true, nil
+	return observed
 }
 
 // --- expected objects -------------------------------------------------------------------
@@ -596,6 +581,21 @@ func TestRenderErrors(t *testing.T) {
 	}
 }
 
+// The chart only renders what the operator decided: rendered by Helm alone, without a
+// plan, it fails saying where the plan comes from (not with a nil pointer).
+func TestRenderWithoutPlanSaysWhy(t *testing.T) {
+	ch := loadChart(t)
+	values, err := chartutil.ToRenderValues(ch, readmeValues(),
+		chartutil.ReleaseOptions{Name: name, Namespace: namespace, IsInstall: true}, chartutil.DefaultCapabilities)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = engine.Render(ch, values)
+	if want := "values.plan is missing: the pgpilot operator makes it"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Render without a plan: error = %v, want one containing %q", err, want)
+	}
+}
+
 func TestServices(t *testing.T) {
 	postgresql := corev1.ServicePort{Name: "postgresql", Port: 5432, TargetPort: intstr.FromString("postgresql"), Protocol: corev1.ProtocolTCP}
 	agent := corev1.ServicePort{Name: "agent", Port: 8008, TargetPort: intstr.FromString("agent"), Protocol: corev1.ProtocolTCP}
@@ -909,7 +909,7 @@ func wantConfig(replicas int, parameters map[string]string, database, owner stri
 		Replicas:        replicas,
 		Parameters:      parameters,
 		PrimaryLease:    dbv1.NamesOf(name).PrimaryLease(),
-		IdleSlotTimeout: "30m",
+		IdleSlotTimeout: "30m0s",
 	}
 	c.Bootstrap.Database, c.Bootstrap.Owner = database, owner
 	c.Services.ReadWrite, c.Services.Headless = dbv1.NamesOf(name).ReadWriteService(), dbv1.NamesOf(name).HeadlessService()
@@ -954,7 +954,7 @@ func TestConfigJSON(t *testing.T) {
 			values: readmeValues(set("postgresql.idleSlotTimeout", "2h")),
 			want: func() instanceConfig {
 				c := wantConfig(3, map[string]string{}, "app", "app")
-				c.IdleSlotTimeout = "2h"
+				c.IdleSlotTimeout = "2h0m0s"
 				return c
 			}(),
 		},
@@ -1183,7 +1183,7 @@ func TestVolumeClaimTemplate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			opts := renderOptions(tt.values)
-			opts.Cluster = newFakeCluster(t, tt.existing...)
+			opts.Observed = existing(tt.existing...)
 			sts := decode[appsv1.StatefulSet](t, renderWith(t, opts), "StatefulSet", name)
 			if len(sts.Spec.VolumeClaimTemplates) != 1 {
 				t.Fatalf("volumeClaimTemplates = %d, want 1", len(sts.Spec.VolumeClaimTemplates))

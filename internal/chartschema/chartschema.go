@@ -25,6 +25,14 @@ const operatorValues = `{
   }
 }`
 
+// planValues is the schema of the plan the operator makes before each render
+// (internal/plan); users cannot set it either. Its shape is plan.Plan's, which the chart
+// tests render through.
+const planValues = `{
+  "type": "object",
+  "description": "Made by the operator before each render (internal/plan): names, images, config.json, backup and restore volumes, the volume claim template; not part of the PostgresCluster spec."
+}`
+
 // FromCRD returns values.schema.json for the spec of the CRD's version.
 func FromCRD(crdYAML []byte, version string) ([]byte, error) {
 	var crd apiextensionsv1.CustomResourceDefinition
@@ -57,6 +65,11 @@ func FromCRD(crdYAML []byte, version string) ([]byte, error) {
 		return nil, err
 	}
 	tree["properties"].(map[string]any)["operator"] = op
+	var plan map[string]any
+	if err := json.Unmarshal([]byte(planValues), &plan); err != nil {
+		return nil, err
+	}
+	tree["properties"].(map[string]any)["plan"] = plan
 	tree["$schema"] = "http://json-schema.org/draft-07/schema#"
 	tree["title"] = "Values of the postgrescluster chart: the PostgresCluster spec (generated from the CRD by `make manifests`; do not edit)"
 	out, err := json.MarshalIndent(tree, "", "  ")

@@ -97,6 +97,7 @@ func TestTopLevel(t *testing.T) {
 		Type                 any
 		AdditionalProperties any
 		HasOperator          bool
+		HasPlan              bool
 		HasVersion           bool
 	}
 	want := top{
@@ -104,6 +105,7 @@ func TestTopLevel(t *testing.T) {
 		Type:                 "object",
 		AdditionalProperties: false,
 		HasOperator:          true,
+		HasPlan:              true,
 		HasVersion:           true,
 	}
 	got := top{
@@ -111,6 +113,7 @@ func TestTopLevel(t *testing.T) {
 		Type:                 tree["type"],
 		AdditionalProperties: tree["additionalProperties"],
 		HasOperator:          props["operator"] != nil,
+		HasPlan:              props["plan"] != nil,
 		HasVersion:           props["version"] != nil,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -206,10 +209,12 @@ func TestFromCRDConversions(t *testing.T) {
 	}
 	got := decode(t, out)
 	props, ok := got["properties"].(map[string]any)
-	if !ok || props["operator"] == nil {
-		t.Fatalf("no operator property in %v", got)
+	if !ok || props["operator"] == nil || props["plan"] == nil {
+		t.Fatalf("no operator or plan property in %v", got)
 	}
-	delete(props, "operator") // its schema is TestTopLevel's business
+	// Their schemas are TestTopLevel's business.
+	delete(props, "operator")
+	delete(props, "plan")
 	want := map[string]any{
 		"$schema":              "http://json-schema.org/draft-07/schema#",
 		"title":                "Values of the postgrescluster chart: the PostgresCluster spec (generated from the CRD by `make manifests`; do not edit)",

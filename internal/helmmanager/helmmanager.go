@@ -13,6 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/plan"
 )
 
 // Scheme returns the Helm manager's scheme: the Kubernetes types only. The reconciler
@@ -69,7 +72,7 @@ func Setup(mgr ctrl.Manager, opts Options) ([]watches.Watch, error) {
 		if w.MaxConcurrentReconciles != nil {
 			concurrency = *w.MaxConcurrentReconciles
 		}
-		r, err := reconciler.New(
+		options := []reconciler.Option{
 			reconciler.WithChart(*w.Chart),
 			reconciler.WithGroupVersionKind(w.GroupVersionKind),
 			reconciler.WithOverrideValues(w.OverrideValues),
@@ -83,7 +86,9 @@ func Setup(mgr ctrl.Manager, opts Options) ([]watches.Watch, error) {
 			reconciler.WithUninstallAnnotations(annotation.DefaultUninstallAnnotations...),
 			reconciler.WithLog(log.WithValues("gvk", w.GroupVersionKind.String())),
 			reconciler.WithActionClientGetter(actions),
-		)
+		}
+		options = append(options, planned(mgr, w)...)
+		r, err := reconciler.New(options...)
 		if err != nil {
 			return nil, fmt.Errorf("creating the Helm reconciler for %s: %w", w.GroupVersionKind, err)
 		}
@@ -94,6 +99,20 @@ func Setup(mgr ctrl.Manager, opts Options) ([]watches.Watch, error) {
 			"maxConcurrentReconciles", concurrency, "reconcilePeriod", period.String())
 	}
 	return ws, nil
+}
+
+// planned are the options of the kinds whose chart renders a plan made in Go
+// (internal/plan): its value translator, and a watch of what the plan reads that the
+// reconciler does not already watch. None for the others, which take their spec as the
+// values.
+func planned(mgr ctrl.Manager, w watches.Watch) []reconciler.Option {
+	if w.GroupVersionKind != dbv1.GroupVersion.WithKind("PostgresCluster") {
+		return nil
+	}
+	return []reconciler.Option{
+		reconciler.WithValueTranslator(plan.Translator{Chart: w.Chart, Reader: mgr.GetAPIReader()}),
+		reconciler.WithControllerSetupFunc(plan.RestoreSourceWatch(mgr.GetCache(), mgr.GetClient(), w.GroupVersionKind)),
+	}
 }
 
 // actionClientGetter is helm-operator-plugins' default with Helm's client-side OpenAPI

@@ -2,13 +2,17 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -17,6 +21,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/agent"
 	"github.com/pgpilot/pgpilot/internal/controller/backup"
 	"github.com/pgpilot/pgpilot/internal/sidecar"
 	"github.com/pgpilot/pgpilot/test/testutil"
@@ -208,5 +213,115 @@ func TestBackupValidation(t *testing.T) {
 	}
 	if !found {
 		t.Error("no BackupFailed event on the backup")
+	}
+}
+
+// completedBackup creates PostgresBackup name of cluster old-db, Completed to a volume
+// store, as the backup controller leaves one. That controller leaves a terminal phase
+// alone; should it mark the backup Failed first (old-db does not exist here), the status
+// is written again.
+func completedBackup(t *testing.T, ns, name string) {
+	t.Helper()
+	create(t, &dbv1.PostgresBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: dbv1.PostgresBackupSpec{Cluster: dbv1.LocalObjectReference{Name: "old-db"}}})
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var b dbv1.PostgresBackup
+		if err := get(ns, name, &b); err != nil {
+			return err
+		}
+		b.Status = dbv1.PostgresBackupStatus{Phase: dbv1.BackupCompleted, BackupID: "20250601T000000Z",
+			Store: &dbv1.BackupStore{Path: "pg", Volume: &dbv1.VolumeStore{ClaimName: "old-backups"}}}
+		return k8s.Status().Update(context.Background(), &b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// restoreOf is the restore block of the cluster's deployed config.json, and the claim
+// its StatefulSet mounts as restore-store ("" for none).
+func restoreOf(ns, name string) (*agent.RestoreConfig, string, error) {
+	var cm corev1.ConfigMap
+	if err := get(ns, dbv1.NamesOf(name).ConfigMap(), &cm); err != nil {
+		return nil, "", err
+	}
+	var config agent.ClusterConfig
+	if err := json.Unmarshal([]byte(cm.Data["config.json"]), &config); err != nil {
+		return nil, "", err
+	}
+	var sts appsv1.StatefulSet
+	if err := get(ns, dbv1.NamesOf(name).StatefulSet(), &sts); err != nil {
+		return nil, "", err
+	}
+	claim := ""
+	for _, v := range sts.Spec.Template.Spec.Volumes {
+		if v.Name == "restore-store" && v.PersistentVolumeClaim != nil {
+			claim = v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	return config.Restore, claim, nil
+}
+
+// The operator resolves bootstrap.fromBackup.backupName through the real API server:
+// a missing PostgresBackup fails the cluster saying so; once there, the restore is
+// planned from it; once deployed, the cluster keeps its restore and can still be changed
+// after the PostgresBackup is deleted.
+func TestRestoreFromBackupNameIsResolvedOnce(t *testing.T) {
+	ns := newNamespace(t)
+	c := newCluster(ns, "restored")
+	c.Spec.Bootstrap.FromBackup = &dbv1.FromBackup{BackupName: "nightly"}
+	create(t, c)
+	testutil.Eventually(t, timeout, func() error {
+		if err := get(ns, c.Name, c); err != nil {
+			return err
+		}
+		ready := dbv1.FindCondition(c.Status.Conditions, dbv1.ConditionReady)
+		if c.Status.Phase != dbv1.PhaseFailed || ready == nil ||
+			!strings.Contains(ready.Message, `PostgresBackup "nightly" does not exist in namespace`) {
+			return fmt.Errorf("phase %q, Ready %+v", c.Status.Phase, ready)
+		}
+		return nil
+	})
+
+	completedBackup(t, ns, "nightly")
+	want := &agent.RestoreConfig{
+		Store:    agent.StoreConfig{Directory: "/var/lib/pgpilot/restore", Prefix: "pg/old-db"},
+		BackupID: "20250601T000000Z",
+	}
+	testutil.Eventually(t, timeout, func() error {
+		restore, claim, err := restoreOf(ns, c.Name)
+		if err != nil {
+			return err
+		}
+		if diff := cmp.Diff(want, restore); diff != "" || claim != "old-backups" {
+			return fmt.Errorf("restore-store claim %q, restore (-want +got):\n%s", claim, diff)
+		}
+		return nil
+	})
+
+	if err := k8s.Delete(context.Background(), &dbv1.PostgresBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nightly"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := update(ns, c.Name, func(c *dbv1.PostgresCluster) {
+		c.Spec.PostgreSQL.Parameters = map[string]string{"work_mem": "8MB"}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, timeout, func() error {
+		var cm corev1.ConfigMap
+		if err := get(ns, dbv1.NamesOf(c.Name).ConfigMap(), &cm); err != nil {
+			return err
+		}
+		if !strings.Contains(cm.Data["config.json"], `"work_mem":"8MB"`) {
+			return fmt.Errorf("config.json without the new parameter: %s", cm.Data["config.json"])
+		}
+		return nil
+	})
+	restore, claim, err := restoreOf(ns, c.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, restore); diff != "" || claim != "old-backups" {
+		t.Errorf("after the PostgresBackup was deleted: restore-store claim %q, restore (-want +got):\n%s", claim, diff)
 	}
 }

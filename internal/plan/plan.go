@@ -1,0 +1,461 @@
+// Package plan makes the decisions the postgrescluster chart cannot make in a template:
+// the names of a cluster's objects, the PostgreSQL image, the config.json its agents
+// read, the backup and restore stores its pods mount, and the volume claim template an
+// existing StatefulSet keeps. The Helm reconciler makes a plan through
+// helm-operator-plugins' value translator (Translator) and hands it to the chart as
+// .Values.plan; the templates only render it.
+//
+// Making a plan is split in two: Observe reads what already exists in the cluster's
+// namespace, Decide is a pure function of the values and what was observed.
+package plan
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/agent"
+)
+
+// Plan is what the chart renders besides the values: .Values.plan.
+type Plan struct {
+	Names Names `json:"names"`
+	// Image is the PostgreSQL container's image; AgentImage the operator's, which holds the
+	// agent the init container copies into the pod.
+	Image      string `json:"image"`
+	AgentImage string `json:"agentImage"`
+	// Config is config.json, what every agent of the cluster reads.
+	Config agent.ClusterConfig `json:"config"`
+	// Volumes and VolumeMounts are the backup and restore stores the postgres container
+	// mounts, after the volumes every instance has.
+	Volumes      []corev1.Volume      `json:"volumes"`
+	VolumeMounts []corev1.VolumeMount `json:"volumeMounts"`
+	// Storage is the StatefulSet's volume claim template.
+	Storage Storage `json:"storage"`
+}
+
+// Names are the names of the cluster's objects, from dbv1.Names.
+type Names struct {
+	Cluster                  string `json:"cluster"`
+	StatefulSet              string `json:"statefulSet"`
+	ConfigMap                string `json:"configMap"`
+	PrimaryLease             string `json:"primaryLease"`
+	ReadWriteService         string `json:"readWriteService"`
+	ReadOnlyService          string `json:"readOnlyService"`
+	ReadService              string `json:"readService"`
+	HeadlessService          string `json:"headlessService"`
+	SuperuserSecret          string `json:"superuserSecret"`
+	ReplicationSecret        string `json:"replicationSecret"`
+	AppSecret                string `json:"appSecret"`
+	AgentTokenSecret         string `json:"agentTokenSecret"`
+	ServiceAccount           string `json:"serviceAccount"`
+	PrimaryDisruptionBudget  string `json:"primaryDisruptionBudget"`
+	ReplicasDisruptionBudget string `json:"replicasDisruptionBudget"`
+	// Instances are the pod names of the spec's replicas, by ordinal.
+	Instances []string `json:"instances"`
+}
+
+// Storage is the size and class of each instance's data volume.
+type Storage struct {
+	Size string `json:"size"`
+	// StorageClassName is empty for the cluster's default class.
+	StorageClassName string `json:"storageClassName,omitempty"`
+}
+
+// Values are the chart's values as the Helm reconciler passes them: the PostgresCluster's
+// spec coalesced with values.yaml, and the operator block of watches.yaml.
+type Values struct {
+	dbv1.PostgresClusterSpec
+	Operator Operator `json:"operator"`
+}
+
+// Operator is what the operator adds to the values through watches.yaml overrideValues,
+// from its RELATED_IMAGE_* environment.
+type Operator struct {
+	AgentImage string `json:"agentImage"`
+	// PostgresImages are the operator's images by major version; DefaultPostgresImages
+	// the chart's, used where the operator has none.
+	PostgresImages        map[string]string `json:"postgresImages"`
+	DefaultPostgresImages map[string]string `json:"defaultPostgresImages"`
+}
+
+// Cluster is the PostgresCluster a plan is made for.
+type Cluster struct {
+	Name, Namespace string
+}
+
+// Observed is what a plan depends on besides the values: objects already in the
+// cluster's namespace. The zero value is a cluster that was never deployed.
+type Observed struct {
+	// ConfigMap is the deployed config.json's ConfigMap.
+	ConfigMap *corev1.ConfigMap
+	// StatefulSet is the deployed StatefulSet.
+	StatefulSet *appsv1.StatefulSet
+	// Backup is the PostgresBackup bootstrap.fromBackup.backupName names, when it
+	// exists and the ConfigMap holds no restore yet.
+	Backup *dbv1.PostgresBackup
+}
+
+// Decide makes the plan of cluster from its values and what exists. An error is a spec
+// the chart cannot render, said so that the user knows what to change.
+func Decide(cluster Cluster, v Values, observed Observed) (*Plan, error) {
+	if v.Version == "" {
+		return nil, fmt.Errorf(`version is required: the PostgreSQL major version, e.g. "16"`)
+	}
+	image, err := postgresImage(v)
+	if err != nil {
+		return nil, err
+	}
+	if v.Operator.AgentImage == "" {
+		return nil, fmt.Errorf("operator.agentImage is required: the operator sets it from RELATED_IMAGE_AGENT")
+	}
+	p := &Plan{
+		Names:        namesOf(cluster.Name, int(v.Replicas)),
+		Image:        image,
+		AgentImage:   v.Operator.AgentImage,
+		Config:       clusterConfig(cluster.Name, v),
+		Volumes:      []corev1.Volume{},
+		VolumeMounts: []corev1.VolumeMount{},
+		Storage:      storage(v.Storage, observed.StatefulSet),
+	}
+	backupClaim := ""
+	if b := v.Backup; b != nil {
+		store, err := mountStore(p, b.Store, "backup.store", cluster.Name, backupRole, false)
+		if err != nil {
+			return nil, err
+		}
+		p.Config.Backup = &agent.BackupConfig{Store: store}
+		if b.Store.Volume != nil {
+			backupClaim = b.Store.Volume.ClaimName
+		}
+	}
+	if from := v.Bootstrap.FromBackup; from != nil {
+		if err := planRestore(p, cluster, from, backupClaim, observed); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+func namesOf(cluster string, replicas int) Names {
+	n := dbv1.NamesOf(cluster)
+	instances := make([]string, replicas)
+	for i := range instances {
+		instances[i] = n.Instance(i)
+	}
+	return Names{
+		Cluster:                  n.Cluster,
+		StatefulSet:              n.StatefulSet(),
+		ConfigMap:                n.ConfigMap(),
+		PrimaryLease:             n.PrimaryLease(),
+		ReadWriteService:         n.ReadWriteService(),
+		ReadOnlyService:          n.ReadOnlyService(),
+		ReadService:              n.ReadService(),
+		HeadlessService:          n.HeadlessService(),
+		SuperuserSecret:          n.SuperuserSecret(),
+		ReplicationSecret:        n.ReplicationSecret(),
+		AppSecret:                n.AppSecret(),
+		AgentTokenSecret:         n.AgentTokenSecret(),
+		ServiceAccount:           n.InstanceServiceAccount(),
+		PrimaryDisruptionBudget:  n.PrimaryDisruptionBudget(),
+		ReplicasDisruptionBudget: n.ReplicasDisruptionBudget(),
+		Instances:                instances,
+	}
+}
+
+// postgresImage is the first of spec.image, the operator's image for the version and the
+// chart's default for it.
+func postgresImage(v Values) (string, error) {
+	for _, image := range []string{v.Image, v.Operator.PostgresImages[v.Version], v.Operator.DefaultPostgresImages[v.Version]} {
+		if image != "" {
+			return image, nil
+		}
+	}
+	return "", fmt.Errorf("no PostgreSQL image for version %q: set spec.image, or give the operator RELATED_IMAGE_POSTGRES_%s", v.Version, v.Version)
+}
+
+func clusterConfig(cluster string, v Values) agent.ClusterConfig {
+	n := dbv1.NamesOf(cluster)
+	c := agent.ClusterConfig{
+		ClusterName:         cluster,
+		Version:             v.Version,
+		Replicas:            int(v.Replicas),
+		Parameters:          v.PostgreSQL.Parameters,
+		SynchronousReplicas: int(v.PostgreSQL.SynchronousReplicas),
+		IdleSlotTimeout:     agent.DefaultIdleSlotTimeout.String(),
+		Bootstrap:           agent.Bootstrap{Database: v.Bootstrap.Database, Owner: v.Bootstrap.Owner},
+		PrimaryLease:        n.PrimaryLease(),
+	}
+	if c.Parameters == nil {
+		c.Parameters = map[string]string{}
+	}
+	if t := v.PostgreSQL.IdleSlotTimeout; t != nil {
+		c.IdleSlotTimeout = t.Duration.String()
+	}
+	c.Services.ReadWrite = n.ReadWriteService()
+	c.Services.Headless = n.HeadlessService()
+	return c
+}
+
+// storage is the volume claim template: the spec's for a new StatefulSet; an existing
+// one keeps the size and class it was created with, as the template is immutable and a
+// Helm upgrade would fail on it. Volumes grow by resizing each claim, not the template.
+func storage(spec dbv1.StorageSpec, existing *appsv1.StatefulSet) Storage {
+	var s Storage
+	if spec.Size != nil {
+		s.Size = spec.Size.String()
+	}
+	if spec.StorageClassName != nil {
+		s.StorageClassName = *spec.StorageClassName
+	}
+	if existing == nil {
+		return s
+	}
+	for _, claim := range existing.Spec.VolumeClaimTemplates {
+		if claim.Name != dataVolume {
+			continue
+		}
+		if size, ok := claim.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
+			s.Size = size.String()
+		}
+		s.StorageClassName = ptr.Deref(claim.Spec.StorageClassName, "")
+	}
+	return s
+}
+
+// dataVolume is the StatefulSet's volume claim template (dbv1.Names.VolumeClaim).
+const dataVolume = "data"
+
+// What a store is mounted for: it names its volumes and where they are mounted.
+const (
+	backupRole  = "backup"
+	restoreRole = "restore"
+)
+
+// mountStore adds the volumes store needs to p, mounted for role, and returns where the
+// agent finds it. field names the store in errors; cluster is the cluster whose
+// directory in the store is used. A shared store is a volume already mounted as the
+// backup store (a restore from the claim the backups go to).
+func mountStore(p *Plan, store dbv1.BackupStore, field, cluster, role string, shared bool) (agent.StoreConfig, error) {
+	config := agent.StoreConfig{Prefix: path.Join(store.Path, cluster)}
+	switch {
+	case store.S3 != nil && store.Volume == nil:
+		s3, err := mountS3(p, *store.S3, field, role)
+		if err != nil {
+			return config, err
+		}
+		config.S3 = s3
+	case store.Volume != nil && store.S3 == nil:
+		if store.Volume.ClaimName == "" {
+			return config, fmt.Errorf("%s.volume.claimName is required", field)
+		}
+		if shared {
+			config.Directory = storeDirectory(backupRole)
+			return config, nil
+		}
+		config.Directory = storeDirectory(role)
+		name := role + "-store"
+		p.Volumes = append(p.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: store.Volume.ClaimName},
+		}})
+		// Backups write to their store; a restore only reads the source's.
+		p.VolumeMounts = append(p.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: config.Directory, ReadOnly: role == restoreRole})
+	default:
+		return config, fmt.Errorf("%s needs exactly one of volume or s3", field)
+	}
+	return config, nil
+}
+
+func storeDirectory(role string) string { return "/var/lib/pgpilot/" + role }
+
+// mountS3 mounts the keys of an S3 store's Secrets as the files the agent reads: the
+// pod names the Secrets, the plan never reads them.
+func mountS3(p *Plan, s3 dbv1.S3Store, field, role string) (*agent.S3StoreConfig, error) {
+	switch {
+	case s3.Endpoint == "":
+		return nil, fmt.Errorf("%s.s3.endpoint is required", field)
+	case s3.Bucket == "":
+		return nil, fmt.Errorf("%s.s3.bucket is required", field)
+	case s3.Credentials.SecretName == "":
+		return nil, fmt.Errorf("%s.s3.credentials.secretName is required", field)
+	}
+	config := &agent.S3StoreConfig{
+		Endpoint:       s3.Endpoint,
+		Bucket:         s3.Bucket,
+		Region:         s3.Region,
+		CredentialsDir: "/etc/pgpilot/" + role + "-credentials",
+	}
+	mountSecret(p, role+"-credentials", config.CredentialsDir, s3.Credentials.SecretName,
+		corev1.KeyToPath{Key: orDefault(s3.Credentials.AccessKeyIDKey, "AWS_ACCESS_KEY_ID"), Path: "ACCESS_KEY_ID"},
+		corev1.KeyToPath{Key: orDefault(s3.Credentials.SecretAccessKeyKey, "AWS_SECRET_ACCESS_KEY"), Path: "SECRET_ACCESS_KEY"})
+	if s3.TLS == nil {
+		return config, nil
+	}
+	config.InsecureSkipVerify = s3.TLS.InsecureSkipVerify
+	if ca := s3.TLS.CASecret; ca != nil {
+		if ca.Name == "" {
+			return nil, fmt.Errorf("%s.s3.tls.caSecret.name is required", field)
+		}
+		dir := "/etc/pgpilot/" + role + "-ca"
+		config.CAFile = dir + "/ca.crt"
+		mountSecret(p, role+"-ca", dir, ca.Name, corev1.KeyToPath{Key: orDefault(ca.Key, "ca.crt"), Path: "ca.crt"})
+	}
+	return config, nil
+}
+
+// secretMode lets the postgres user (the pod's fsGroup) read a mounted Secret, no one
+// else.
+const secretMode int32 = 0o440
+
+func mountSecret(p *Plan, name, dir, secret string, items ...corev1.KeyToPath) {
+	p.Volumes = append(p.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
+		Secret: &corev1.SecretVolumeSource{SecretName: secret, Items: items, DefaultMode: ptr.To(secretMode)},
+	}})
+	p.VolumeMounts = append(p.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: dir, ReadOnly: true})
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// planRestore adds the restore of spec.bootstrap.fromBackup to p.
+//
+// fromBackup only matters when the cluster is created, but the plan is made again on
+// every reconcile. A restore from backupName is resolved once: a cluster already
+// deployed with it keeps what it was deployed with (the ConfigMap's restore block and
+// the StatefulSet's restore volumes), so the PostgresBackup may be deleted or change
+// afterwards. fromBackup.store cannot change: it is always planned from the values.
+func planRestore(p *Plan, cluster Cluster, from *dbv1.FromBackup, backupClaim string, observed Observed) error {
+	if from.BackupName != "" {
+		if restore := deployedRestore(observed.ConfigMap); restore != nil {
+			p.Config.Restore = restore
+			keepRestoreVolumes(p, observed.StatefulSet)
+			return nil
+		}
+	}
+	source, err := restoreSource(cluster, from, observed.Backup)
+	if err != nil {
+		return err
+	}
+	// A restore from the claim the backups go to reads it where the backups mount it.
+	shared := backupClaim != "" && source.store.Volume != nil && source.store.Volume.ClaimName == backupClaim
+	store, err := mountStore(p, source.store, source.field, source.clusterName, restoreRole, shared)
+	if err != nil {
+		return err
+	}
+	restore := &agent.RestoreConfig{Store: store, BackupID: source.backupID, TargetLSN: from.TargetLSN}
+	if from.TargetTime != nil {
+		restore.TargetTime = from.TargetTime.UTC().Format(time.RFC3339)
+	}
+	p.Config.Restore = restore
+	return nil
+}
+
+// deployedRestore is the restore block of the deployed config.json, nil when there is
+// none (the cluster's first render resolves the PostgresBackup).
+func deployedRestore(cm *corev1.ConfigMap) *agent.RestoreConfig {
+	if cm == nil || cm.Data[configFile] == "" {
+		return nil
+	}
+	var config agent.ClusterConfig
+	if err := json.Unmarshal([]byte(cm.Data[configFile]), &config); err != nil {
+		return nil
+	}
+	return config.Restore
+}
+
+// configFile is the ConfigMap's key the agents read.
+const configFile = "config.json"
+
+// keepRestoreVolumes adds the restore volumes (restore-*) the deployed StatefulSet's
+// postgres container mounts: until its recovery ends, a restarted first primary reads
+// the source's archive again. A StatefulSet deleted while its ConfigMap stays is planned
+// again without them: neither the PostgresBackup's store nor its Secrets are known any
+// more.
+func keepRestoreVolumes(p *Plan, sts *appsv1.StatefulSet) {
+	if sts == nil {
+		return
+	}
+	pod := sts.Spec.Template.Spec
+	mounts := map[string]corev1.VolumeMount{}
+	for _, c := range pod.Containers {
+		if c.Name == postgresContainer {
+			for _, m := range c.VolumeMounts {
+				mounts[m.Name] = m
+			}
+		}
+	}
+	for _, v := range pod.Volumes {
+		m, mounted := mounts[v.Name]
+		if !mounted || !isRestoreVolume(v) {
+			continue
+		}
+		p.Volumes = append(p.Volumes, v)
+		p.VolumeMounts = append(p.VolumeMounts, corev1.VolumeMount{Name: m.Name, MountPath: m.MountPath, ReadOnly: m.ReadOnly})
+	}
+}
+
+// postgresContainer is the instance pod's container that runs the agent and PostgreSQL.
+const postgresContainer = "postgres"
+
+func isRestoreVolume(v corev1.Volume) bool {
+	return strings.HasPrefix(v.Name, restoreRole+"-") && (v.PersistentVolumeClaim != nil || v.Secret != nil)
+}
+
+// restoreFrom is where a new cluster restores from.
+type restoreFrom struct {
+	store dbv1.BackupStore
+	// clusterName is the cluster whose backups the store holds.
+	clusterName string
+	// backupID is the base backup to start from; empty picks one.
+	backupID string
+	// field names the store in errors.
+	field string
+}
+
+// restoreSource is the source fromBackup names: a Completed PostgresBackup of the
+// namespace (backup, nil when it does not exist), or a store and a cluster name.
+func restoreSource(cluster Cluster, from *dbv1.FromBackup, backup *dbv1.PostgresBackup) (restoreFrom, error) {
+	if from.BackupName == "" {
+		if from.Store == nil {
+			return restoreFrom{}, fmt.Errorf("bootstrap.fromBackup needs backupName or store")
+		}
+		if from.ClusterName == "" {
+			return restoreFrom{}, fmt.Errorf("bootstrap.fromBackup.store needs clusterName: the name of the cluster whose backups are in the store")
+		}
+		return restoreFrom{store: *from.Store, clusterName: from.ClusterName, backupID: from.BackupID, field: "bootstrap.fromBackup.store"}, nil
+	}
+	name := from.BackupName
+	if backup == nil {
+		return restoreFrom{}, fmt.Errorf("bootstrap.fromBackup.backupName: PostgresBackup %q does not exist in namespace %q: name a Completed PostgresBackup of this namespace, or restore with bootstrap.fromBackup.store and clusterName", name, cluster.Namespace)
+	}
+	phase := backup.Status.Phase
+	if phase == "" {
+		phase = dbv1.BackupPending
+	}
+	if phase != dbv1.BackupCompleted {
+		return restoreFrom{}, fmt.Errorf("bootstrap.fromBackup.backupName: PostgresBackup %q is %s, not Completed: wait for it to complete or name another backup", name, phase)
+	}
+	if backup.Status.Store == nil {
+		return restoreFrom{}, fmt.Errorf("bootstrap.fromBackup.backupName: PostgresBackup %q is Completed but has no status.store: name another backup", name)
+	}
+	if from.BackupID != "" && from.BackupID != backup.Status.BackupID {
+		return restoreFrom{}, fmt.Errorf("bootstrap.fromBackup.backupID %q is not the backupID %q of PostgresBackup %q: leave backupID out when naming a backup", from.BackupID, backup.Status.BackupID, name)
+	}
+	return restoreFrom{
+		store:       *backup.Status.Store,
+		clusterName: backup.Spec.Cluster.Name,
+		backupID:    backup.Status.BackupID,
+		field:       fmt.Sprintf("PostgresBackup %q status.store", name),
+	}, nil
+}

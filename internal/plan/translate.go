@@ -1,0 +1,183 @@
+package plan
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/operator-framework/helm-operator-plugins/pkg/reconciler"
+	helmchart "helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chartutil"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+)
+
+// Translator is the PostgresCluster chart's helm-operator-plugins value translator: the
+// custom resource's spec (with watches.yaml's overrideValues already applied), and the
+// plan made from it under "plan".
+type Translator struct {
+	// Chart is the chart the values are for: its values.yaml fills what the spec leaves
+	// out before the plan is made.
+	Chart *helmchart.Chart
+	// Reader reads what exists; the API server itself, not a cache, so that the plan
+	// never starts informers on every ConfigMap and StatefulSet of the cluster.
+	Reader client.Reader
+}
+
+// Translate implements values.Translator.
+func (t Translator) Translate(ctx context.Context, obj *unstructured.Unstructured) (chartutil.Values, error) {
+	spec, _, err := unstructured.NestedMap(obj.Object, "spec")
+	if err != nil {
+		return nil, fmt.Errorf("reading the spec: %w", err)
+	}
+	values, typed, err := coalesce(t.Chart, spec)
+	if err != nil {
+		return nil, err
+	}
+	cluster := Cluster{Name: obj.GetName(), Namespace: obj.GetNamespace()}
+	observed, err := Observe(ctx, t.Reader, cluster, typed)
+	if err != nil {
+		return nil, err
+	}
+	return withPlan(values, cluster, typed, observed)
+}
+
+// ChartValues are the values the chart renders cluster with: spec coalesced with the
+// chart's values.yaml, and the plan made from them and observed. It is Translate without
+// the reads, for renders outside a cluster.
+func ChartValues(ch *helmchart.Chart, cluster Cluster, spec map[string]any, observed Observed) (chartutil.Values, error) {
+	values, typed, err := coalesce(ch, spec)
+	if err != nil {
+		return nil, err
+	}
+	return withPlan(values, cluster, typed, observed)
+}
+
+func coalesce(ch *helmchart.Chart, spec map[string]any) (chartutil.Values, Values, error) {
+	var typed Values
+	values, err := chartutil.CoalesceValues(ch, spec)
+	if err != nil {
+		return nil, typed, fmt.Errorf("coalescing the values: %w", err)
+	}
+	raw, err := json.Marshal(values)
+	if err != nil {
+		return nil, typed, err
+	}
+	if err := json.Unmarshal(raw, &typed); err != nil {
+		return nil, typed, fmt.Errorf("reading the values: %w", err)
+	}
+	return values, typed, nil
+}
+
+func withPlan(values chartutil.Values, cluster Cluster, typed Values, observed Observed) (chartutil.Values, error) {
+	p, err := Decide(cluster, typed, observed)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	var tree map[string]any
+	if err := json.Unmarshal(raw, &tree); err != nil {
+		return nil, err
+	}
+	values["plan"] = tree
+	return values, nil
+}
+
+// Observe reads what the plan of cluster depends on: its deployed ConfigMap and
+// StatefulSet and, for a restore from a PostgresBackup not yet deployed, that backup.
+// What does not exist is left nil.
+func Observe(ctx context.Context, r client.Reader, cluster Cluster, v Values) (Observed, error) {
+	var observed Observed
+	names := dbv1.NamesOf(cluster.Name)
+	var err error
+	if observed.ConfigMap, err = get(ctx, r, cluster.Namespace, names.ConfigMap(), &corev1.ConfigMap{}); err != nil {
+		return observed, err
+	}
+	if observed.StatefulSet, err = get(ctx, r, cluster.Namespace, names.StatefulSet(), &appsv1.StatefulSet{}); err != nil {
+		return observed, err
+	}
+	from := v.Bootstrap.FromBackup
+	if from == nil || from.BackupName == "" || deployedRestore(observed.ConfigMap) != nil {
+		return observed, nil
+	}
+	observed.Backup, err = getBackup(ctx, r, cluster.Namespace, from.BackupName)
+	return observed, err
+}
+
+// getBackup reads a PostgresBackup, nil when it does not exist. It is read unstructured:
+// the Helm manager's scheme holds the Kubernetes types only (helm-operator-plugins
+// registers each watched kind there as unstructured, and a typed registration of the
+// group would clash with it).
+func getBackup(ctx context.Context, r client.Reader, namespace, name string) (*dbv1.PostgresBackup, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(dbv1.GroupVersion.WithKind("PostgresBackup"))
+	u, err := get(ctx, r, namespace, name, u)
+	if u == nil || err != nil {
+		return nil, err
+	}
+	var b dbv1.PostgresBackup
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &b); err != nil {
+		return nil, fmt.Errorf("reading PostgresBackup %s/%s: %w", namespace, name, err)
+	}
+	return &b, nil
+}
+
+// get reads namespace/name into obj: nil when it does not exist.
+func get[T client.Object](ctx context.Context, r client.Reader, namespace, name string, obj T) (T, error) {
+	var none T
+	err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, obj)
+	if apierrors.IsNotFound(err) {
+		return none, nil
+	}
+	if err != nil {
+		return none, fmt.Errorf("reading %T %s/%s: %w", obj, namespace, name, err)
+	}
+	return obj, nil
+}
+
+// RestoreSourceWatch makes the Helm reconciler of the cluster kind gvk reconcile, at
+// every change of a PostgresBackup, the clusters of its namespace that restore from it
+// (bootstrap.fromBackup.backupName). Without it a cluster created before its backup
+// completed would wait for the backoff of its failed plans, which reaches minutes.
+// PostgresBackups are watched unstructured, like everything in the Helm manager.
+func RestoreSourceWatch(c cache.Cache, clusters client.Reader, gvk schema.GroupVersionKind) reconciler.ControllerSetupFunc {
+	return func(setup reconciler.ControllerSetup) error {
+		backup := &unstructured.Unstructured{}
+		backup.SetGroupVersionKind(dbv1.GroupVersion.WithKind("PostgresBackup"))
+		restoring := func(ctx context.Context, b client.Object) []reconcile.Request {
+			return clustersRestoringFrom(ctx, clusters, gvk, b.GetNamespace(), b.GetName())
+		}
+		return setup.Watch(source.Kind[client.Object](c, backup, handler.EnqueueRequestsFromMapFunc(restoring)))
+	}
+}
+
+func clustersRestoringFrom(ctx context.Context, r client.Reader, gvk schema.GroupVersionKind, namespace, backup string) []reconcile.Request {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	if err := r.List(ctx, list, client.InNamespace(namespace)); err != nil {
+		log.FromContext(ctx).Error(err, "Listing the clusters that may restore from a PostgresBackup failed", "postgresBackup", backup)
+		return nil
+	}
+	var requests []reconcile.Request
+	for _, c := range list.Items {
+		if name, _, _ := unstructured.NestedString(c.Object, "spec", "bootstrap", "fromBackup", "backupName"); name == backup {
+			requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
+		}
+	}
+	return requests
+}
