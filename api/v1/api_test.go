@@ -38,10 +38,13 @@ func submatches(ms [][]string) []string {
 func TestManagedParametersMatchTheCRDRule(t *testing.T) {
 	crd := loadCRD(t)
 	params := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["postgresql"].Properties["parameters"]
-	if len(params.XValidations) != 1 {
-		t.Fatalf("want one rule on spec.postgresql.parameters, got %d", len(params.XValidations))
+	i := slices.IndexFunc(params.XValidations, func(r apiextensionsv1.ValidationRule) bool {
+		return strings.HasPrefix(r.Message, "parameters managed by pgpilot")
+	})
+	if i < 0 {
+		t.Fatalf("no rule on spec.postgresql.parameters refuses the managed parameters: %+v", params.XValidations)
 	}
-	rule := params.XValidations[0]
+	rule := params.XValidations[i]
 	ruleNames := regexp.MustCompile(`'([a-z_]+)'`).FindAllStringSubmatch(rule.Rule, -1)
 	_, listed, _ := strings.Cut(rule.Message, ": ")
 	for what, names := range map[string][]string{"rule": submatches(ruleNames), "message": strings.Split(listed, ", ")} {
@@ -72,5 +75,53 @@ func TestCRDNamesAndColumns(t *testing.T) {
 	}
 	if v.Subresources == nil || v.Subresources.Status == nil {
 		t.Error("the status subresource is not enabled")
+	}
+}
+
+func TestCheckParameters(t *testing.T) {
+	tests := []struct {
+		name    string
+		pg      dbv1.PostgreSQLSpec
+		wantErr string
+	}{
+		{name: "none", pg: dbv1.PostgreSQLSpec{}},
+		{name: "settings and a module's", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"work_mem": "8MB", "pg_stat_statements.max": "5000", "fsync": "ON"}}},
+		{name: "synchronous_commit off, asynchronous", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"synchronous_commit": "off"}}},
+		{name: "remote_write, synchronous", pg: dbv1.PostgreSQLSpec{SynchronousReplicas: 1, Parameters: map[string]string{"synchronous_commit": "remote_write"}}},
+		{name: "unsafe, allowed", pg: dbv1.PostgreSQLSpec{AllowUnsafeDurability: true, SynchronousReplicas: 1,
+			Parameters: map[string]string{"fsync": "off", "full_page_writes": "false", "synchronous_commit": "local"}}},
+		{name: "a newline in a name", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"x = 1\narchive_command": "y"}},
+			wantErr: `spec.postgresql.parameters: "x = 1\narchive_command" is not a setting name`},
+		{name: "a managed name in capitals", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"RESTORE_COMMAND": "touch /tmp/x"}},
+			wantErr: "RESTORE_COMMAND is managed by pgpilot or runs a shell command"},
+		{name: "a line break in a value", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"application_name": "a\rb"}},
+			wantErr: "the value of application_name must be one line"},
+		{name: "fsync off", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"Fsync": " OFF "}},
+			wantErr: `Fsync = " OFF " can corrupt the data directory in a crash`},
+		{name: "full_page_writes 0", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"full_page_writes": "0"}},
+			wantErr: `full_page_writes = "0" can corrupt`},
+		{name: "synchronous_commit local, synchronous", pg: dbv1.PostgreSQLSpec{SynchronousReplicas: 2, Parameters: map[string]string{"synchronous_commit": "local"}},
+			wantErr: `synchronous_commit = "local" acknowledges commits that no replica has, which a failover loses although synchronousReplicas is 2`},
+		{name: "two problems, both said", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"fsync": "off", "archive_cleanup_command": "rm -rf /"}},
+			wantErr: `spec.postgresql.parameters: archive_cleanup_command is managed by pgpilot or runs a shell command, in any case: remove it; fsync = "off"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.pg.CheckParameters()
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("CheckParameters() = %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestParameterName(t *testing.T) {
+	for name, ok := range map[string]bool{
+		"work_mem": true, "pg_stat_statements.max": true, "_x$1": true, "a.b.c": true,
+		"1abc": false, "work-mem": false, "x = 1\narchive_command": false, "": false, "a.": false, ".a": false,
+	} {
+		if dbv1.ParameterName.MatchString(name) != ok {
+			t.Errorf("ParameterName.MatchString(%q) = %v, want %v", name, !ok, ok)
+		}
 	}
 }

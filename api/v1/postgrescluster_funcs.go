@@ -1,7 +1,12 @@
 package v1
 
 import (
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -148,15 +153,67 @@ func (c *PostgresCluster) VolumeClaimName(i int) string { return c.Names().Volum
 // ManagedParameters are the postgresql.conf settings pgpilot sets itself; the CRD
 // refuses them in spec.postgresql.parameters. The CEL rule on that field lists the same
 // names (a test keeps the two in step).
+// Names are compared case-insensitively, as PostgreSQL does. The ones that run a shell
+// command (archive_command, archive_cleanup_command, recovery_end_command,
+// restore_command, ssl_passphrase_command) or load a module to archive with
+// (archive_library) are among them: a parameter must never run code.
 var ManagedParameters = []string{
-	"archive_command", "archive_mode", "cluster_name", "config_file", "data_directory",
+	"archive_cleanup_command", "archive_command", "archive_library", "archive_mode",
+	"cluster_name", "config_file", "data_directory",
 	"external_pid_file", "hba_file", "hot_standby", "ident_file", "listen_addresses",
 	"logging_collector", "max_replication_slots", "max_wal_senders", "port",
-	"primary_conninfo", "primary_slot_name", "promote_trigger_file", "recovery_target",
+	"primary_conninfo", "primary_slot_name", "promote_trigger_file", "recovery_end_command",
+	"recovery_target",
 	"recovery_target_action", "recovery_target_inclusive", "recovery_target_lsn",
 	"recovery_target_name", "recovery_target_time", "recovery_target_timeline",
-	"recovery_target_xid", "restore_command", "synchronous_standby_names",
+	"recovery_target_xid", "restore_command", "ssl_passphrase_command",
+	"synchronous_standby_names",
 	"unix_socket_directories", "wal_level", "wal_log_hints",
+}
+
+// ParameterName is the syntax of a PostgreSQL setting's name: an identifier, or a
+// module's prefix, a dot and an identifier (pg_stat_statements.max). The CRD's rule on
+// spec.postgresql.parameters uses the same expression.
+var ParameterName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]*([.][A-Za-z_][A-Za-z0-9_$]*)*$`)
+
+// CheckParameters says what is wrong with spec.postgresql.parameters beyond what the CRD
+// checks: every name is a setting's name and none is managed in another case, every
+// value is one line, and none weakens durability unless AllowUnsafeDurability. Nil when
+// nothing is.
+func (pg PostgreSQLSpec) CheckParameters() error {
+	names := slices.Sorted(maps.Keys(pg.Parameters))
+	var problems []string
+	for _, name := range names {
+		value := pg.Parameters[name]
+		setting := strings.ToLower(name)
+		on := strings.ToLower(strings.TrimSpace(value))
+		switch {
+		case !ParameterName.MatchString(name):
+			problems = append(problems, fmt.Sprintf("%q is not a setting name: a letter or _, then letters, digits, _ or $; "+
+				"a module's settings after its name and a dot (pg_stat_statements.max)", name))
+		case IsManagedParameter(name):
+			problems = append(problems, fmt.Sprintf("%s is managed by pgpilot or runs a shell command, in any case: remove it", name))
+		case strings.ContainsAny(value, "\r\n"):
+			problems = append(problems, fmt.Sprintf("the value of %s must be one line: remove its line breaks", name))
+		case pg.AllowUnsafeDurability:
+		case (setting == "fsync" || setting == "full_page_writes") && !slices.Contains([]string{"on", "true", "yes", "1"}, on):
+			problems = append(problems, fmt.Sprintf("%s = %q can corrupt the data directory in a crash: remove it, "+
+				"or set spec.postgresql.allowUnsafeDurability: true for a disposable test cluster", name, value))
+		case setting == "synchronous_commit" && pg.SynchronousReplicas > 0 &&
+			!slices.Contains([]string{"on", "remote_apply", "remote_write", "true", "yes", "1"}, on):
+			problems = append(problems, fmt.Sprintf("%s = %q acknowledges commits that no replica has, which a failover loses "+
+				"although synchronousReplicas is %d: use on, remote_write or remote_apply, or set synchronousReplicas to 0", name, value, pg.SynchronousReplicas))
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("spec.postgresql.parameters: %s", strings.Join(problems, "; "))
+}
+
+// IsManagedParameter reports whether name is one of ManagedParameters, in any case.
+func IsManagedParameter(name string) bool {
+	return slices.Contains(ManagedParameters, strings.ToLower(name))
 }
 
 // Bootstrapped reports whether the cluster has been Healthy once (its Bootstrapped

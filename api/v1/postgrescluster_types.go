@@ -108,9 +108,16 @@ type StorageSpec struct {
 // PostgreSQLSpec holds PostgreSQL server settings.
 type PostgreSQLSpec struct {
 	// parameters are postgresql.conf settings. Settings that pgpilot manages itself
-	// (replication, archiving, listening addresses, file locations) are refused.
+	// (replication, archiving, listening addresses, file locations) and settings that
+	// run a shell command are refused, in any case (PostgreSQL's names are
+	// case-insensitive). Names must be setting names, values one line. fsync and
+	// full_page_writes must stay on, and synchronous_commit must wait for a replica when
+	// synchronousReplicas is set, unless allowUnsafeDurability is. The API server refuses
+	// the managed names as written here; the operator checks the rest before it renders
+	// anything, and says what is wrong in the Ready condition (CEL rules over every key
+	// and value exceed the API server's cost budget).
 	// +kubebuilder:validation:MaxProperties=256
-	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k in ['archive_command', 'archive_mode', 'cluster_name', 'config_file', 'data_directory', 'external_pid_file', 'hba_file', 'hot_standby', 'ident_file', 'listen_addresses', 'logging_collector', 'max_replication_slots', 'max_wal_senders', 'port', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'recovery_target', 'recovery_target_action', 'recovery_target_inclusive', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_timeline', 'recovery_target_xid', 'restore_command', 'synchronous_standby_names', 'unix_socket_directories', 'wal_level', 'wal_log_hints']))",message="parameters managed by pgpilot cannot be set: archive_command, archive_mode, cluster_name, config_file, data_directory, external_pid_file, hba_file, hot_standby, ident_file, listen_addresses, logging_collector, max_replication_slots, max_wal_senders, port, primary_conninfo, primary_slot_name, promote_trigger_file, recovery_target, recovery_target_action, recovery_target_inclusive, recovery_target_lsn, recovery_target_name, recovery_target_time, recovery_target_timeline, recovery_target_xid, restore_command, synchronous_standby_names, unix_socket_directories, wal_level, wal_log_hints"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k in ['archive_cleanup_command', 'archive_command', 'archive_library', 'archive_mode', 'cluster_name', 'config_file', 'data_directory', 'external_pid_file', 'hba_file', 'hot_standby', 'ident_file', 'listen_addresses', 'logging_collector', 'max_replication_slots', 'max_wal_senders', 'port', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'recovery_end_command', 'recovery_target', 'recovery_target_action', 'recovery_target_inclusive', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_timeline', 'recovery_target_xid', 'restore_command', 'ssl_passphrase_command', 'synchronous_standby_names', 'unix_socket_directories', 'wal_level', 'wal_log_hints']))",message="parameters managed by pgpilot or that run shell commands cannot be set: archive_cleanup_command, archive_command, archive_library, archive_mode, cluster_name, config_file, data_directory, external_pid_file, hba_file, hot_standby, ident_file, listen_addresses, logging_collector, max_replication_slots, max_wal_senders, port, primary_conninfo, primary_slot_name, promote_trigger_file, recovery_end_command, recovery_target, recovery_target_action, recovery_target_inclusive, recovery_target_lsn, recovery_target_name, recovery_target_time, recovery_target_timeline, recovery_target_xid, restore_command, ssl_passphrase_command, synchronous_standby_names, unix_socket_directories, wal_level, wal_log_hints"
 	// +optional
 	Parameters map[string]string `json:"parameters,omitempty"`
 
@@ -134,6 +141,13 @@ type PostgreSQLSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('168h')",message="idleSlotTimeout must be a duration between 0s and 168h, such as 30m"
 	// +optional
 	IdleSlotTimeout *metav1.Duration `json:"idleSlotTimeout,omitempty"`
+
+	// allowUnsafeDurability lets parameters turn fsync or full_page_writes off, or
+	// synchronous_commit off or local with synchronousReplicas set. A crash can then
+	// corrupt the data, and a failover lose acknowledged writes: for disposable test
+	// clusters only.
+	// +optional
+	AllowUnsafeDurability bool `json:"allowUnsafeDurability,omitempty"`
 }
 
 // BootstrapSpec says how the first instance of a new cluster is initialised.

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 )
 
 // Role of the postgres the agent starts.
@@ -239,10 +241,25 @@ func PostgresqlConf(in ConfInput) string {
 		writeSettings(&b, map[string]string{"archive_timeout": "5min"})
 	}
 	b.WriteString("\n# spec.postgresql.parameters\n")
-	writeSettings(&b, in.Cluster.Parameters)
+	writeSettings(&b, userSettings(in.Cluster.Parameters))
 	b.WriteString("\n# Managed by pgpilot\n")
 	writeSettings(&b, managed(in))
 	return b.String()
+}
+
+// userSettings are the parameters that can be written as they are: the CRD refuses the
+// others, but a config.json made by hand or under an older CRD is not checked by it. A
+// name that is not a setting's could add a line of its own (a newline in it), and a
+// managed setting in another case (ARCHIVE_COMMAND) would stay in force where pgpilot
+// does not set its own: both are left out.
+func userSettings(params map[string]string) map[string]string {
+	out := make(map[string]string, len(params))
+	for k, v := range params {
+		if dbv1.ParameterName.MatchString(k) && !dbv1.IsManagedParameter(k) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func writeSettings(b *strings.Builder, m map[string]string) {

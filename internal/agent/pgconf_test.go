@@ -260,3 +260,29 @@ func TestArchiveAndRecoverySettings(t *testing.T) {
 		}
 	}
 }
+
+// A config.json the CRD did not check (made by hand, or under an older CRD) cannot add
+// lines to postgresql.conf nor keep a managed setting in another case in force.
+func TestUncheckedParametersAreLeftOut(t *testing.T) {
+	in := ConfInput{
+		Cluster: ClusterConfig{Replicas: 1, Parameters: map[string]string{
+			"work_mem":                    "8MB",
+			"pg_stat_statements.max":      "5000",
+			"RESTORE_COMMAND":             "touch /tmp/x",
+			"Archive_Cleanup_Command":     "touch /tmp/y",
+			"x = 1\nrecovery_end_command": "touch /tmp/z",
+		}},
+		Pod: "db-0", Port: 5432, Role: AsPrimary,
+	}
+	conf := PostgresqlConf(in)
+	for _, bad := range []string{"touch", "RESTORE_COMMAND", "Archive_Cleanup_Command", "recovery_end_command"} {
+		if strings.Contains(conf, bad) {
+			t.Errorf("postgresql.conf holds %q:\n%s", bad, conf)
+		}
+	}
+	for _, good := range []string{"work_mem = '8MB'", "pg_stat_statements.max = '5000'"} {
+		if !strings.Contains(conf, good) {
+			t.Errorf("postgresql.conf lacks %q", good)
+		}
+	}
+}

@@ -919,7 +919,7 @@ func wantConfig(replicas int, parameters map[string]string, database, owner stri
 func TestConfigJSON(t *testing.T) {
 	tricky := map[string]string{
 		"application_name":           `it's "quoted"`,
-		"log_line_prefix":            "%m [%p]\n\t%q%u@%d ",
+		"log_line_prefix":            "%m [%p]\t%q%u@%d ",
 		"search_path":                `"$user", public`,
 		"auto_explain.log_format":    `{{ .Release.Name }} {{ fail "x" }}`,
 		"shared_preload_libraries":   `pg_stat_statements,auto_explain`,
@@ -940,7 +940,7 @@ func TestConfigJSON(t *testing.T) {
 	}{
 		{name: "readme example", values: readmeValues(), want: wantConfig(3, map[string]string{}, "app", "app")},
 		{
-			name:   "parameters with quotes, newlines and template syntax",
+			name:   "parameters with quotes, tabs and template syntax (line breaks are refused: TestCheckParameters)",
 			values: readmeValues(withReplicas(2), set("postgresql.parameters", toValues(tricky))),
 			want:   wantConfig(2, tricky, "app", "app"),
 		},

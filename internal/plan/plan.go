@@ -106,6 +106,9 @@ type Observed struct {
 // Decide makes the plan of cluster from its values and what exists. An error is a spec
 // the chart cannot render, said so that the user knows what to change.
 func Decide(cluster Cluster, v Values, observed Observed) (*Plan, error) {
+	if err := v.PostgreSQL.CheckParameters(); err != nil {
+		return nil, err
+	}
 	if v.Version == "" {
 		return nil, fmt.Errorf(`version is required: the PostgreSQL major version, e.g. "16"`)
 	}

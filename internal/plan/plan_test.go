@@ -97,6 +97,11 @@ func TestImages(t *testing.T) {
 			wantErr: "operator.agentImage is required",
 		},
 		{
+			name:    "parameters the CRD does not check",
+			values:  readme(func(v *plan.Values) { v.PostgreSQL.Parameters = map[string]string{"ARCHIVE_COMMAND": "touch /tmp/x"} }),
+			wantErr: "spec.postgresql.parameters: ARCHIVE_COMMAND is managed by pgpilot or runs a shell command",
+		},
+		{
 			name:    "no version",
 			values:  readme(func(v *plan.Values) { v.Version = "" }),
 			wantErr: "version is required",

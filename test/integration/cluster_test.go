@@ -355,13 +355,24 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 		{"negative idle slot timeout", map[string]any{"version": "16", "postgresql": map[string]any{"idleSlotTimeout": "-5m"}}, "idleSlotTimeout must be a duration between 0s and 168h"},
 		{"idle slot timeout over a week", map[string]any{"version": "16", "postgresql": map[string]any{"idleSlotTimeout": "200h"}}, "idleSlotTimeout must be a duration between 0s and 168h"},
 	}
+	postgresql := func(pg map[string]any) map[string]any {
+		return map[string]any{"version": "16", "replicas": int64(3), "postgresql": pg}
+	}
+	parameters := func(kv ...string) map[string]any {
+		m := map[string]any{"work_mem": "8MB"}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return postgresql(map[string]any{"parameters": m})
+	}
+	type invalid = struct {
+		name string
+		spec map[string]any
+		want string
+	}
+	const managed = "parameters managed by pgpilot or that run shell commands cannot be set"
 	for _, p := range dbv1.ManagedParameters {
-		cases = append(cases, struct {
-			name string
-			spec map[string]any
-			want string
-		}{"managed parameter " + p, map[string]any{"version": "16", "postgresql": map[string]any{"parameters": map[string]any{"work_mem": "8MB", p: "x"}}},
-			"parameters managed by pgpilot cannot be set"})
+		cases = append(cases, invalid{"managed parameter " + p, parameters(p, "x"), managed})
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -382,6 +393,44 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 			t.Fatalf("got %v", err)
 		}
 	})
+}
+
+// What the CRD cannot check (its CEL cost budget does not allow a rule over every key
+// and value of a map) the operator checks before it renders anything: the cluster says
+// what is wrong in its Ready condition, and nothing is deployed until it is fixed.
+func TestParametersTheCRDCannotCheck(t *testing.T) {
+	ns := newNamespace(t)
+	for i, params := range []map[string]string{
+		{"RESTORE_COMMAND": "touch /tmp/x"},
+		{"work_mem = 1\narchive_command": "x"},
+		{"application_name": "a\nb"},
+		{"fsync": "off"},
+	} {
+		c := newCluster(ns, fmt.Sprintf("unchecked-%d", i))
+		c.Spec.PostgreSQL.Parameters = params
+		create(t, c)
+		testutil.Eventually(t, timeout, func() error {
+			if err := get(ns, c.Name, c); err != nil {
+				return err
+			}
+			ready := dbv1.FindCondition(c.Status.Conditions, dbv1.ConditionReady)
+			if c.Status.Phase != dbv1.PhaseFailed || ready == nil || !strings.Contains(ready.Message, "spec.postgresql.parameters: ") {
+				return fmt.Errorf("phase %q, Ready %+v", c.Status.Phase, ready)
+			}
+			return nil
+		})
+		if err := get(ns, c.Name, &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
+			t.Errorf("parameters %q: the StatefulSet was rendered (%v)", params, err)
+		}
+	}
+
+	// Fixed, the cluster renders.
+	if err := update(ns, "unchecked-3", func(c *dbv1.PostgresCluster) {
+		c.Spec.PostgreSQL.AllowUnsafeDurability = true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, timeout, func() error { return get(ns, "unchecked-3", &appsv1.StatefulSet{}) })
 }
 
 // Changes that would lose data or cannot be carried out are refused on update.
