@@ -71,14 +71,21 @@ func coalesce(ch *helmchart.Chart, spec map[string]any) (chartutil.Values, Value
 	if err != nil {
 		return nil, typed, fmt.Errorf("coalescing the values: %w", err)
 	}
-	raw, err := json.Marshal(values)
-	if err != nil {
-		return nil, typed, err
-	}
-	if err := json.Unmarshal(raw, &typed); err != nil {
+	if typed, err = viaJSON[Values](values); err != nil {
 		return nil, typed, fmt.Errorf("reading the values: %w", err)
 	}
 	return values, typed, nil
+}
+
+// viaJSON is in as a T: the values' untyped tree and the plan's types meet in JSON.
+func viaJSON[T any](in any) (T, error) {
+	var out T
+	raw, err := json.Marshal(in)
+	if err != nil {
+		return out, err
+	}
+	err = json.Unmarshal(raw, &out)
+	return out, err
 }
 
 func withPlan(values chartutil.Values, cluster Cluster, typed Values, observed Observed) (chartutil.Values, error) {
@@ -86,12 +93,8 @@ func withPlan(values chartutil.Values, cluster Cluster, typed Values, observed O
 	if err != nil {
 		return nil, err
 	}
-	raw, err := json.Marshal(p)
+	tree, err := viaJSON[map[string]any](p)
 	if err != nil {
-		return nil, err
-	}
-	var tree map[string]any
-	if err := json.Unmarshal(raw, &tree); err != nil {
 		return nil, err
 	}
 	values["plan"] = tree
