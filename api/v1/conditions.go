@@ -68,6 +68,8 @@ const (
 	ReasonCredentialsCreated = "CredentialsCreated"
 	ReasonCredentialsAdopted = "CredentialsAdopted"
 	ReasonCredentialsInvalid = "CredentialsInvalid"
+	ReasonCertificateIssued  = "CertificateIssued"
+	ReasonCertificateInvalid = "CertificateInvalid"
 	ReasonPrimaryDesignated  = "PrimaryDesignated"
 	ReasonFailoverPossible   = "FailoverPossible"
 	ReasonFailoverBlocked    = "FailoverBlocked"

@@ -113,6 +113,22 @@ func (n Names) AppSecret() string { return n.Cluster + "-app" }
 // AgentTokenSecret holds the bearer token of the agents' API.
 func (n Names) AgentTokenSecret() string { return n.Cluster + "-agent" }
 
+// CASecret publishes the cluster's CA certificate (ca.crt), which clients verify the
+// server with (sslmode=verify-full). It holds no key.
+func (n Names) CASecret() string { return n.Cluster + "-ca" }
+
+// CAKeySecret holds the cluster's CA certificate and key; only the operator reads it.
+func (n Names) CAKeySecret() string { return n.Cluster + "-ca-key" }
+
+// ServerTLSSecret holds the certificate the operator issues to the instances
+// (tls.crt, tls.key, ca.crt): PostgreSQL serves it unless spec.tls.serverSecretName
+// names another, and the agent API always does.
+func (n Names) ServerTLSSecret() string { return n.Cluster + "-server-tls" }
+
+// ReplicationTLSSecret holds the replication role's client certificate: standbys,
+// pg_basebackup and pg_rewind log in with it, without a password.
+func (n Names) ReplicationTLSSecret() string { return n.Cluster + "-replication-tls" }
+
 // ConfigMap holds the agents' config.json.
 func (n Names) ConfigMap() string { return n.Cluster + "-config" }
 
@@ -166,7 +182,8 @@ var ManagedParameters = []string{
 	"recovery_target",
 	"recovery_target_action", "recovery_target_inclusive", "recovery_target_lsn",
 	"recovery_target_name", "recovery_target_time", "recovery_target_timeline",
-	"recovery_target_xid", "restore_command", "ssl_passphrase_command",
+	"recovery_target_xid", "restore_command",
+	"ssl", "ssl_ca_file", "ssl_cert_file", "ssl_key_file", "ssl_passphrase_command",
 	"synchronous_standby_names",
 	"unix_socket_directories", "wal_level", "wal_log_hints",
 }
@@ -195,6 +212,8 @@ func (pg PostgreSQLSpec) CheckParameters() error {
 			problems = append(problems, fmt.Sprintf("%s is managed by pgpilot or runs a shell command, in any case: remove it", name))
 		case strings.ContainsAny(value, "\r\n"):
 			problems = append(problems, fmt.Sprintf("the value of %s must be one line: remove its line breaks", name))
+		case setting == "ssl_min_protocol_version" && !slices.Contains([]string{"tlsv1.2", "tlsv1.3"}, on):
+			problems = append(problems, fmt.Sprintf("%s = %q allows TLS versions with known weaknesses: use TLSv1.2 or TLSv1.3", name, value))
 		case pg.AllowUnsafeDurability:
 		case (setting == "fsync" || setting == "full_page_writes") && !slices.Contains([]string{"on", "true", "yes", "1"}, on):
 			problems = append(problems, fmt.Sprintf("%s = %q can corrupt the data directory in a crash: remove it, "+

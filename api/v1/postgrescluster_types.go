@@ -84,6 +84,11 @@ type PostgresClusterSpec struct {
 	// retention.
 	// +optional
 	Backup *BackupSpec `json:"backup,omitempty"`
+
+	// tls chooses the certificate PostgreSQL serves; by default the operator issues one
+	// from a CA of the cluster's own, published in the Secret <cluster>-ca (ca.crt).
+	// +optional
+	TLS TLSSpec `json:"tls,omitempty"`
 }
 
 // StorageSpec is the persistent volume of each instance.
@@ -117,7 +122,7 @@ type PostgreSQLSpec struct {
 	// anything, and says what is wrong in the Ready condition (CEL rules over every key
 	// and value exceed the API server's cost budget).
 	// +kubebuilder:validation:MaxProperties=256
-	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k in ['archive_cleanup_command', 'archive_command', 'archive_library', 'archive_mode', 'cluster_name', 'config_file', 'data_directory', 'external_pid_file', 'hba_file', 'hot_standby', 'ident_file', 'listen_addresses', 'logging_collector', 'max_replication_slots', 'max_wal_senders', 'port', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'recovery_end_command', 'recovery_target', 'recovery_target_action', 'recovery_target_inclusive', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_timeline', 'recovery_target_xid', 'restore_command', 'ssl_passphrase_command', 'synchronous_standby_names', 'unix_socket_directories', 'wal_level', 'wal_log_hints']))",message="parameters managed by pgpilot or that run shell commands cannot be set: archive_cleanup_command, archive_command, archive_library, archive_mode, cluster_name, config_file, data_directory, external_pid_file, hba_file, hot_standby, ident_file, listen_addresses, logging_collector, max_replication_slots, max_wal_senders, port, primary_conninfo, primary_slot_name, promote_trigger_file, recovery_end_command, recovery_target, recovery_target_action, recovery_target_inclusive, recovery_target_lsn, recovery_target_name, recovery_target_time, recovery_target_timeline, recovery_target_xid, restore_command, ssl_passphrase_command, synchronous_standby_names, unix_socket_directories, wal_level, wal_log_hints"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k in ['archive_cleanup_command', 'archive_command', 'archive_library', 'archive_mode', 'cluster_name', 'config_file', 'data_directory', 'external_pid_file', 'hba_file', 'hot_standby', 'ident_file', 'listen_addresses', 'logging_collector', 'max_replication_slots', 'max_wal_senders', 'port', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'recovery_end_command', 'recovery_target', 'recovery_target_action', 'recovery_target_inclusive', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_timeline', 'recovery_target_xid', 'restore_command', 'ssl', 'ssl_ca_file', 'ssl_cert_file', 'ssl_key_file', 'ssl_passphrase_command', 'synchronous_standby_names', 'unix_socket_directories', 'wal_level', 'wal_log_hints']))",message="parameters managed by pgpilot or that run shell commands cannot be set: archive_cleanup_command, archive_command, archive_library, archive_mode, cluster_name, config_file, data_directory, external_pid_file, hba_file, hot_standby, ident_file, listen_addresses, logging_collector, max_replication_slots, max_wal_senders, port, primary_conninfo, primary_slot_name, promote_trigger_file, recovery_end_command, recovery_target, recovery_target_action, recovery_target_inclusive, recovery_target_lsn, recovery_target_name, recovery_target_time, recovery_target_timeline, recovery_target_xid, restore_command, ssl, ssl_ca_file, ssl_cert_file, ssl_key_file, ssl_passphrase_command, synchronous_standby_names, unix_socket_directories, wal_level, wal_log_hints"
 	// +optional
 	Parameters map[string]string `json:"parameters,omitempty"`
 
@@ -148,6 +153,28 @@ type PostgreSQLSpec struct {
 	// clusters only.
 	// +optional
 	AllowUnsafeDurability bool `json:"allowUnsafeDurability,omitempty"`
+
+	// superuserNetworkAccess lets the postgres superuser log in over the network (TLS
+	// and its password, from the superuser Secret). Off by default: the superuser logs in
+	// only over the instance's local socket (kubectl exec), so its password is worth
+	// nothing to anyone who reaches port 5432.
+	// +optional
+	SuperuserNetworkAccess bool `json:"superuserNetworkAccess,omitempty"`
+}
+
+// TLSSpec says which certificate PostgreSQL serves. TLS is always on: network
+// connections must use it (hostssl), with TLS 1.2 or later.
+type TLSSpec struct {
+	// serverSecretName names a kubernetes.io/tls Secret in the cluster's namespace, with
+	// tls.crt, tls.key and ca.crt, that PostgreSQL serves instead of the certificate the
+	// operator issues from the cluster's own CA. A cert-manager Certificate writes such
+	// a Secret: set its secretName here. Its names must include the -rw, -ro and -r
+	// Services (and *.<cluster>-headless.<namespace>.svc, which replicas verify the primary
+	// with); ca.crt must verify it. Renewals of the Secret are picked up without a restart.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	ServerSecretName string `json:"serverSecretName,omitempty"`
 }
 
 // BootstrapSpec says how the first instance of a new cluster is initialised.

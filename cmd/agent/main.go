@@ -114,6 +114,7 @@ func run(args []string) error {
 	linger := fs.Duration("linger", 5*time.Second, "How long the agent stays up after postgres stopped on SIGTERM, so that the pod's address refuses connections (instead of dropping them) until every node's proxy stopped sending them here. Shutdown timeout, release and linger must fit the pod's grace period.")
 	leaseProbe := fs.Duration("lease-probe", 5*time.Second, "How often the primary Lease is read besides the watch (API server liveness).")
 	apiAddr := fs.String("api-address", fmt.Sprintf(":%d", agentapi.Port), "Address of the agent's HTTP API.")
+	fs.StringVar(&cfg.TLS.Source, "tls", env("PGPILOT_TLS", "/etc/pgpilot/tls"), "Directory of the mounted certificates: server/ (tls.crt, tls.key, ca.crt) and replication/ (the replication role's client certificate and the cluster's CA).")
 	tokenFile := fs.String("token-file", "/etc/pgpilot/agent/token", "Bearer token the operator uses for promote/fence/demote; without it those calls are refused.")
 	peers := fs.String("peers", "", "pod=host,... overrides for reaching other instances (tests); default <pod>.<headless Service>.<namespace>.svc.")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for reading the primary Lease; in-cluster config when empty.")
@@ -148,12 +149,17 @@ func run(args []string) error {
 			overrides[k] = v
 		}
 	}
+	cfg.PeerName = func(pod string) string {
+		return pod + "." + cluster.Services.Headless + "." + cfg.Namespace + ".svc"
+	}
 	cfg.PeerHost = func(pod string) string {
 		if h, ok := overrides[pod]; ok {
 			return h
 		}
-		return pod + "." + cluster.Services.Headless + "." + cfg.Namespace + ".svc"
+		return cfg.PeerName(pod)
 	}
+	// postgres reads copies the agent keeps beside its socket (internal/agent.TLSFiles).
+	cfg.TLS.Dir = filepath.Join(cfg.SocketDir, "tls")
 
 	var restCfg *rest.Config
 	if *kubeconfig != "" {

@@ -84,15 +84,14 @@ func (a *Agent) binMajor(ctx context.Context) (string, error) {
 }
 
 func (a *Agent) confInput(role Role, upstream string) ConfInput {
-	host := ""
-	if upstream != "" {
-		host = a.cfg.PeerHost(upstream)
-	}
 	in := ConfInput{
 		Cluster: a.cluster, Pod: a.cfg.PodName, Listen: a.cfg.ListenAddress, Port: a.cfg.Port,
-		Socket: a.cfg.SocketDir, Role: role, PrimaryHost: host,
-		PassFile: a.passFile(), ReplicationUser: a.creds.Replication.Username,
+		Socket: a.cfg.SocketDir, Role: role, TLS: a.cfg.TLS, ReplicationUser: a.creds.Replication.Username,
 		Commands: a.commands(), Recovery: a.recovery,
+	}
+	if upstream != "" {
+		up := a.upstreamOf(upstream)
+		in.Upstream = &up
 	}
 	if _, total, err := volumeSpace(filepath.Dir(a.cfg.PGData)); err == nil {
 		in.VolumeBytes = total
@@ -251,6 +250,15 @@ func (a *Agent) finishPrimaryStart(ctx context.Context, fresh bool) error {
 	return a.maintainPrimary(ctx)
 }
 
+// upstreamOf is how to reach pod's postgres as the replication role.
+func (a *Agent) upstreamOf(pod string) Upstream {
+	u := Upstream{Host: a.cfg.PeerName(pod), Port: a.cfg.Port, User: a.creds.Replication.Username, TLS: a.cfg.TLS}
+	if addr := a.cfg.PeerHost(pod); addr != u.Host {
+		u.Addr = addr
+	}
+	return u
+}
+
 // startStandby starts postgres as a standby of primary, cloning or rewinding first as
 // the data directory needs; primary "" starts it frozen, with no upstream.
 func (a *Agent) startStandby(ctx context.Context, state DataState, primary string) error {
@@ -260,11 +268,11 @@ func (a *Agent) startStandby(ctx context.Context, state DataState, primary strin
 		}
 		return a.runStandby(ctx, "")
 	}
-	host := a.cfg.PeerHost(primary)
+	host := a.upstreamOf(primary)
 	switch state {
 	case DataEmpty:
 		a.log.Info("Cloning from the primary", "primary", primary)
-		if err := a.pg.BaseBackup(ctx, host, a.cfg.Port, a.creds.Replication.Username); err != nil {
+		if err := a.pg.BaseBackup(ctx, host); err != nil {
 			return fmt.Errorf("cloning from %s: %w", primary, err)
 		}
 	case DataPrimary:
@@ -286,7 +294,7 @@ func (a *Agent) startStandby(ctx context.Context, state DataState, primary strin
 			return a.runStandby(ctx, primary)
 		}
 		a.log.Info("Rewinding a former primary to follow the new one", "primary", primary)
-		said, err := a.pg.Rewind(ctx, host, a.cfg.Port, a.creds.Replication.Username)
+		said, err := a.pg.Rewind(ctx, host)
 		if err != nil {
 			a.log.Error(err, "Rewind failed; cloning again", "primary", primary)
 			if err := a.reclone(ctx, host, primary, "pg_rewind failed: "+err.Error()); err != nil {
@@ -316,7 +324,7 @@ func (a *Agent) maintainStandby(ctx context.Context, proc *Process, primary stri
 		a.log.Info("Could not keep the replication slots on this standby", "error", err.Error())
 		a.slotsDone = time.Now()
 	}
-	if fatal := lastFatal(proc.tail.String()); strings.Contains(fatal, "database system identifier differs") {
+	if fatal := lastReceiverFatal(proc.tail.String()); strings.Contains(fatal, "database system identifier differs") {
 		// postgres refuses it by itself; the agent says what it means.
 		return refused("%s holds another database than this standby (its WAL receiver says %q): this instance's data is kept and it does not follow %s. "+
 			"If this instance holds the cluster's data, the primary Lease must name an instance of it (see docs/data-safety.md); "+
@@ -341,7 +349,7 @@ func (a *Agent) maintainStandby(ctx context.Context, proc *Process, primary stri
 	a.walGone = time.Time{}
 	a.log.Info("Cloning again: the primary no longer has the WAL this standby needs", "primary", primary, "waited", walGoneFor.String())
 	a.stopPostgres(StopFast)
-	if err := a.reclone(ctx, a.cfg.PeerHost(primary), primary, "the primary no longer has the WAL this standby needs"); err != nil {
+	if err := a.reclone(ctx, a.upstreamOf(primary), primary, "the primary no longer has the WAL this standby needs"); err != nil {
 		return err
 	}
 	return a.runStandby(ctx, primary)
@@ -352,8 +360,21 @@ func (a *Agent) maintainStandby(ctx context.Context, proc *Process, primary stri
 // has WAL this standby needs. Any later FATAL (the primary restarting, say) means the
 // standby is waiting for something else.
 func walRemovedUpstream(log string) bool {
-	fatal := lastFatal(log)
+	fatal := lastReceiverFatal(log)
 	return strings.Contains(fatal, "requested WAL segment") && strings.Contains(fatal, "has already been removed")
+}
+
+// lastReceiverFatal is lastFatal without the FATALs postgres answers its own clients
+// with while it cannot take connections ("the database system is starting up", "... is
+// not yet accepting connections"): those say nothing of the WAL receiver.
+func lastReceiverFatal(log string) string {
+	lines := strings.Split(log, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if fatal := lastFatal(lines[i]); fatal != "" && !strings.HasPrefix(fatal, "the database system is ") {
+			return fatal
+		}
+	}
+	return ""
 }
 
 // lastFatal is the last line of log with a FATAL message, from the message on; "" when
@@ -408,12 +429,12 @@ func (a *Agent) waitPromoted(ctx context.Context, primary string) error {
 // reclone replaces a data directory that cannot be rewound or catch up by a new clone
 // of primary's. The clone must be of the same database; the old directory is set aside
 // on the volume, never deleted (aside.go).
-func (a *Agent) reclone(ctx context.Context, host, primary, why string) error {
+func (a *Agent) reclone(ctx context.Context, host Upstream, primary, why string) error {
 	own, err := a.pg.SystemIdentifier()
 	if err != nil {
 		return err
 	}
-	peer, err := peerSystem(ctx, host, a.cfg.Port, a.creds.Replication, 0)
+	peer, err := peerSystem(ctx, host, 0)
 	if err != nil {
 		return fmt.Errorf("asking %s for its system identifier: %w", primary, err)
 	}
@@ -426,7 +447,7 @@ func (a *Agent) reclone(ctx context.Context, host, primary, why string) error {
 		return err
 	}
 	a.noteSetAside()
-	if err := a.pg.BaseBackup(ctx, host, a.cfg.Port, a.creds.Replication.Username); err != nil {
+	if err := a.pg.BaseBackup(ctx, host); err != nil {
 		if restore := a.pg.putBack(aside); restore != nil {
 			return errors.Join(fmt.Errorf("cloning from %s: %w", primary, err), fmt.Errorf("putting the data directory back from %s: %w", aside, restore))
 		}

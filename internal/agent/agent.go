@@ -117,6 +117,9 @@ func New(cfg Config, cluster ClusterConfig, creds Credentials, lease LeaseSource
 	}
 }
 
+// tlsCheckInterval is how often the mounted certificates are compared with those in use.
+const tlsCheckInterval = 5 * time.Second
+
 func (a *Agent) passFile() string { return a.cfg.SocketDir + "/.pgpass-pgpilot" }
 
 // wake asks for a step now.
@@ -136,6 +139,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := writeFileAtomic(a.passFile(), []byte(PassFile(a.creds)), 0o600); err != nil {
 		return fmt.Errorf("writing the pgpass file: %w", err)
 	}
+	if _, err := a.cfg.TLS.Sync(); err != nil {
+		return fmt.Errorf("the instance's certificates (the operator's Secrets %s, or spec.tls.serverSecretName): %w", a.cfg.TLS.Source, err)
+	}
+	go a.keepTLS(ctx, tlsCheckInterval)
 	lock, err := Interlock(ctx, a.cfg.PGData, func() {
 		a.log.Info("Waiting for another postgres on this volume to stop (a container of this pod still running?)", "lock", a.cfg.PGData+".lock")
 	})

@@ -36,6 +36,11 @@ type Config struct {
 	SecretsDir string
 	// PeerHost maps an instance's pod name to the host its postgres answers on.
 	PeerHost func(pod string) string
+	// PeerName maps an instance's pod name to the name its certificate is verified
+	// against: <pod>.<headless Service>.<namespace>.svc.
+	PeerName func(pod string) string
+	// TLS are the instance's certificates.
+	TLS TLSFiles
 	// ShutdownTimeout bounds a stop: fast first, then immediate.
 	ShutdownTimeout time.Duration
 	// AgentBinary is this program, run by postgres as archive_command and
@@ -64,8 +69,11 @@ type ClusterConfig struct {
 	// primary keeps WAL for an instance that does not stream. Read with SlotTimeout.
 	IdleSlotTimeout string    `json:"idleSlotTimeout,omitempty"`
 	Bootstrap       Bootstrap `json:"bootstrap"`
-	PrimaryLease    string    `json:"primaryLease"`
-	Services        struct {
+	// SuperuserNetworkAccess lets the superuser log in over the network (TLS and
+	// password); otherwise only over the local socket.
+	SuperuserNetworkAccess bool   `json:"superuserNetworkAccess,omitempty"`
+	PrimaryLease           string `json:"primaryLease"`
+	Services               struct {
 		ReadWrite string `json:"readWrite"`
 		Headless  string `json:"headless"`
 	} `json:"services"`

@@ -16,7 +16,7 @@ type Role int
 const (
 	// AsPrimary starts postgres accepting writes.
 	AsPrimary Role = iota
-	// AsStandby starts postgres streaming from PrimaryHost.
+	// AsStandby starts postgres streaming from its Upstream.
 	AsStandby
 )
 
@@ -28,11 +28,12 @@ type ConfInput struct {
 	Port    int
 	Socket  string
 	Role    Role
-	// PrimaryHost is where a standby streams from.
-	PrimaryHost string
-	// PassFile is the pgpass file standbys authenticate with.
-	PassFile        string
+	// Upstream is where a standby streams from; nil starts it frozen.
+	Upstream *Upstream
+	// ReplicationUser logs in with its client certificate (pg_hba.conf).
 	ReplicationUser string
+	// TLS are the certificates postgres serves and verifies clients with.
+	TLS TLSFiles
 	// Commands are the agent's archive and restore commands.
 	Commands Commands
 	// Recovery is set while a new cluster's first primary recovers from a backup.
@@ -121,6 +122,11 @@ func managed(in ConfInput) map[string]string {
 		"logging_collector":       "off",
 		"archive_mode":            "always",
 		"archive_command":         in.Commands.Archive(),
+		// TLS is always on; pg_hba.conf accepts network connections over it only.
+		"ssl":           "on",
+		"ssl_cert_file": in.TLS.ServerCert(),
+		"ssl_key_file":  in.TLS.ServerKey(),
+		"ssl_ca_file":   in.TLS.ClientCA(),
 	}
 	if r := in.Recovery; r != nil {
 		m["restore_command"] = in.Commands.Restore()
@@ -139,15 +145,14 @@ func managed(in ConfInput) map[string]string {
 	m["synchronous_standby_names"] = SynchronousStandbyNames(in.Cluster.SynchronousReplicas, in.SyncRule)
 	// Needs a restart to change, so every role has it (a primary ignores it).
 	m["recovery_target_timeline"] = "latest"
-	if in.Role == AsStandby && in.PrimaryHost == "" {
+	if in.Role == AsStandby && in.Upstream == nil {
 		// Frozen: no upstream, the WAL receiver stays stopped.
 		m["primary_conninfo"] = ""
 	}
-	if in.Role == AsStandby && in.PrimaryHost != "" {
-		m["primary_conninfo"] = Conninfo(map[string]string{
-			"host": in.PrimaryHost, "port": fmt.Sprint(in.Port), "user": in.ReplicationUser,
-			"passfile": in.PassFile, "application_name": in.Pod, "connect_timeout": "5",
-			"keepalives_idle": "5", "keepalives_interval": "2", "keepalives_count": "3",
+	if in.Role == AsStandby && in.Upstream != nil {
+		m["primary_conninfo"] = in.Upstream.Conninfo(map[string]string{
+			"application_name": in.Pod,
+			"keepalives_idle":  "5", "keepalives_interval": "2", "keepalives_count": "3",
 		})
 		m["primary_slot_name"] = SlotName(in.Pod)
 	}
@@ -170,6 +175,8 @@ var defaults = map[string]string{
 	// a small database. syncfs asks the kernel to sync the volume in one call
 	// (PostgreSQL 14 and later, Linux; errors are reported reliably since Linux 5.8).
 	"recovery_init_sync_method": "syncfs",
+	// TLS 1.0 and 1.1 have known weaknesses; a parameter may raise this to TLSv1.3.
+	"ssl_min_protocol_version": "TLSv1.2",
 }
 
 // SynchronousStandbyNames is "FIRST k+1 (gate, standbys...)": the commit gate, always
@@ -295,18 +302,30 @@ func Conninfo(kv map[string]string) string {
 	return strings.Join(parts, " ")
 }
 
-// HBAConf renders pg_hba.conf: the local superuser by peer (the agent runs as the
-// postgres OS user), replication for the replication role, and password (SCRAM) logins
-// for everyone else over the network.
-func HBAConf(replicationUser string) string {
+// HBAConf renders pg_hba.conf. Over the local socket: the superuser by peer (the agent
+// runs as the postgres OS user), everyone else by password. Over the network, TLS only:
+// the replication role by its client certificate alone (streaming, pg_basebackup, and
+// pg_rewind's connection to the postgres database), the superuser not at all unless
+// superuserNetwork, everyone else by password (SCRAM). A connection without TLS matches
+// the last line and is refused with its reason.
+func HBAConf(replicationUser string, superuserNetwork bool) string {
+	superuser := "reject"
+	if superuserNetwork {
+		superuser = "scram-sha-256"
+	}
 	return fmt.Sprintf(`# Written by the pgpilot agent at every start; edits are lost.
-# TYPE  DATABASE     USER                 ADDRESS  METHOD
-local   all          postgres                      peer
-local   all          all                           scram-sha-256
-local   replication  postgres                      peer
-host    replication  %[1]s  all      scram-sha-256
-host    all          all                  all      scram-sha-256
-`, replicationUser)
+# TYPE     DATABASE     USER      ADDRESS  METHOD
+local      all          postgres           peer
+local      all          all                scram-sha-256
+local      replication  postgres           peer
+hostssl    replication  %[1]s  all      cert
+hostssl    postgres     %[1]s  all      cert
+host       all          %[1]s  all      reject
+host       replication  all       all      reject
+hostssl    all          postgres  all      %[2]s
+hostssl    all          all       all      scram-sha-256
+hostnossl  all          all       all      reject
+`, replicationUser, superuser)
 }
 
 // PassFile renders a pgpass file for the replication role and the superuser.

@@ -13,8 +13,9 @@ func TestPostgresqlConfPrecedence(t *testing.T) {
 			"work_mem": "8MB", "wal_retrieve_retry_interval": "2s", "port": "6543",
 		}},
 		Pod: "db-1", Listen: "10.0.0.7", Port: 5432, Socket: "/run/postgresql", Role: AsStandby,
-		PrimaryHost: "db-0.db-headless.prod.svc", PassFile: "/run/postgresql/.pgpass", ReplicationUser: "pgpilot_replication",
+		ReplicationUser: "pgpilot_replication", TLS: TLSFiles{Source: "/etc/pgpilot/tls", Dir: "/run/postgresql/tls"},
 	}
+	in.Upstream = &Upstream{Host: "db-0.db-headless.prod.svc", Port: 5432, User: "pgpilot_replication", TLS: in.TLS}
 	conf := PostgresqlConf(in)
 	last := map[string]string{}
 	for _, line := range strings.Split(conf, "\n") {
@@ -31,15 +32,30 @@ func TestPostgresqlConfPrecedence(t *testing.T) {
 		"max_wal_senders":             "'10'",
 		"hot_standby":                 "'on'",
 		"recovery_target_timeline":    "'latest'",
+		"ssl":                         "'on'",
+		"ssl_cert_file":               "'/run/postgresql/tls/server.crt'",
+		"ssl_key_file":                "'/run/postgresql/tls/server.key'",
+		"ssl_ca_file":                 "'/run/postgresql/tls/client-ca.crt'",
+		"ssl_min_protocol_version":    "'TLSv1.2'",
 	}
 	for k, v := range want {
 		if last[k] != v {
 			t.Errorf("%s = %s, want %s", k, last[k], v)
 		}
 	}
-	if !strings.Contains(last["primary_conninfo"], `host=''db-0.db-headless.prod.svc''`) ||
-		!strings.Contains(last["primary_conninfo"], `application_name=''db-1''`) {
-		t.Errorf("primary_conninfo = %s", last["primary_conninfo"])
+	// Replication is by TLS, the primary verified by name, the standby logging in with
+	// its certificate: no password.
+	for _, kv := range []string{`host=''db-0.db-headless.prod.svc''`, `application_name=''db-1''`, `sslmode=''verify-full''`,
+		`sslrootcert=''/run/postgresql/tls/server-ca.crt''`, `sslcert=''/run/postgresql/tls/replication.crt''`,
+		`sslkey=''/run/postgresql/tls/replication.key''`} {
+		if !strings.Contains(last["primary_conninfo"], kv) {
+			t.Errorf("primary_conninfo = %s, without %s", last["primary_conninfo"], kv)
+		}
+	}
+	for _, k := range []string{"password", "passfile", "hostaddr"} {
+		if strings.Contains(last["primary_conninfo"], k+"=") {
+			t.Errorf("primary_conninfo = %s, with %s", last["primary_conninfo"], k)
+		}
 	}
 	in.Role = AsPrimary
 	if strings.Contains(PostgresqlConf(in), "primary_conninfo") {
@@ -181,7 +197,7 @@ func TestSynchronousStandbyNames(t *testing.T) {
 	// A standby already carries the rule it would start with as primary: the gate and
 	// every other instance but its primary.
 	c := ClusterConfig{ClusterName: "db", Replicas: 3, SynchronousReplicas: 1}
-	in := ConfInput{Cluster: c, Pod: "db-1", Role: AsStandby, PrimaryHost: "db-0.svc", SyncRule: StandbyRule(c, "db-1", "db-0")}
+	in := ConfInput{Cluster: c, Pod: "db-1", Role: AsStandby, Upstream: &Upstream{Host: "db-0.svc"}, SyncRule: StandbyRule(c, "db-1", "db-0")}
 	if !strings.Contains(PostgresqlConf(in), `synchronous_standby_names = 'FIRST 2 ("pgpilot_gate", "db-2")'`) {
 		t.Error("a standby's configuration does not carry the synchronous rule for its promotion")
 	}

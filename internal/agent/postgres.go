@@ -221,12 +221,12 @@ func (p *Postgres) InitDB(ctx context.Context, superuser Credential) error {
 
 // BaseBackup clones the data directory from host into a scratch directory beside PGData
 // and moves it into place only once complete, so a failed clone leaves nothing half-made.
-func (p *Postgres) BaseBackup(ctx context.Context, host string, port int, user string) error {
+func (p *Postgres) BaseBackup(ctx context.Context, host Upstream) error {
 	scratch := p.PGData + ".clone"
 	if err := os.RemoveAll(scratch); err != nil {
 		return err
 	}
-	_, err := p.run(ctx, "pg_basebackup", "-D", scratch, "-h", host, "-p", strconv.Itoa(port), "-U", user,
+	_, err := p.run(ctx, "pg_basebackup", "-D", scratch, "-d", host.Conninfo(nil),
 		"-w", "-X", "stream", "-c", "fast", "--no-manifest")
 	if err != nil {
 		_ = os.RemoveAll(scratch)
@@ -242,8 +242,8 @@ func (p *Postgres) BaseBackup(ctx context.Context, host string, port int, user s
 }
 
 // Rewind makes a former primary's data directory follow the new primary at host.
-func (p *Postgres) Rewind(ctx context.Context, host string, port int, user string) (string, error) {
-	src := Conninfo(map[string]string{"host": host, "port": strconv.Itoa(port), "user": user, "dbname": "postgres", "connect_timeout": "5"})
+func (p *Postgres) Rewind(ctx context.Context, host Upstream) (string, error) {
+	src := host.Conninfo(map[string]string{"dbname": "postgres"})
 	// pg_rewind may run postgres in single-user mode, which checks postmaster.pid too.
 	p.removeStaleLocks()
 	out, err := p.run(ctx, "pg_rewind", "-D", p.PGData, "--source-server="+src)
@@ -307,7 +307,7 @@ func ParseControlData(out []byte) ControlData {
 func (p *Postgres) WriteConfig(in ConfInput) error {
 	files := map[string]string{
 		"postgresql.conf": PostgresqlConf(in),
-		"pg_hba.conf":     HBAConf(in.ReplicationUser),
+		"pg_hba.conf":     HBAConf(in.ReplicationUser, in.Cluster.SuperuserNetworkAccess),
 	}
 	for name, content := range files {
 		if err := writeFileAtomic(filepath.Join(p.PGData, name), []byte(content), 0o600); err != nil {

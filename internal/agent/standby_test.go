@@ -16,6 +16,12 @@ func TestWALRemovedUpstream(t *testing.T) {
 `, false},
 		{"streaming again", removed + `2026-11-23 07:29:40.000 GMT [540] LOG:  started streaming WAL from primary at 0/6000000 on timeline 3
 `, true},
+		// Clients connecting while the standby is not consistent yet get FATALs of
+		// their own, between the WAL receiver's (seen in test/pg under load: the standby
+		// then waited for ever instead of being cloned again).
+		{"clients refused meanwhile", removed + `2026-11-23 07:29:37.400 GMT [531] FATAL:  the database system is starting up
+2026-11-23 07:29:37.500 GMT [532] FATAL:  the database system is not yet accepting connections
+`, true},
 		{"nothing wrong", "2026-11-23 07:29:40.000 GMT [540] LOG:  started streaming WAL from primary at 0/6000000 on timeline 3\n", false},
 		{"empty", "", false},
 	} {

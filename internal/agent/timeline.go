@@ -182,7 +182,7 @@ func (a *Agent) prepareTimeline(ctx context.Context, view LeaseView) (int64, err
 // rewinding when both are on the same timeline ID but their history files of it differ:
 // two promotions chose the ID (a Lease written before reservations existed, say), and
 // pg_rewind, which compares only the IDs, would answer "no rewind required".
-func (a *Agent) checkRewindSource(ctx context.Context, host, primary string) (reclone string, err error) {
+func (a *Agent) checkRewindSource(ctx context.Context, host Upstream, primary string) (reclone string, err error) {
 	cd, err := a.pg.ControlData(ctx)
 	if err != nil {
 		return "", err
@@ -191,7 +191,7 @@ func (a *Agent) checkRewindSource(ctx context.Context, host, primary string) (re
 	if err != nil {
 		return "", err
 	}
-	peer, err := peerSystem(ctx, host, a.cfg.Port, a.creds.Replication, cd.Timeline)
+	peer, err := peerSystem(ctx, host, cd.Timeline)
 	if err != nil {
 		return "", fmt.Errorf("asking %s for its system identifier and timeline: %w", primary, err)
 	}
@@ -232,16 +232,13 @@ type peer struct {
 	history []byte
 }
 
-// peerSystem asks the postgres at host, over a replication connection as cred, for its
-// system identifier and timeline ID and, when that is tli, its history file of it.
-func peerSystem(ctx context.Context, host string, port int, cred Credential, tli int64) (peer, error) {
-	cfg, err := pgconn.ParseConfig("")
+// peerSystem asks the postgres at host, over a replication connection, for its system
+// identifier and timeline ID and, when that is tli, its history file of it.
+func peerSystem(ctx context.Context, host Upstream, tli int64) (peer, error) {
+	cfg, err := host.PgConfig(map[string]string{"replication": "true", "application_name": "pgpilot-agent"})
 	if err != nil {
 		return peer{}, err
 	}
-	cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = host, uint16(port), cred.Username, cred.Password, ""
-	cfg.RuntimeParams["replication"] = "true"
-	cfg.RuntimeParams["application_name"] = "pgpilot-agent"
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	conn, err := pgconn.ConnectConfig(ctx, cfg)

@@ -43,18 +43,22 @@ type Plan struct {
 
 // Names are the names of the cluster's objects, from dbv1.Names.
 type Names struct {
-	Cluster                  string `json:"cluster"`
-	StatefulSet              string `json:"statefulSet"`
-	ConfigMap                string `json:"configMap"`
-	PrimaryLease             string `json:"primaryLease"`
-	ReadWriteService         string `json:"readWriteService"`
-	ReadOnlyService          string `json:"readOnlyService"`
-	ReadService              string `json:"readService"`
-	HeadlessService          string `json:"headlessService"`
-	SuperuserSecret          string `json:"superuserSecret"`
-	ReplicationSecret        string `json:"replicationSecret"`
-	AppSecret                string `json:"appSecret"`
-	AgentTokenSecret         string `json:"agentTokenSecret"`
+	Cluster           string `json:"cluster"`
+	StatefulSet       string `json:"statefulSet"`
+	ConfigMap         string `json:"configMap"`
+	PrimaryLease      string `json:"primaryLease"`
+	ReadWriteService  string `json:"readWriteService"`
+	ReadOnlyService   string `json:"readOnlyService"`
+	ReadService       string `json:"readService"`
+	HeadlessService   string `json:"headlessService"`
+	SuperuserSecret   string `json:"superuserSecret"`
+	ReplicationSecret string `json:"replicationSecret"`
+	AppSecret         string `json:"appSecret"`
+	AgentTokenSecret  string `json:"agentTokenSecret"`
+	// ServerTLSSecret is the certificate PostgreSQL serves: spec.tls.serverSecretName,
+	// or the one the operator issues.
+	ServerTLSSecret          string `json:"serverTLSSecret"`
+	ReplicationTLSSecret     string `json:"replicationTLSSecret"`
 	ServiceAccount           string `json:"serviceAccount"`
 	PrimaryDisruptionBudget  string `json:"primaryDisruptionBudget"`
 	ReplicasDisruptionBudget string `json:"replicasDisruptionBudget"`
@@ -120,7 +124,7 @@ func Decide(cluster Cluster, v Values, observed Observed) (*Plan, error) {
 		return nil, fmt.Errorf("operator.agentImage is required: the operator sets it from RELATED_IMAGE_AGENT")
 	}
 	p := &Plan{
-		Names:        namesOf(cluster.Name, int(v.Replicas)),
+		Names:        namesOf(cluster.Name, int(v.Replicas), v.TLS),
 		Image:        image,
 		AgentImage:   v.Operator.AgentImage,
 		Config:       clusterConfig(cluster.Name, v),
@@ -147,7 +151,7 @@ func Decide(cluster Cluster, v Values, observed Observed) (*Plan, error) {
 	return p, nil
 }
 
-func namesOf(cluster string, replicas int) Names {
+func namesOf(cluster string, replicas int, tls dbv1.TLSSpec) Names {
 	n := dbv1.NamesOf(cluster)
 	instances := make([]string, replicas)
 	for i := range instances {
@@ -166,6 +170,8 @@ func namesOf(cluster string, replicas int) Names {
 		ReplicationSecret:        n.ReplicationSecret(),
 		AppSecret:                n.AppSecret(),
 		AgentTokenSecret:         n.AgentTokenSecret(),
+		ServerTLSSecret:          orDefault(tls.ServerSecretName, n.ServerTLSSecret()),
+		ReplicationTLSSecret:     n.ReplicationTLSSecret(),
 		ServiceAccount:           n.InstanceServiceAccount(),
 		PrimaryDisruptionBudget:  n.PrimaryDisruptionBudget(),
 		ReplicasDisruptionBudget: n.ReplicasDisruptionBudget(),
@@ -187,14 +193,15 @@ func postgresImage(v Values) (string, error) {
 func clusterConfig(cluster string, v Values) agent.ClusterConfig {
 	n := dbv1.NamesOf(cluster)
 	c := agent.ClusterConfig{
-		ClusterName:         cluster,
-		Version:             v.Version,
-		Replicas:            int(v.Replicas),
-		Parameters:          v.PostgreSQL.Parameters,
-		SynchronousReplicas: int(v.PostgreSQL.SynchronousReplicas),
-		IdleSlotTimeout:     agent.DefaultIdleSlotTimeout.String(),
-		Bootstrap:           agent.Bootstrap{Database: v.Bootstrap.Database, Owner: v.Bootstrap.Owner},
-		PrimaryLease:        n.PrimaryLease(),
+		ClusterName:            cluster,
+		Version:                v.Version,
+		Replicas:               int(v.Replicas),
+		Parameters:             v.PostgreSQL.Parameters,
+		SynchronousReplicas:    int(v.PostgreSQL.SynchronousReplicas),
+		IdleSlotTimeout:        agent.DefaultIdleSlotTimeout.String(),
+		Bootstrap:              agent.Bootstrap{Database: v.Bootstrap.Database, Owner: v.Bootstrap.Owner},
+		PrimaryLease:           n.PrimaryLease(),
+		SuperuserNetworkAccess: v.PostgreSQL.SuperuserNetworkAccess,
 	}
 	if c.Parameters == nil {
 		c.Parameters = map[string]string{}

@@ -137,9 +137,18 @@ func TestNames(t *testing.T) {
 		ReplicationSecret: n.ReplicationSecret(), AppSecret: n.AppSecret(), AgentTokenSecret: n.AgentTokenSecret(),
 		ServiceAccount: n.InstanceServiceAccount(), PrimaryDisruptionBudget: n.PrimaryDisruptionBudget(),
 		ReplicasDisruptionBudget: n.ReplicasDisruptionBudget(), Instances: []string{"my-db-0", "my-db-1"},
+		ServerTLSSecret: n.ServerTLSSecret(), ReplicationTLSSecret: n.ReplicationTLSSecret(),
 	}
 	if diff := cmp.Diff(want, p.Names); diff != "" {
 		t.Errorf("names (-want +got):\n%s", diff)
+	}
+	// spec.tls.serverSecretName replaces the operator's certificate, for PostgreSQL only.
+	own, err := plan.Decide(cluster, readme(func(v *plan.Values) { v.TLS.ServerSecretName = "my-cert" }), plan.Observed{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own.Names.ServerTLSSecret != "my-cert" || own.Names.ReplicationTLSSecret != n.ReplicationTLSSecret() {
+		t.Errorf("with serverSecretName my-cert: server %q, replication %q", own.Names.ServerTLSSecret, own.Names.ReplicationTLSSecret)
 	}
 	if p.Config.PrimaryLease != n.PrimaryLease() || p.Config.Services.ReadWrite != n.ReadWriteService() ||
 		p.Config.Services.Headless != n.HeadlessService() {

@@ -16,6 +16,7 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/controller/backup"
+	"github.com/pgpilot/pgpilot/internal/controller/certificates"
 	"github.com/pgpilot/pgpilot/internal/controller/credentials"
 	"github.com/pgpilot/pgpilot/internal/controller/failover"
 	"github.com/pgpilot/pgpilot/internal/controller/rollout"
@@ -58,6 +59,9 @@ func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
 	recorder := mgr.GetEventRecorderFor(EventSource)
 	if err := credentials.NewCredentialsReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme(), recorder, nil).
 		SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := certificates.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme(), recorder, clk).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := failover.NewFailoverReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, clk, nil).SetupWithManager(mgr); err != nil {

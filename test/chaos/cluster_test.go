@@ -251,7 +251,7 @@ func (c *cluster) connConfig(ctx context.Context) (*pgx.ConnConfig, error) {
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: dbv1.NamesOf(c.name).AppSecret()}, &secret); err != nil {
 		return nil, err
 	}
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=5432 dbname=app user=%s sslmode=disable connect_timeout=3",
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=5432 dbname=app user=%s sslmode=require connect_timeout=3",
 		s.Spec.ClusterIP, secret.Data["username"]))
 	if err != nil {
 		return nil, err

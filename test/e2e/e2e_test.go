@@ -8,6 +8,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"os"
 	"strconv"
@@ -154,13 +156,32 @@ func (d *db) connConfig(ctx context.Context, svc string) (*pgx.ConnConfig, error
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: dbv1.NamesOf(d.name).AppSecret()}, &secret); err != nil {
 		return nil, err
 	}
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=5432 dbname=app user=%s connect_timeout=3",
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=5432 dbname=app user=%s sslmode=require connect_timeout=3",
 		s.Spec.ClusterIP, secret.Data["username"]))
 	if err != nil {
 		return nil, err
 	}
 	cfg.Password = string(secret.Data["password"])
+	// sslmode=verify-full by the Service's name, with the CA the cluster publishes,
+	// as an application in the cluster connects (it reaches the ClusterIP by that name).
+	if cfg.TLSConfig, err = d.verifyFull(ctx, service+"."+d.ns+".svc"); err != nil {
+		return nil, err
+	}
 	return cfg, nil
+}
+
+// verifyFull is the TLS configuration of sslmode=verify-full for host, with the CA the
+// cluster publishes in its Secret <cluster>-ca.
+func (d *db) verifyFull(ctx context.Context, host string) (*tls.Config, error) {
+	var ca corev1.Secret
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: dbv1.NamesOf(d.name).CASecret()}, &ca); err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca.Data["ca.crt"]) {
+		return nil, fmt.Errorf("Secret %s has no ca.crt", dbv1.NamesOf(d.name).CASecret())
+	}
+	return &tls.Config{RootCAs: roots, ServerName: host, MinVersion: tls.VersionTLS12}, nil
 }
 
 func (d *db) exec(svc, sql string, args ...any) error {

@@ -37,6 +37,7 @@ func TestS3BackupRestoresToAPointInTime(t *testing.T) {
 			Bucket:      bucket,
 			Credentials: dbv1.S3Credentials{SecretName: "s3-credentials"},
 		}}}
+		c.Spec.PostgreSQL.SuperuserNetworkAccess = true // archiveCurrentWAL
 	})
 	s3 := startS3(t, d.ns)
 	if err := s3.MakeBucket(context.Background(), bucket, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
@@ -94,7 +95,8 @@ func TestS3BackupRestoresToAPointInTime(t *testing.T) {
 }
 
 // archiveCurrentWAL switches the primary to a new WAL segment, as the superuser, and
-// waits until the primary's agent reports the closed segment archived.
+// waits until the primary's agent reports the closed segment archived. The cluster
+// must let the superuser log in over the network (spec.postgresql.superuserNetworkAccess).
 func (d *db) archiveCurrentWAL() {
 	d.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -108,8 +110,11 @@ func (d *db) archiveCurrentWAL() {
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: pgc.SuperuserSecretName()}, &secret); err != nil {
 		d.t.Fatal(err)
 	}
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=5432 dbname=postgres user=%s connect_timeout=3", s.Spec.ClusterIP, secret.Data["username"]))
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=5432 dbname=postgres user=%s sslmode=require connect_timeout=3", s.Spec.ClusterIP, secret.Data["username"]))
 	if err != nil {
+		d.t.Fatal(err)
+	}
+	if cfg.TLSConfig, err = d.verifyFull(ctx, s.Name+"."+d.ns+".svc"); err != nil {
 		d.t.Fatal(err)
 	}
 	cfg.Password = string(secret.Data["password"])

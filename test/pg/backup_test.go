@@ -3,6 +3,7 @@ package pg
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -97,22 +98,17 @@ func (c *cluster) failOver(old, next *instance, tl int64) {
 	next.waitRole(agentapi.RolePrimary, tl, 30*time.Second)
 }
 
-// superExec runs sql as the superuser.
-func (in *instance) superExec(sql string, args ...any) error {
+// superExec runs sql as the superuser, over the instance's local socket as the postgres
+// OS user: the superuser cannot log in over the network (pg_hba.conf).
+func (in *instance) superExec(sql string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=5432 dbname=app user=postgres connect_timeout=3", in.ip))
+	out, err := exec.CommandContext(ctx, "runuser", "-u", "postgres", "--", filepath.Join(PGBin, "psql"), "-X", "-q",
+		"-v", "ON_ERROR_STOP=1", "-h", filepath.Join(in.dir, "run"), "-p", "5432", "-U", "postgres", "-d", "app", "-c", sql).CombinedOutput()
 	if err != nil {
-		return err
+		return fmt.Errorf("psql as the superuser: %w: %s", err, out)
 	}
-	cfg.Password = in.c.creds.Superuser.Password
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	_, err = conn.Exec(ctx, sql, args...)
-	return err
+	return nil
 }
 
 // takeBackup runs base backup id on in and waits for its outcome.

@@ -41,6 +41,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/agent"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/devenv"
+	"github.com/pgpilot/pgpilot/internal/pki"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 	"github.com/pgpilot/pgpilot/internal/sidecar"
 	"github.com/pgpilot/pgpilot/test/testutil"
@@ -194,6 +195,8 @@ type cluster struct {
 	dir       string
 	instances []*instance
 	creds     agent.Credentials
+	// ca issued the certificates of a cluster the operator does not run.
+	ca *pki.KeyPair
 	// token is the agents' API token; operated clusters use the one the sidecar made.
 	token string
 	// sts is the StatefulSet the operator rendered (operated clusters).
@@ -268,6 +271,7 @@ func newCluster(t testing.TB, n int) *cluster {
 		mustWrite(t, filepath.Join(c.dir, "secrets", name, "password"), []byte(cred.Password))
 	}
 	mustWrite(t, filepath.Join(c.dir, "token"), []byte(token))
+	c.issueTLS()
 	c.addInstances(k, n)
 	c.setLease(c.instances[0].pod, false)
 	t.Cleanup(c.stopAll)
@@ -370,7 +374,7 @@ func (in *instance) start() {
 		"--pgdata", in.pgdata, "--bin-dir", PGBin,
 		"--listen", in.ip, "--port", "5432", "--socket-dir", filepath.Join(in.dir, "run"),
 		"--config", filepath.Join(in.c.dir, "config.json"), "--secrets", filepath.Join(in.c.dir, "secrets"),
-		"--api-address", in.ip+":8008", "--token-file", filepath.Join(in.c.dir, "token"),
+		"--api-address", in.ip+":8008", "--token-file", filepath.Join(in.c.dir, "token"), "--tls", in.c.tlsDir(),
 		"--peers", in.c.peers(), "--kubeconfig", filepath.Join(in.dir, "kubeconfig"), "--shutdown-timeout", "20s",
 		"--lease-probe", "500ms", "--linger", "0s")
 	in.cmd.Stdout, in.cmd.Stderr = syncWriter(in.log), syncWriter(in.log)
@@ -533,7 +537,7 @@ func (in *instance) waitRole(role string, tl int64, timeout time.Duration) agent
 
 // connConfig is a connection to the instance over TCP as the application owner.
 func (in *instance) connConfig() (*pgx.ConnConfig, error) {
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=5432 dbname=app user=app connect_timeout=3", in.ip))
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=5432 dbname=app user=app sslmode=require connect_timeout=3", in.ip))
 	if err != nil {
 		return nil, err
 	}

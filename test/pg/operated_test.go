@@ -89,6 +89,7 @@ func newOperatedClusterIn(t testing.TB, ns string, n int, opts ...func(*dbv1.Pos
 	testutil.Eventually(t, time.Minute, func() error { return get(dbv1.NamesOf(c.name).AgentTokenSecret(), &tok) })
 	mustWrite(t, filepath.Join(c.dir, "token"), tok.Data["token"])
 	c.token = string(tok.Data["token"])
+	c.mountTLS()
 	c.addInstances(k, n)
 	kubeletCtx, stopKubelet := context.WithCancel(ctx)
 	var wg sync.WaitGroup
