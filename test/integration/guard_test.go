@@ -1,0 +1,92 @@
+package integration
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
+)
+
+// RBAC lets the operator delete any pod; clusterpods.Delete, the sidecar's only way to
+// delete one, refuses every pod but the observed instance of the cluster at hand.
+func TestPodDeletesAreGuarded(t *testing.T) {
+	operator, err := client.New(operatorCfg, client.Options{Scheme: k8s.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cluster := newCluster(ns, "a")
+	pods := map[string]*corev1.Pod{}
+	for name, owner := range map[string]string{"a-0": "a", "a-1": "a", "b-0": "b", "web": ""} {
+		pods[name] = plainPod(t, ns, name, owner)
+	}
+	elsewhere := plainPod(t, newNamespace(t), "a-0", "a")
+
+	for what, pod := range map[string]*corev1.Pod{
+		"another cluster's instance": pods["b-0"],
+		"a pod of no cluster":        pods["web"],
+		"an instance of a cluster of the same name in another namespace": elsewhere,
+	} {
+		if err := clusterpods.Delete(ctx, operator, cluster, pod); err == nil {
+			t.Errorf("deleting %s (%s/%s) as an instance of %s/a: no error", what, pod.Namespace, pod.Name, ns)
+		}
+		if err := get(pod.Namespace, pod.Name, &corev1.Pod{}); err != nil {
+			t.Errorf("%s: %v after a refused deletion", what, err)
+		}
+	}
+
+	// a-1 deleted and created again meanwhile: the deletion of what was observed is
+	// refused by the API server, and the new pod stays.
+	old := pods["a-1"]
+	if err := k8s.Delete(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	recreated := plainPod(t, ns, "a-1", "a")
+	if err := clusterpods.Delete(ctx, operator, cluster, old); !apierrors.IsConflict(err) {
+		t.Errorf("deleting a-1 as observed before it was created again: %v, want a conflict on its UID", err)
+	}
+	if err := get(ns, "a-1", &corev1.Pod{}); err != nil {
+		t.Errorf("the new a-1: %v", err)
+	}
+
+	for _, pod := range []*corev1.Pod{pods["a-0"], recreated} {
+		if err := clusterpods.Delete(ctx, operator, cluster, pod); err != nil {
+			t.Errorf("deleting the instance %s: %v", pod.Name, err)
+		}
+		if err := get(ns, pod.Name, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+			t.Errorf("instance %s after its deletion: %v, want not found", pod.Name, err)
+		}
+	}
+}
+
+// plainPod creates a pod that passes the restricted Pod Security Standard, labelled as
+// an instance of cluster (none when ""), and returns it as the API server has it.
+func plainPod(t *testing.T, ns, name, cluster string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{}},
+		Spec: corev1.PodSpec{
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{Name: "c", Image: "example", SecurityContext: &corev1.SecurityContext{
+				AllowPrivilegeEscalation: ptr.To(false),
+				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			}}},
+		},
+	}
+	if cluster != "" {
+		pod.Labels[dbv1.LabelCluster] = cluster
+	}
+	create(t, pod)
+	return pod
+}
