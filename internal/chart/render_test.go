@@ -20,6 +20,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -28,6 +29,7 @@ import (
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agent"
 	"github.com/pgpilot/pgpilot/internal/chart"
+	"github.com/pgpilot/pgpilot/internal/helmmanager"
 	"github.com/pgpilot/pgpilot/internal/plan"
 )
 
@@ -1313,6 +1315,7 @@ func TestLabels(t *testing.T) {
 		Name: name, Namespace: namespace, APIVersions: []string{"monitoring.coreos.com/v1", podMonitorAPI},
 		Values: readmeValues(set("monitoring.enabled", true)),
 	})
+	cached := helmmanager.CacheOptions().DefaultLabelSelector
 	for _, obj := range m.Objects {
 		var meta struct {
 			Metadata metav1.ObjectMeta `json:"metadata"`
@@ -1322,6 +1325,9 @@ func TestLabels(t *testing.T) {
 		}
 		if diff := cmp.Diff(commonLabels(name), meta.Metadata.Labels); diff != "" {
 			t.Errorf("%s/%s labels (-want +got):\n%s", obj.Kind, obj.Name, diff)
+		}
+		if !cached.Matches(labels.Set(meta.Metadata.Labels)) {
+			t.Errorf("%s/%s is outside the Helm manager's cache (%s): its drift would go unnoticed", obj.Kind, obj.Name, cached)
 		}
 		if meta.Metadata.Namespace != namespace {
 			t.Errorf("%s/%s namespace = %q, want %q", obj.Kind, obj.Name, meta.Metadata.Namespace, namespace)

@@ -7,12 +7,71 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
+	"github.com/pgpilot/pgpilot/internal/helmmanager"
 )
+
+// The Helm manager's cache (helmmanager.CacheOptions, as the operator runs it) holds the
+// clusters, Helm's release Secrets and the objects labelled with a cluster; not the
+// credentials Secrets, nor anything else of the namespace.
+func TestHelmManagerCachesOnlyWhatItActsOn(t *testing.T) {
+	opts := helmmanager.CacheOptions()
+	scheme, err := helmmanager.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Scheme = scheme
+	c, err := cache.New(operatorCfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = c.Start(ctx) }()
+
+	ns := newNamespace(t)
+	create(t, newCluster(ns, "c"))
+	labelled := map[string]string{dbv1.LabelCluster: "x"}
+	meta := func(name string, labels map[string]string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}
+	}
+	type entry struct {
+		obj    client.Object
+		cached bool
+	}
+	tests := []entry{
+		{&corev1.Secret{ObjectMeta: meta("sh.helm.release.v1.x.v1", map[string]string{"owner": "helm", "name": "x"})}, true},
+		{&corev1.Secret{ObjectMeta: meta("x-app", labelled)}, false},
+		{&corev1.Secret{ObjectMeta: meta("other", nil)}, false},
+		{&corev1.ConfigMap{ObjectMeta: meta("x-config", labelled)}, true},
+		{&corev1.ConfigMap{ObjectMeta: meta("other", nil)}, false},
+	}
+	for _, tt := range tests {
+		create(t, tt.obj)
+	}
+	cluster := &unstructured.Unstructured{}
+	cluster.SetGroupVersionKind(dbv1.GroupVersion.WithKind("PostgresCluster"))
+	cluster.SetNamespace(ns)
+	cluster.SetName("c")
+	tests = append(tests, entry{cluster, true})
+
+	for _, tt := range tests {
+		key := client.ObjectKeyFromObject(tt.obj)
+		err := c.Get(ctx, key, tt.obj)
+		switch {
+		case tt.cached && err != nil:
+			t.Errorf("%T %s is not in the cache: %v", tt.obj, key.Name, err)
+		case !tt.cached && !apierrors.IsNotFound(err):
+			t.Errorf("%T %s: %v, want not found: the Helm manager acts on no such object", tt.obj, key.Name, err)
+		}
+	}
+}
 
 // RBAC lets the operator delete any pod; clusterpods.Delete, the sidecar's only way to
 // delete one, refuses every pod but the observed instance of the cluster at hand.
