@@ -39,6 +39,8 @@ const (
 	name       = "my-db"
 	namespace  = "db"
 	agentImage = "registry.example.com/pgpilot/pgpilot:0.1.0"
+	// operatorNamespace is where the operator runs (POD_NAMESPACE, watches.yaml).
+	operatorNamespace = "pgpilot-system"
 
 	podMonitorAPI = "monitoring.coreos.com/v1/PodMonitor"
 )
@@ -77,7 +79,7 @@ func readmeValues(opts ...valuesOption) map[string]any {
 	values := map[string]any{
 		"replicas": 3,
 		"version":  "16",
-		"operator": map[string]any{"agentImage": agentImage},
+		"operator": map[string]any{"agentImage": agentImage, "namespace": operatorNamespace},
 	}
 	for _, opt := range opts {
 		opt(values)
@@ -400,6 +402,7 @@ func TestReadmeExample(t *testing.T) {
 
 	wantNames := []string{
 		"ConfigMap/my-db-config",
+		"NetworkPolicy/my-db",
 		"PodDisruptionBudget/my-db-primary",
 		"PodDisruptionBudget/my-db-replicas",
 		"Role/my-db-instance",

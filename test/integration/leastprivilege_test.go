@@ -2,9 +2,12 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -14,7 +17,9 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
+	"github.com/pgpilot/pgpilot/internal/devenv"
 	"github.com/pgpilot/pgpilot/internal/helmmanager"
+	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
 // The Helm manager's cache (helmmanager.CacheOptions, as the operator runs it) holds the
@@ -148,4 +153,44 @@ func plainPod(t *testing.T, ns, name, cluster string) *corev1.Pod {
 	}
 	create(t, pod)
 	return pod
+}
+
+// Each cluster gets a NetworkPolicy the API server accepts, admitting the operator's pods
+// of the operator's namespace to the agents; it follows spec.networkPolicy.
+func TestNetworkPolicyPerCluster(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newCluster(ns, "np"))
+	var policy networkingv1.NetworkPolicy
+	testutil.Eventually(t, timeout, func() error { return get(ns, "np", &policy) })
+	agent := policy.Spec.Ingress[len(policy.Spec.Ingress)-1]
+	if got := agent.From[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"]; got != devenv.OperatorNamespace {
+		t.Errorf("the agents' port admits pods of namespace %q, want the operator's, %s", got, devenv.OperatorNamespace)
+	}
+	if got := policy.Spec.Ingress[1].From; len(got) != 1 || got[0].PodSelector == nil || len(got[0].PodSelector.MatchLabels) != 0 || got[0].NamespaceSelector != nil {
+		t.Errorf("clients = %+v, want every pod of the namespace", got)
+	}
+
+	web := networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}
+	if err := update(ns, "np", func(c *dbv1.PostgresCluster) { c.Spec.NetworkPolicy.Clients = []networkingv1.NetworkPolicyPeer{web} }); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, timeout, func() error {
+		if err := get(ns, "np", &policy); err != nil {
+			return err
+		}
+		if got := policy.Spec.Ingress[1].From; !equality.Semantic.DeepEqual(got, []networkingv1.NetworkPolicyPeer{web}) {
+			return fmt.Errorf("clients = %+v, want %+v", got, web)
+		}
+		return nil
+	})
+
+	if err := update(ns, "np", func(c *dbv1.PostgresCluster) { c.Spec.NetworkPolicy.Enabled = ptr.To(false) }); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, timeout, func() error {
+		if err := get(ns, "np", &networkingv1.NetworkPolicy{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("NetworkPolicy np with networkPolicy.enabled false: %v", err)
+		}
+		return nil
+	})
 }
