@@ -135,6 +135,9 @@ func (n Names) ConfigMap() string { return n.Cluster + "-config" }
 // StatefulSet runs the instances.
 func (n Names) StatefulSet() string { return n.Cluster }
 
+// NetworkPolicy says who may connect to the instances.
+func (n Names) NetworkPolicy() string { return n.Cluster }
+
 // Instance is the pod name of instance ordinal i (StatefulSet naming).
 func (n Names) Instance(i int) string { return n.Cluster + "-" + strconv.Itoa(i) }
 

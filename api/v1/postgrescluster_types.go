@@ -80,6 +80,11 @@ type PostgresClusterSpec struct {
 	// +optional
 	Monitoring MonitoringSpec `json:"monitoring,omitempty"`
 
+	// networkPolicy limits who may connect to the instances.
+	// +kubebuilder:default={}
+	// +optional
+	NetworkPolicy NetworkPolicySpec `json:"networkPolicy,omitempty"`
+
 	// backup configures continuous WAL archiving, scheduled base backups and their
 	// retention.
 	// +optional

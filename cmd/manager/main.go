@@ -37,6 +37,8 @@ func main() {
 		log.Error(err, "Invalid manager settings")
 		os.Exit(1)
 	}
+	limited := helmmanager.CacheOptions()
+	mopts.Cache.DefaultLabelSelector, mopts.Cache.ByObject = limited.DefaultLabelSelector, limited.ByObject
 	mgr, err := ctrl.NewManager(cfg, mopts)
 	if err != nil {
 		log.Error(err, "Failed to create the manager")

@@ -39,6 +39,18 @@ var documentSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
 // managerContainer is the Helm manager container of the Deployment in manager.yaml.
 func managerContainer(t *testing.T) corev1.Container {
 	t.Helper()
+	for _, c := range operatorDeployment(t).Spec.Template.Spec.Containers {
+		if c.Name == "manager" {
+			return c
+		}
+	}
+	t.Fatalf("%s: no container named manager", managerYAMLPath)
+	return corev1.Container{}
+}
+
+// operatorDeployment is the Deployment in manager.yaml.
+func operatorDeployment(t *testing.T) appsv1.Deployment {
+	t.Helper()
 	var deployments []appsv1.Deployment
 	for _, doc := range documentSeparator.Split(string(readFile(t, managerYAMLPath)), -1) {
 		var meta metav1.TypeMeta
@@ -57,13 +69,7 @@ func managerContainer(t *testing.T) corev1.Container {
 	if len(deployments) != 1 {
 		t.Fatalf("%s holds %d Deployments, want 1", managerYAMLPath, len(deployments))
 	}
-	for _, c := range deployments[0].Spec.Template.Spec.Containers {
-		if c.Name == "manager" {
-			return c
-		}
-	}
-	t.Fatalf("%s: no container named manager", managerYAMLPath)
-	return corev1.Container{}
+	return deployments[0]
 }
 
 // operatorValues is the operator block of values.yaml.

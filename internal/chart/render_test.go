@@ -20,6 +20,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -28,6 +29,7 @@ import (
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agent"
 	"github.com/pgpilot/pgpilot/internal/chart"
+	"github.com/pgpilot/pgpilot/internal/helmmanager"
 	"github.com/pgpilot/pgpilot/internal/plan"
 )
 
@@ -37,6 +39,8 @@ const (
 	name       = "my-db"
 	namespace  = "db"
 	agentImage = "registry.example.com/pgpilot/pgpilot:0.1.0"
+	// operatorNamespace is where the operator runs (POD_NAMESPACE, watches.yaml).
+	operatorNamespace = "pgpilot-system"
 
 	podMonitorAPI = "monitoring.coreos.com/v1/PodMonitor"
 )
@@ -75,7 +79,7 @@ func readmeValues(opts ...valuesOption) map[string]any {
 	values := map[string]any{
 		"replicas": 3,
 		"version":  "16",
-		"operator": map[string]any{"agentImage": agentImage},
+		"operator": map[string]any{"agentImage": agentImage, "namespace": operatorNamespace},
 	}
 	for _, opt := range opts {
 		opt(values)
@@ -402,6 +406,7 @@ func TestReadmeExample(t *testing.T) {
 
 	wantNames := []string{
 		"ConfigMap/my-db-config",
+		"NetworkPolicy/my-db",
 		"PodDisruptionBudget/my-db-primary",
 		"PodDisruptionBudget/my-db-replicas",
 		"Role/my-db-instance",
@@ -1317,6 +1322,7 @@ func TestLabels(t *testing.T) {
 		Name: name, Namespace: namespace, APIVersions: []string{"monitoring.coreos.com/v1", podMonitorAPI},
 		Values: readmeValues(set("monitoring.enabled", true)),
 	})
+	cached := helmmanager.CacheOptions().DefaultLabelSelector
 	for _, obj := range m.Objects {
 		var meta struct {
 			Metadata metav1.ObjectMeta `json:"metadata"`
@@ -1326,6 +1332,9 @@ func TestLabels(t *testing.T) {
 		}
 		if diff := cmp.Diff(commonLabels(name), meta.Metadata.Labels); diff != "" {
 			t.Errorf("%s/%s labels (-want +got):\n%s", obj.Kind, obj.Name, diff)
+		}
+		if !cached.Matches(labels.Set(meta.Metadata.Labels)) {
+			t.Errorf("%s/%s is outside the Helm manager's cache (%s): its drift would go unnoticed", obj.Kind, obj.Name, cached)
 		}
 		if meta.Metadata.Namespace != namespace {
 			t.Errorf("%s/%s namespace = %q, want %q", obj.Kind, obj.Name, meta.Metadata.Namespace, namespace)

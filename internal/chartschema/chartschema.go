@@ -15,9 +15,10 @@ import (
 // overrideValues; users cannot set it (the CRD has no such field).
 const operatorValues = `{
   "type": "object",
-  "description": "Set by the operator from RELATED_IMAGE_* environment variables through watches.yaml; not part of the PostgresCluster spec.",
+  "description": "Set by the operator from its environment (RELATED_IMAGE_*, POD_NAMESPACE) through watches.yaml; not part of the PostgresCluster spec.",
   "additionalProperties": false,
   "properties": {
+    "namespace": {"type": "string"},
     "agentImage": {"type": "string"},
     "agentImagePullPolicy": {"type": "string", "enum": ["Always", "IfNotPresent", "Never"]},
     "postgresImages": {"type": "object", "additionalProperties": {"type": "string"}},

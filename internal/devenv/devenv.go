@@ -95,7 +95,7 @@ func StartOperator(ctx context.Context, cfg *rest.Config, root string) (<-chan e
 	// Tests start the operator again in the same process (after "killing" it), which
 	// controller-runtime's check for unique controller names would refuse.
 	again := config.Controller{SkipNameValidation: ptr.To(true)}
-	helmMgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: helmScheme, Metrics: noMetrics, Controller: again})
+	helmMgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: helmScheme, Metrics: noMetrics, Cache: helmmanager.CacheOptions(), Controller: again})
 	if err != nil {
 		return nil, err
 	}

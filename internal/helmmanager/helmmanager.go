@@ -52,7 +52,8 @@ func DefaultOptions() Options {
 }
 
 // Setup loads the watches file and adds a Helm reconciler for each entry to mgr,
-// honouring each entry's own fields over the defaults in opts.
+// honouring each entry's own fields over the defaults in opts. mgr's cache is made with
+// CacheOptions.
 func Setup(mgr ctrl.Manager, opts Options) ([]watches.Watch, error) {
 	ws, err := watches.Load(opts.WatchesFile)
 	if err != nil {
@@ -64,6 +65,9 @@ func Setup(mgr ctrl.Manager, opts Options) ([]watches.Watch, error) {
 		return nil, err
 	}
 	for _, w := range ws {
+		if err := checkCached(w.GroupVersionKind); err != nil {
+			return nil, err
+		}
 		period := opts.ReconcilePeriod
 		if w.ReconcilePeriod != nil {
 			period = w.ReconcilePeriod.Duration

@@ -39,6 +39,8 @@ type Plan struct {
 	VolumeMounts []corev1.VolumeMount `json:"volumeMounts"`
 	// Storage is the StatefulSet's volume claim template.
 	Storage Storage `json:"storage"`
+	// NetworkPolicy is who may connect to the instances; nil renders no NetworkPolicy.
+	NetworkPolicy *NetworkPolicy `json:"networkPolicy,omitempty"`
 }
 
 // Names are the names of the cluster's objects, from dbv1.Names.
@@ -60,6 +62,7 @@ type Names struct {
 	ServerTLSSecret          string `json:"serverTLSSecret"`
 	ReplicationTLSSecret     string `json:"replicationTLSSecret"`
 	ServiceAccount           string `json:"serviceAccount"`
+	NetworkPolicy            string `json:"networkPolicy"`
 	PrimaryDisruptionBudget  string `json:"primaryDisruptionBudget"`
 	ReplicasDisruptionBudget string `json:"replicasDisruptionBudget"`
 	// Instances are the pod names of the spec's replicas, by ordinal.
@@ -81,8 +84,11 @@ type Values struct {
 }
 
 // Operator is what the operator adds to the values through watches.yaml overrideValues,
-// from its RELATED_IMAGE_* environment.
+// from its RELATED_IMAGE_* environment and its pod's namespace.
 type Operator struct {
+	// Namespace is the operator's namespace (POD_NAMESPACE); empty when it runs outside
+	// a pod.
+	Namespace  string `json:"namespace"`
 	AgentImage string `json:"agentImage"`
 	// PostgresImages are the operator's images by major version; DefaultPostgresImages
 	// the chart's, used where the operator has none.
@@ -132,6 +138,7 @@ func Decide(cluster Cluster, v Values, observed Observed) (*Plan, error) {
 		VolumeMounts: []corev1.VolumeMount{},
 		Storage:      storage(v.Storage, observed.StatefulSet),
 	}
+	p.NetworkPolicy = networkPolicy(v)
 	backupClaim := ""
 	if b := v.Backup; b != nil {
 		store, err := mountStore(p, b.Store, "backup.store", cluster.Name, backupRole, false)
@@ -173,6 +180,7 @@ func namesOf(cluster string, replicas int, tls dbv1.TLSSpec) Names {
 		ServerTLSSecret:          orDefault(tls.ServerSecretName, n.ServerTLSSecret()),
 		ReplicationTLSSecret:     n.ReplicationTLSSecret(),
 		ServiceAccount:           n.InstanceServiceAccount(),
+		NetworkPolicy:            n.NetworkPolicy(),
 		PrimaryDisruptionBudget:  n.PrimaryDisruptionBudget(),
 		ReplicasDisruptionBudget: n.ReplicasDisruptionBudget(),
 		Instances:                instances,

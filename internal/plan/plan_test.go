@@ -135,7 +135,7 @@ func TestNames(t *testing.T) {
 		ReadWriteService: n.ReadWriteService(), ReadOnlyService: n.ReadOnlyService(), ReadService: n.ReadService(),
 		HeadlessService: n.HeadlessService(), SuperuserSecret: n.SuperuserSecret(),
 		ReplicationSecret: n.ReplicationSecret(), AppSecret: n.AppSecret(), AgentTokenSecret: n.AgentTokenSecret(),
-		ServiceAccount: n.InstanceServiceAccount(), PrimaryDisruptionBudget: n.PrimaryDisruptionBudget(),
+		ServiceAccount: n.InstanceServiceAccount(), NetworkPolicy: n.NetworkPolicy(), PrimaryDisruptionBudget: n.PrimaryDisruptionBudget(),
 		ReplicasDisruptionBudget: n.ReplicasDisruptionBudget(), Instances: []string{"my-db-0", "my-db-1"},
 		ServerTLSSecret: n.ServerTLSSecret(), ReplicationTLSSecret: n.ReplicationTLSSecret(),
 	}

@@ -233,8 +233,10 @@ func TestDeploymentIsConfigDefault(t *testing.T) {
 	}
 }
 
-// The CSV grants the operator exactly config/rbac's rules: cluster-wide those of the
-// ClusterRoles bound to its ServiceAccount, in its namespace those of the Roles.
+// The CSV grants the operator exactly config/rbac's rules, all as permissions: those of
+// the ClusterRoles config/default binds cluster-wide (a plain install watches every
+// namespace) and of the Roles of its namespace. OLM grants permissions in the
+// OperatorGroup's namespaces, or cluster-wide for AllNamespaces (config/manifests).
 func TestPermissionsAreConfigRBAC(t *testing.T) {
 	csv := loadBundle(t).CSV
 	objs := configDefault(t)
@@ -246,7 +248,7 @@ func TestPermissionsAreConfigRBAC(t *testing.T) {
 			rules[o.GetKind()+"/"+o.GetName()] = r.Rules
 		}
 	}
-	var wantCluster, wantNamespaced []rbacv1.PolicyRule
+	var want []rbacv1.PolicyRule
 	var sa string
 	for _, o := range objs {
 		if o.GetKind() != "ClusterRoleBinding" && o.GetKind() != "RoleBinding" {
@@ -255,29 +257,18 @@ func TestPermissionsAreConfigRBAC(t *testing.T) {
 		var b rbacv1.RoleBinding
 		fromUnstructured(t, o, &b)
 		sa = b.Subjects[0].Name
-		r := rules[b.RoleRef.Kind+"/"+b.RoleRef.Name]
-		if o.GetKind() == "ClusterRoleBinding" {
-			wantCluster = append(wantCluster, r...)
-		} else {
-			wantNamespaced = append(wantNamespaced, r...)
-		}
+		want = append(want, rules[b.RoleRef.Kind+"/"+b.RoleRef.Name]...)
 	}
 	strategy := csv.Spec.InstallStrategy.StrategySpec
-	for _, tc := range []struct {
-		name string
-		want []rbacv1.PolicyRule
-		got  []v1alpha1.StrategyDeploymentPermissions
-	}{
-		{"clusterPermissions", wantCluster, strategy.ClusterPermissions},
-		{"permissions", wantNamespaced, strategy.Permissions},
-	} {
-		if len(tc.got) != 1 || tc.got[0].ServiceAccountName != sa {
-			t.Errorf("%s: %+v, want one entry for ServiceAccount %s", tc.name, tc.got, sa)
-			continue
-		}
-		if diff := cmp.Diff(ruleSet(tc.want), ruleSet(tc.got[0].Rules)); diff != "" {
-			t.Errorf("%s (-config/rbac +CSV):\n%s", tc.name, diff)
-		}
+	if len(strategy.ClusterPermissions) != 0 {
+		t.Errorf("clusterPermissions: %+v, want none", strategy.ClusterPermissions)
+	}
+	got := strategy.Permissions
+	if len(got) != 1 || got[0].ServiceAccountName != sa {
+		t.Fatalf("permissions: %+v, want one entry for ServiceAccount %s", got, sa)
+	}
+	if diff := cmp.Diff(ruleSet(want), ruleSet(got[0].Rules)); diff != "" {
+		t.Errorf("permissions (-config/rbac +CSV):\n%s", diff)
 	}
 }
 

@@ -354,6 +354,10 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 			"postgresql": map[string]any{"synchronousReplicas": int64(2)}}, "synchronousReplicas must be less than replicas"},
 		{"negative idle slot timeout", map[string]any{"version": "16", "postgresql": map[string]any{"idleSlotTimeout": "-5m"}}, "idleSlotTimeout must be a duration between 0s and 168h"},
 		{"idle slot timeout over a week", map[string]any{"version": "16", "postgresql": map[string]any{"idleSlotTimeout": "200h"}}, "idleSlotTimeout must be a duration between 0s and 168h"},
+		{"a client of no selector", map[string]any{"version": "16", "networkPolicy": map[string]any{"clients": []any{map[string]any{}}}},
+			"each of clients needs a podSelector, a namespaceSelector or an ipBlock"},
+		{"a metrics scraper of no selector", map[string]any{"version": "16", "networkPolicy": map[string]any{"metricsScrapers": []any{map[string]any{}}}},
+			"each of metricsScrapers needs a podSelector, a namespaceSelector or an ipBlock"},
 	}
 	postgresql := func(pg map[string]any) map[string]any {
 		return map[string]any{"version": "16", "replicas": int64(3), "postgresql": pg}

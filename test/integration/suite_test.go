@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/pgpilot/pgpilot/internal/devenv"
+	"github.com/pgpilot/pgpilot/internal/managerflags"
 	"github.com/pgpilot/pgpilot/internal/sidecar"
 )
 
@@ -59,6 +60,8 @@ func run(m *testing.M) int {
 	// The Deployment sets these from config/manager; the tests leave the PostgreSQL
 	// images unset so the chart's pinned defaults are used.
 	os.Setenv("RELATED_IMAGE_AGENT", agentImage)
+	// As the downward API sets it in the operator's pod.
+	os.Setenv(managerflags.PodNamespaceEnv, devenv.OperatorNamespace)
 	env, err = devenv.StartControlPlane(repoRoot, filepath.Join(repoRoot, "test", "testdata", "crds"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -1,8 +1,10 @@
-// Package clusterpods finds the instance pods of a cluster and the cluster of a pod.
+// Package clusterpods finds the instance pods of a cluster and the cluster of a pod, and
+// is the one way the sidecar deletes a pod.
 package clusterpods
 
 import (
 	"context"
+	"fmt"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -40,4 +42,28 @@ func IsReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// Check returns an error unless pod is an instance of cluster: in the cluster's
+// namespace and labelled with its name. The sidecar may delete and label any pod (RBAC
+// cannot narrow a verb by label), so it checks every pod it changes here first.
+func Check(cluster *dbv1.PostgresCluster, pod *corev1.Pod) error {
+	if pod.Namespace != cluster.Namespace || pod.Labels[dbv1.LabelCluster] != cluster.Name {
+		return fmt.Errorf("pod %s/%s is not an instance of cluster %s/%s (label %s=%q): refusing to change it",
+			pod.Namespace, pod.Name, cluster.Namespace, cluster.Name, dbv1.LabelCluster, pod.Labels[dbv1.LabelCluster])
+	}
+	return nil
+}
+
+// Delete deletes pod, an instance of cluster as Check says, and only the pod observed:
+// the deletion is conditional on its UID, so a pod created since under the same name is
+// left alone. A pod already gone is not an error.
+func Delete(ctx context.Context, c client.Writer, cluster *dbv1.PostgresCluster, pod *corev1.Pod) error {
+	if err := Check(cluster, pod); err != nil {
+		return err
+	}
+	if pod.UID == "" {
+		return fmt.Errorf("pod %s/%s has no UID: delete only a pod read from the API server", pod.Namespace, pod.Name)
+	}
+	return client.IgnoreNotFound(c.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}))
 }

@@ -557,6 +557,10 @@ func (c *cycle) label(ctx context.Context) error {
 	var errs []error
 	for _, l := range Relabels(c.pods, primarylease.Parse(c.lease).Holder, c.instances) {
 		p, role := byName[l.Pod], l.Role
+		if err := clusterpods.Check(c.cluster, p); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		patch := client.MergeFrom(p.DeepCopy())
 		if p.Labels == nil {
 			p.Labels = map[string]string{}

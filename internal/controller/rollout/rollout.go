@@ -9,7 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -85,9 +85,7 @@ func (r *RolloutReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	case DeleteReplica, DeletePrimary:
 		logger.Info("Rolling update", "reason", d.Reason)
 		r.recorder.Event(&cluster, corev1.EventTypeNormal, dbv1.ReasonRestartingInstance, d.Reason)
-		pod := &corev1.Pod{}
-		pod.Namespace, pod.Name = cluster.Namespace, d.Target
-		if err := r.client.Delete(ctx, pod); err != nil && !apierrors.IsNotFound(err) {
+		if err := clusterpods.Delete(ctx, r.client, &cluster, podNamed(pods, d.Target)); err != nil {
 			return ctrl.Result{}, err
 		}
 	case Switchover:
@@ -103,6 +101,17 @@ func (r *RolloutReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 	return ctrl.Result{RequeueAfter: checkPeriod}, nil
+}
+
+// podNamed is the pod of pods named name; a pod of no cluster when none is, which
+// clusterpods.Delete refuses.
+func podNamed(pods []corev1.Pod, name string) *corev1.Pod {
+	for i := range pods {
+		if pods[i].Name == name {
+			return &pods[i]
+		}
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}}
 }
 
 // SetupWithManager watches clusters, their StatefulSets and pods.
