@@ -110,8 +110,18 @@ func (n Names) ReplicationSecret() string { return n.Cluster + "-replication" }
 // AppSecret holds the application owner's credentials.
 func (n Names) AppSecret() string { return n.Cluster + "-app" }
 
-// AgentTokenSecret holds the bearer token of the agents' API.
+// AgentTokenSecret holds the operator's token of the agents' API (key token): it may
+// promote, fence and demote. Only the operator reads it.
 func (n Names) AgentTokenSecret() string { return n.Cluster + "-agent" }
+
+// MetricsTokenSecret holds the token Prometheus scrapes the agents with (key token): it
+// reads /metrics and /status, nothing else.
+func (n Names) MetricsTokenSecret() string { return n.Cluster + "-metrics" }
+
+// AgentAuthSecret is what the instance pods mount of the agent API's credentials: the
+// digests of the operator's and Prometheus's tokens, and the token the agents call each
+// other with.
+func (n Names) AgentAuthSecret() string { return n.Cluster + "-agent-auth" }
 
 // CASecret publishes the cluster's CA certificate (ca.crt), which clients verify the
 // server with (sslmode=verify-full). It holds no key.

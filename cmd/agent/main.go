@@ -115,7 +115,7 @@ func run(args []string) error {
 	leaseProbe := fs.Duration("lease-probe", 5*time.Second, "How often the primary Lease is read besides the watch (API server liveness).")
 	apiAddr := fs.String("api-address", fmt.Sprintf(":%d", agentapi.Port), "Address of the agent's HTTP API.")
 	fs.StringVar(&cfg.TLS.Source, "tls", env("PGPILOT_TLS", "/etc/pgpilot/tls"), "Directory of the mounted certificates: server/ (tls.crt, tls.key, ca.crt) and replication/ (the replication role's client certificate and the cluster's CA).")
-	tokenFile := fs.String("token-file", "/etc/pgpilot/agent/token", "Bearer token the operator uses for promote/fence/demote; without it those calls are refused.")
+	authDir := fs.String("auth", "/etc/pgpilot/agent", "Directory of the agent API's credentials (the Secret <cluster>-agent-auth): control.sha256, metrics.sha256, peer. Without them every call but the probes is refused.")
 	peers := fs.String("peers", "", "pod=host,... overrides for reaching other instances (tests); default <pod>.<headless Service>.<namespace>.svc.")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for reading the primary Lease; in-cluster config when empty.")
 	zopts := logging.Options()
@@ -176,10 +176,9 @@ func run(args []string) error {
 		return err
 	}
 
-	if b, err := os.ReadFile(*tokenFile); err == nil {
-		cfg.Token = strings.TrimSpace(string(b))
-	} else {
-		log.Info("No API token; promote, fence, demote, freeze and confirm are refused", "tokenFile", *tokenFile)
+	cfg.Credentials = &agent.APICredentials{Dir: *authDir}
+	if cfg.Credentials.PeerToken() == "" {
+		log.Info("No agent API credentials yet: every call but the probes is refused until they are mounted", "dir", *authDir)
 	}
 
 	// SIGTERM ends the agent's Run, which then hands over; the API and the Lease
@@ -199,7 +198,7 @@ func run(args []string) error {
 	go lease.Run(serveCtx, *leaseProbe)
 	a := agent.New(cfg, cluster, creds, lease, log)
 
-	server := agentapi.NewServer(a, agentapi.ServerOptions{Token: cfg.Token, Logger: log.WithName("api")})
+	server := agentapi.NewServer(a, agentapi.ServerOptions{Credentials: cfg.Credentials, TLS: cfg.TLS.ServerConfig(), Logger: log.WithName("api")})
 	serverDone := make(chan error, 1)
 	go func() { serverDone <- server.Run(serveCtx, *apiAddr) }()
 

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -33,14 +32,14 @@ type LeaseSource interface {
 // stopped, promoted or rewound; the HTTP API's requests are carried out by that loop.
 // Each step observes, decides with the pure Decide, then acts.
 type Agent struct {
-	cfg     Config
-	cluster ClusterConfig
-	creds   Credentials
-	pg      *Postgres
-	db      *DB
-	lease   LeaseSource
-	log     logr.Logger
-	http    *http.Client
+	cfg      Config
+	cluster  ClusterConfig
+	creds    Credentials
+	pg       *Postgres
+	db       *DB
+	lease    LeaseSource
+	log      logr.Logger
+	peerHTTP agentapi.HTTPClients
 
 	requests chan request
 	kick     chan struct{} // a renewal now
@@ -107,7 +106,6 @@ func New(cfg Config, cluster ClusterConfig, creds Credentials, lease LeaseSource
 				log.Info("Removed a stale lock file: no postgres of this data directory runs", "file", file)
 			}},
 		db:       &DB{SocketDir: cfg.SocketDir, Port: cfg.Port, User: creds.Superuser.Username},
-		http:     &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: time.Minute}},
 		requests: make(chan request),
 		kick:     make(chan struct{}, 1),
 		wakeCh:   make(chan struct{}, 1),

@@ -48,13 +48,14 @@ type Config struct {
 	AgentBinary string
 	// AgentPort is the other instances' agent API port.
 	AgentPort int
-	// Token is the agents' API token: this agent calls its peers with it (failsafe).
-	Token string
+	// Credentials authenticate calls to this agent's API, and hold the token this
+	// agent calls its peers with (failsafe).
+	Credentials *APICredentials
 }
 
 // PeerURL is the base URL of another instance's agent API.
 func (c Config) PeerURL(pod string) string {
-	return "http://" + net.JoinHostPort(c.PeerHost(pod), strconv.Itoa(c.AgentPort))
+	return "https://" + net.JoinHostPort(c.PeerHost(pod), strconv.Itoa(c.AgentPort))
 }
 
 // ClusterConfig is config.json, made by internal/plan and rendered by the chart (helm-charts/postgrescluster/templates/configmap.yaml).

@@ -168,7 +168,7 @@ func (a *Agent) peers() []string {
 }
 
 func (a *Agent) peerClient(pod string) *agentapi.Client {
-	return agentapi.NewClient(a.cfg.PeerURL(pod), a.cfg.Token, a.http)
+	return agentapi.NewClient(a.cfg.PeerURL(pod), a.cfg.Credentials.PeerToken(), a.peerHTTP.For(a.cfg.PeerName(pod), "", a.cfg.TLS.Roots))
 }
 
 // Confirm implements agentapi.Instance: a standby confirms a primary that cannot reach

@@ -21,8 +21,10 @@ import (
 // files of a mounted Secret belong to root.
 //
 // Source holds server/ (what PostgreSQL serves: tls.crt, tls.key and ca.crt, the CA that
-// verifies it) and replication/ (the replication role's client certificate, and ca.crt:
-// the cluster's CA, which PostgreSQL verifies client certificates with).
+// verifies it), replication/ (the replication role's client certificate, and ca.crt:
+// the cluster's CA, which PostgreSQL verifies client certificates with) and instance/
+// (the certificate the operator issues from that CA, which the agent API serves: the
+// operator and the peers verify it with the cluster's CA whatever PostgreSQL serves).
 type TLSFiles struct {
 	Source, Dir string
 }
@@ -40,6 +42,12 @@ func (t TLSFiles) ServerCA() string { return filepath.Join(t.Dir, "server-ca.crt
 // (ssl_ca_file).
 func (t TLSFiles) ClientCA() string { return filepath.Join(t.Dir, "client-ca.crt") }
 
+// InstanceCert is the certificate the agent API serves; InstanceKey its key.
+func (t TLSFiles) InstanceCert() string { return filepath.Join(t.Dir, "instance.crt") }
+
+// InstanceKey is the agent API certificate's key.
+func (t TLSFiles) InstanceKey() string { return filepath.Join(t.Dir, "instance.key") }
+
 // ReplicationCert is the replication role's client certificate (sslcert).
 func (t TLSFiles) ReplicationCert() string { return filepath.Join(t.Dir, "replication.crt") }
 
@@ -56,6 +64,8 @@ func (t TLSFiles) copies() [][2]string {
 		{t.ReplicationCert(), src("replication", "tls.crt")},
 		{t.ReplicationKey(), src("replication", "tls.key")},
 		{t.ClientCA(), src("replication", "ca.crt")},
+		{t.InstanceCert(), src("instance", "tls.crt")},
+		{t.InstanceKey(), src("instance", "tls.key")},
 	}
 }
 
@@ -71,7 +81,7 @@ func (t TLSFiles) Sync() (changed bool, err error) {
 		}
 		contents[c[0]] = b
 	}
-	for _, pair := range [][2]string{{t.ServerCert(), t.ServerKey()}, {t.ReplicationCert(), t.ReplicationKey()}} {
+	for _, pair := range [][2]string{{t.ServerCert(), t.ServerKey()}, {t.ReplicationCert(), t.ReplicationKey()}, {t.InstanceCert(), t.InstanceKey()}} {
 		if _, err := tls.X509KeyPair(contents[pair[0]], contents[pair[1]]); err != nil {
 			return false, fmt.Errorf("the certificate mounted for %s does not go with its key: %w", filepath.Base(pair[0]), err)
 		}
@@ -98,13 +108,14 @@ func (t TLSFiles) Sync() (changed bool, err error) {
 	return changed, nil
 }
 
-// ServerConfig is a TLS configuration that serves the server certificate as it is in
-// Dir at each handshake, so that a renewed one is served without a restart.
+// ServerConfig is the agent API's TLS configuration: it serves the instance
+// certificate as it is in Dir at each handshake, so that a renewed one is served
+// without a restart.
 func (t TLSFiles) ServerConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			c, err := tls.LoadX509KeyPair(t.ServerCert(), t.ServerKey())
+			c, err := tls.LoadX509KeyPair(t.InstanceCert(), t.InstanceKey())
 			return &c, err
 		},
 	}

@@ -71,6 +71,7 @@ func TestTLSFilesSync(t *testing.T) {
 	server, repl := issue(pki.Server), issue(pki.Client)
 	mount("server", server, server.KeyPEM)
 	mount("replication", repl, repl.KeyPEM)
+	mount("instance", server, server.KeyPEM)
 	if changed, err := files.Sync(); err != nil || !changed {
 		t.Fatalf("first Sync: changed %v, %v", changed, err)
 	}

@@ -21,7 +21,7 @@ var ErrConflict = errors.New("not possible in the instance's current state")
 // BaseURL is the address of the agent API of the instance whose pod IP (or host name) is
 // host, for NewClient.
 func BaseURL(host string) string {
-	return "http://" + net.JoinHostPort(host, strconv.Itoa(Port))
+	return "https://" + net.JoinHostPort(host, strconv.Itoa(Port))
 }
 
 // Paths of the agent API.

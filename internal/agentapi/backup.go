@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Paths of the backup calls. All of them need the bearer token.
+// Paths of the backup calls. All of them need the Control token.
 const (
 	// PathBackups: POST starts a base backup (BackupRequest); GET PathBackups+"/{id}"
 	// reports one (BackupStatus).
@@ -148,12 +148,8 @@ func (s *Server) authorized(name string, h func(http.ResponseWriter, *http.Reque
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		log := s.log.WithValues("action", name, "remoteAddr", r.RemoteAddr)
-		if code, reason := s.authorize(r); code != http.StatusOK {
-			log.Info("Refused unauthorised call", "result", reason, "code", code, "path", r.URL.Path)
-			if code == http.StatusUnauthorized {
-				w.Header().Set("WWW-Authenticate", "Bearer")
-			}
-			writeJSONError(w, code, reason)
+		if code, reason := s.authorize(r, Control); code != http.StatusOK {
+			s.refuse(w, r, log, code, reason)
 			return
 		}
 		err := h(w, r)

@@ -152,8 +152,7 @@ func (c *Client) do(ctx context.Context, method, url string, body, out any, defa
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	// /status needs no token; keep it off the wire where it is not needed.
-	if url != c.statusURL && c.token != "" {
+	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.http.Do(req)

@@ -28,7 +28,7 @@ func TestClientStatus(t *testing.T) {
 		{name: "base URL with a trailing slash", status: replicaStatus(), suffix: "/"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := NewClient(serve(t, newFakeInstance(tc.status), ServerOptions{})+tc.suffix, "", nil)
+			c := NewClient(serve(t, newFakeInstance(tc.status), ServerOptions{Token: testToken})+tc.suffix, testToken, nil)
 			got, err := c.Status(context.Background())
 			if err != nil {
 				t.Fatal(err)
@@ -72,7 +72,7 @@ func TestClientActions(t *testing.T) {
 		{name: "no client token", call: demote, serverToken: testToken, wantCode: http.StatusUnauthorized, wantMessage: "missing bearer token"},
 		{
 			name: "no server token", call: fence, clientToken: testToken,
-			wantCode: http.StatusForbidden, wantMessage: "mutating calls are disabled: the agent has no API token",
+			wantCode: http.StatusUnauthorized, wantMessage: "wrong bearer token",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -237,11 +237,11 @@ func TestClientRequests(t *testing.T) {
 		wantReq  string // method and URL
 		wantAuth string
 	}{
-		{name: "status carries no token", token: testToken, call: (*Client).Status, wantReq: "GET http://agent:8008/status"},
-		{name: "promote", token: testToken, call: (*Client).Promote, wantReq: "POST http://agent:8008/promote", wantAuth: "Bearer " + testToken},
-		{name: "fence", token: testToken, call: (*Client).Fence, wantReq: "POST http://agent:8008/fence", wantAuth: "Bearer " + testToken},
-		{name: "demote", token: testToken, call: (*Client).Demote, wantReq: "POST http://agent:8008/demote", wantAuth: "Bearer " + testToken},
-		{name: "no token, no header", call: (*Client).Demote, wantReq: "POST http://agent:8008/demote"},
+		{name: "status", token: testToken, call: (*Client).Status, wantReq: "GET https://agent:8008/status", wantAuth: "Bearer " + testToken},
+		{name: "promote", token: testToken, call: (*Client).Promote, wantReq: "POST https://agent:8008/promote", wantAuth: "Bearer " + testToken},
+		{name: "fence", token: testToken, call: (*Client).Fence, wantReq: "POST https://agent:8008/fence", wantAuth: "Bearer " + testToken},
+		{name: "demote", token: testToken, call: (*Client).Demote, wantReq: "POST https://agent:8008/demote", wantAuth: "Bearer " + testToken},
+		{name: "no token, no header", call: (*Client).Demote, wantReq: "POST https://agent:8008/demote"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var gotReq, gotAuth string
@@ -281,7 +281,7 @@ func TestClientReusesConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A second Client of the same agent shares the transport too.
-	if _, err := NewClient(ts.URL, "", nil).Status(context.Background()); err != nil {
+	if _, err := NewClient(ts.URL, testToken, nil).Status(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if n := conns.Load(); n != 1 {
@@ -295,9 +295,9 @@ func TestBaseURL(t *testing.T) {
 		host string
 		want string
 	}{
-		{name: "IPv4", host: "10.244.0.17", want: "http://10.244.0.17:8008"},
-		{name: "IPv6", host: "fd00:10:244::11", want: "http://[fd00:10:244::11]:8008"},
-		{name: "host name", host: "my-db-0.my-db.default.svc", want: "http://my-db-0.my-db.default.svc:8008"},
+		{name: "IPv4", host: "10.244.0.17", want: "https://10.244.0.17:8008"},
+		{name: "IPv6", host: "fd00:10:244::11", want: "https://[fd00:10:244::11]:8008"},
+		{name: "host name", host: "my-db-0.my-db.default.svc", want: "https://my-db-0.my-db.default.svc:8008"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := BaseURL(tc.host); got != tc.want {

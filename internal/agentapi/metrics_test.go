@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -198,7 +199,15 @@ func TestMetricsLint(t *testing.T) {
 }
 
 func TestMetricsEndpoint(t *testing.T) {
-	url := serve(t, newFakeInstance(primaryStatus()), ServerOptions{}) + PathMetrics
+	// Prometheus scrapes with the metrics token.
+	creds := Tokens(map[Purpose]string{Metrics: "scrape-token"})
+	h := NewServer(newFakeInstance(primaryStatus()), ServerOptions{Credentials: creds}).Handler()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Set("Authorization", "Bearer scrape-token")
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	url := ts.URL + PathMetrics
 	want := exposition(map[string][]string{
 		"pgpilot_instance_up":       {" 1"},
 		"pgpilot_instance_replicas": {" 2"},

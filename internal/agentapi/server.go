@@ -2,8 +2,7 @@ package agentapi
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,9 +31,14 @@ const (
 
 // ServerOptions configure NewServer.
 type ServerOptions struct {
-	// Token is the bearer token the mutating calls (POST /promote, /fence, /demote) must
-	// carry. Empty refuses every mutating call with 403: the API is never open.
+	// Credentials authenticate every call but /healthz and /readyz (the kubelet's
+	// probes, which say nothing but ok). Nil means Token alone, for Control.
+	Credentials Credentials
+	// Token is the Control token when Credentials is nil. With neither, every
+	// authenticated call is refused: the API is never open.
 	Token string
+	// TLS serves the API over TLS when set.
+	TLS *tls.Config
 	// Logger receives one entry per mutating call and the server's own events. It never
 	// receives the token or the Authorization header.
 	Logger logr.Logger
@@ -52,8 +56,8 @@ type ServerOptions struct {
 // Server is the agent's HTTP API over an Instance.
 type Server struct {
 	inst           Instance
-	tokenSum       [sha256.Size]byte
-	hasToken       bool
+	creds          Credentials
+	tls            *tls.Config
 	log            logr.Logger
 	requestTimeout time.Duration
 	actionTimeout  time.Duration
@@ -65,22 +69,25 @@ type Server struct {
 func NewServer(inst Instance, opts ServerOptions) *Server {
 	s := &Server{
 		inst:           inst,
-		hasToken:       opts.Token != "",
+		creds:          opts.Credentials,
+		tls:            opts.TLS,
 		log:            opts.Logger,
 		requestTimeout: opts.RequestTimeout,
 		actionTimeout:  opts.ActionTimeout,
 	}
-	// Only a digest of the token is kept: comparing digests of equal length keeps the
-	// comparison constant-time even in the token's length.
-	s.tokenSum = sha256.Sum256([]byte(opts.Token))
+	if s.creds == nil {
+		// Only a digest of the token is kept: comparing digests of equal length keeps
+		// the comparison constant-time even in the token's length.
+		s.creds = Tokens(map[Purpose]string{Control: opts.Token})
+		if opts.Token == "" {
+			s.log.Info("No API token configured: every call but the probes will be refused")
+		}
+	}
 	if s.requestTimeout <= 0 {
 		s.requestTimeout = DefaultRequestTimeout
 	}
 	if s.actionTimeout <= 0 {
 		s.actionTimeout = DefaultActionTimeout
-	}
-	if !s.hasToken {
-		s.log.Info("No API token configured: promote, fence and demote calls will be refused")
 	}
 
 	reg := opts.Registry
@@ -102,16 +109,16 @@ func NewServer(inst Instance, opts ServerOptions) *Server {
 	// A "GET" pattern also serves HEAD; other methods get 405 with an Allow header.
 	mux.Handle("GET "+PathHealthz, http.HandlerFunc(s.healthz))
 	mux.Handle("GET "+PathReadyz, s.bounded(s.requestTimeout, http.HandlerFunc(s.readyz)))
-	mux.Handle("GET "+PathStatus, s.bounded(s.requestTimeout, http.HandlerFunc(s.status)))
+	mux.Handle("GET "+PathStatus, s.bounded(s.requestTimeout, s.guarded(http.HandlerFunc(s.status), Control, Peer, Metrics)))
 	mux.Handle("POST "+PathPromote, s.bounded(s.actionTimeout, s.action("promote", inst.Promote)))
 	mux.Handle("POST "+PathFence, s.bounded(s.actionTimeout, s.action("fence", inst.Fence)))
 	mux.Handle("POST "+PathDemote, s.bounded(s.actionTimeout, s.action("demote", inst.Demote)))
 	mux.Handle("POST "+PathFreeze, s.bounded(s.actionTimeout, s.action("freeze", inst.Freeze)))
-	mux.Handle("POST "+PathConfirm, s.bounded(s.requestTimeout, http.HandlerFunc(s.confirm)))
-	mux.Handle("GET "+PathMetrics, s.bounded(s.requestTimeout, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+	mux.Handle("POST "+PathConfirm, s.bounded(s.requestTimeout, s.guarded(http.HandlerFunc(s.confirm), Peer)))
+	mux.Handle("GET "+PathMetrics, s.bounded(s.requestTimeout, s.guarded(promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog:      promErrorLog{s.log},
 		ErrorHandling: promhttp.ContinueOnError,
-	})))
+	}), Control, Metrics)))
 	if b, ok := inst.(BackupInstance); ok {
 		s.registerBackups(mux, b)
 	}
@@ -146,6 +153,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		IdleTimeout:    idleTimeout,
 		MaxHeaderBytes: maxHeaderBytes,
 		ErrorLog:       log.New(logWriter{s.log}, "", 0),
+	}
+	if s.tls != nil {
+		l = tls.NewListener(l, s.tls)
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
@@ -192,12 +202,8 @@ func (s *Server) action(name string, act func(context.Context) error) http.Handl
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		log := s.log.WithValues("action", name, "remoteAddr", r.RemoteAddr)
-		if code, reason := s.authorize(r); code != http.StatusOK {
-			log.Info("Refused unauthorised call", "result", reason, "code", code)
-			if code == http.StatusUnauthorized {
-				w.Header().Set("WWW-Authenticate", "Bearer")
-			}
-			writeJSONError(w, code, reason)
+		if code, reason := s.authorize(r, Control); code != http.StatusOK {
+			s.refuse(w, r, log, code, reason)
 			return
 		}
 
@@ -221,10 +227,6 @@ func (s *Server) action(name string, act func(context.Context) error) http.Handl
 // confirm serves a primary's failsafe question. It is asked every second while the API
 // server is away, so only refusals are logged, and only at V(1).
 func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
-	if code, reason := s.authorize(r); code != http.StatusOK {
-		writeJSONError(w, code, reason)
-		return
-	}
 	var req ConfirmRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10)).Decode(&req); err != nil {
 		writeJSONError(w, http.StatusBadRequest, "decode the request: "+err.Error())
@@ -240,27 +242,6 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, struct{}{})
-}
-
-// authorize checks the request's bearer token. It returns 200, or the status code to
-// answer with and a reason that is safe to log and to send (it never contains the token).
-func (s *Server) authorize(r *http.Request) (int, string) {
-	if !s.hasToken {
-		return http.StatusForbidden, "mutating calls are disabled: the agent has no API token"
-	}
-	h := r.Header.Get("Authorization")
-	if h == "" {
-		return http.StatusUnauthorized, "missing bearer token"
-	}
-	scheme, token, ok := strings.Cut(h, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return http.StatusUnauthorized, "authorization is not a bearer token"
-	}
-	sum := sha256.Sum256([]byte(strings.TrimLeft(token, " ")))
-	if subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) != 1 {
-		return http.StatusUnauthorized, "wrong bearer token"
-	}
-	return http.StatusOK, ""
 }
 
 // bounded gives each request handled by h a context that ends after d.

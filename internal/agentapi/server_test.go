@@ -289,7 +289,7 @@ func TestStatusEndpoint(t *testing.T) {
 		{name: "stopped with an error", status: Status{Pod: "my-db-2", Role: RoleStopped, Error: "initdb: exit status 1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, header, body := request(t, http.MethodGet, serve(t, newFakeInstance(tc.status), ServerOptions{})+PathStatus, "")
+			code, header, body := request(t, http.MethodGet, serve(t, newFakeInstance(tc.status), ServerOptions{Token: testToken})+PathStatus, "Bearer "+testToken)
 			if code != http.StatusOK {
 				t.Fatalf("code = %d, body %q", code, body)
 			}
@@ -346,9 +346,9 @@ func TestMutatingAuth(t *testing.T) {
 		{name: "token without scheme", serverToken: testToken, authorization: testToken, wantCode: http.StatusUnauthorized},
 		{name: "right token", serverToken: testToken, authorization: "Bearer " + testToken, wantCode: http.StatusOK},
 		{name: "scheme in lower case", serverToken: testToken, authorization: "bearer " + testToken, wantCode: http.StatusOK},
-		{name: "no server token, no header", wantCode: http.StatusForbidden},
-		{name: "no server token, empty bearer", authorization: "Bearer ", wantCode: http.StatusForbidden},
-		{name: "no server token, some bearer", authorization: "Bearer " + testToken, wantCode: http.StatusForbidden},
+		{name: "no server token, no header", wantCode: http.StatusUnauthorized},
+		{name: "no server token, empty bearer", authorization: "Bearer ", wantCode: http.StatusUnauthorized},
+		{name: "no server token, some bearer", authorization: "Bearer " + testToken, wantCode: http.StatusUnauthorized},
 	} {
 		for _, path := range []string{PathPromote, PathFence, PathDemote} {
 			t.Run(tc.name+" "+path, func(t *testing.T) {
@@ -530,7 +530,7 @@ func TestMutatingCallsAreLoggedWithoutToken(t *testing.T) {
 func TestNoTokenIsLoggedAtStart(t *testing.T) {
 	rec, logger := newLogRecorder()
 	NewServer(newFakeInstance(Status{}), ServerOptions{Logger: logger})
-	if len(rec.find(map[string]any{"msg": "No API token configured: promote, fence and demote calls will be refused"})) != 1 {
+	if len(rec.find(map[string]any{"msg": "No API token configured: every call but the probes will be refused"})) != 1 {
 		t.Errorf("want a warning about the missing token, log:\n%s", strings.Join(rec.all(), "\n"))
 	}
 }

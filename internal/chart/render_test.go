@@ -251,7 +251,7 @@ func restrictedContainerContext() *corev1.SecurityContext {
 func agentProbe(path string, period, timeout, failures int32) *corev1.Probe {
 	return &corev1.Probe{
 		ProbeHandler: corev1.ProbeHandler{
-			HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("agent")},
+			HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("agent"), Scheme: corev1.URISchemeHTTPS},
 		},
 		PeriodSeconds:    period,
 		TimeoutSeconds:   timeout,
@@ -347,9 +347,10 @@ func wantStatefulSet() *appsv1.StatefulSet {
 							{Name: "superuser", MountPath: "/etc/pgpilot/secrets/superuser", ReadOnly: true},
 							{Name: "replication", MountPath: "/etc/pgpilot/secrets/replication", ReadOnly: true},
 							{Name: "app", MountPath: "/etc/pgpilot/secrets/app", ReadOnly: true},
-							{Name: "agent-token", MountPath: "/etc/pgpilot/agent", ReadOnly: true},
+							{Name: "agent-auth", MountPath: "/etc/pgpilot/agent", ReadOnly: true},
 							{Name: "tls-server", MountPath: "/etc/pgpilot/tls/server", ReadOnly: true},
 							{Name: "tls-replication", MountPath: "/etc/pgpilot/tls/replication", ReadOnly: true},
+							{Name: "tls-instance", MountPath: "/etc/pgpilot/tls/instance", ReadOnly: true},
 							{Name: "tmp", MountPath: "/tmp"},
 							{Name: "run", MountPath: "/run/postgresql"},
 							{Name: "shm", MountPath: "/dev/shm"},
@@ -363,9 +364,10 @@ func wantStatefulSet() *appsv1.StatefulSet {
 						secretVolume("superuser", dbv1.NamesOf(name).SuperuserSecret()),
 						secretVolume("replication", dbv1.NamesOf(name).ReplicationSecret()),
 						secretVolume("app", dbv1.NamesOf(name).AppSecret()),
-						secretVolume("agent-token", dbv1.NamesOf(name).AgentTokenSecret()),
+						secretVolume("agent-auth", dbv1.NamesOf(name).AgentAuthSecret()),
 						secretVolume("tls-server", dbv1.NamesOf(name).ServerTLSSecret()),
 						secretVolume("tls-replication", dbv1.NamesOf(name).ReplicationTLSSecret()),
+						secretVolume("tls-instance", dbv1.NamesOf(name).ServerTLSSecret()),
 						{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 						{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 						{Name: "shm", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
@@ -1010,7 +1012,14 @@ func TestPodMonitor(t *testing.T) {
 			"db.example.com/cluster": name,
 			"app.kubernetes.io/name": "postgresql",
 		}},
-		"podMetricsEndpoints": []any{map[string]any{"port": "agent", "path": "/metrics"}},
+		// TLS with the cluster's CA, and the metrics token (docs/security.md).
+		"podMetricsEndpoints": []any{map[string]any{"port": "agent", "path": "/metrics", "scheme": "https",
+			"bearerTokenSecret": map[string]any{"name": dbv1.NamesOf(name).MetricsTokenSecret(), "key": "token"},
+			"tlsConfig": map[string]any{
+				"serverName": dbv1.NamesOf(name).ReadWriteService() + "." + namespace + ".svc",
+				"ca":         map[string]any{"secret": map[string]any{"name": dbv1.NamesOf(name).CASecret(), "key": "ca.crt"}},
+			},
+		}},
 	}
 	tests := []struct {
 		name        string

@@ -1,10 +1,14 @@
 // Package fleet is the operator's one client of a cluster's agents: it finds each
-// instance pod's agent, reads the agents' token, and observes them all at once.
+// instance pod's agent, reads the operator's token and the cluster's CA, calls each agent
+// over TLS verifying its name, and observes them all at once.
 package fleet
 
 import (
 	"context"
-	"net/http"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -20,32 +24,59 @@ import (
 // Fleet reaches the agents of every cluster. It is safe for concurrent use.
 type Fleet struct {
 	reader   client.Reader
-	http     *http.Client
+	clients  agentapi.HTTPClients
 	agentURL func(pod *corev1.Pod) string
 }
 
 // New returns a Fleet reading Secrets through r. agentURL nil means
-// http://<pod IP>:8008.
+// https://<pod IP>:8008.
 func New(r client.Reader, agentURL func(*corev1.Pod) string) *Fleet {
 	if agentURL == nil {
 		agentURL = func(p *corev1.Pod) string { return agentapi.BaseURL(p.Status.PodIP) }
 	}
-	return &Fleet{reader: r, agentURL: agentURL,
-		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: time.Minute}}}
+	return &Fleet{reader: r, agentURL: agentURL}
 }
 
-// Token is the cluster's agent API token.
-func (f *Fleet) Token(ctx context.Context, c *dbv1.PostgresCluster) (string, error) {
-	var s corev1.Secret
-	if err := f.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.AgentTokenSecretName()}, &s); err != nil {
-		return "", err
+// Access is what calling a cluster's agents takes: the operator's token, and the
+// cluster's CA, which every agent's certificate must chain to for its pod's name.
+type Access struct {
+	token    string
+	headless string
+	roots    *x509.CertPool
+	// key tells CAs apart: a client made for another CA is not reused.
+	key string
+}
+
+// Access reads the operator's token (Secret <cluster>-agent) and the cluster's CA
+// (Secret <cluster>-ca); both are made by the sidecar.
+func (f *Fleet) Access(ctx context.Context, c *dbv1.PostgresCluster) (Access, error) {
+	n := c.Names()
+	var token, ca corev1.Secret
+	if err := f.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: n.AgentTokenSecret()}, &token); err != nil {
+		return Access{}, err
 	}
-	return string(s.Data[credentials.KeyToken]), nil
+	if err := f.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: n.CASecret()}, &ca); err != nil {
+		return Access{}, err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca.Data["ca.crt"]) {
+		return Access{}, fmt.Errorf("the CA Secret %s has no ca.crt", n.CASecret())
+	}
+	sum := sha256.Sum256(ca.Data["ca.crt"])
+	return Access{
+		token:    string(token.Data[credentials.KeyToken]),
+		headless: n.HeadlessService() + "." + c.Namespace + ".svc",
+		roots:    roots,
+		key:      hex.EncodeToString(sum[:8]),
+	}, nil
 }
 
-// Client is a client of pod's agent.
-func (f *Fleet) Client(pod *corev1.Pod, token string) *agentapi.Client {
-	return agentapi.NewClient(f.agentURL(pod), token, f.http)
+// Client is a client of pod's agent: its certificate is verified for the pod's name
+// behind the headless Service.
+func (f *Fleet) Client(pod *corev1.Pod, a Access) *agentapi.Client {
+	roots := a.roots
+	http := f.clients.For(pod.Name+"."+a.headless, a.key, func() (*x509.CertPool, error) { return roots, nil })
+	return agentapi.NewClient(f.agentURL(pod), a.token, http)
 }
 
 // Instance is one instance pod as last observed.
@@ -69,7 +100,7 @@ const TerminatingTimeout = 300 * time.Millisecond
 // once its address is gone, a question to it waits for the whole timeout, and so would
 // the decision that needs the others' answers. A pod not asked, or not answering, is
 // reported unreachable.
-func (f *Fleet) Observe(ctx context.Context, pods []corev1.Pod, token string, timeout time.Duration, except ...string) []Instance {
+func (f *Fleet) Observe(ctx context.Context, pods []corev1.Pod, access Access, timeout time.Duration, except ...string) []Instance {
 	out := make([]Instance, len(pods))
 	var wg sync.WaitGroup
 	for i := range pods {
@@ -87,7 +118,7 @@ func (f *Fleet) Observe(ctx context.Context, pods []corev1.Pod, token string, ti
 			}
 			sctx, cancel := context.WithTimeout(ctx, t)
 			defer cancel()
-			st, err := f.Client(in.Pod, token).Status(sctx)
+			st, err := f.Client(in.Pod, access).Status(sctx)
 			if err == nil {
 				in.Reachable, in.Status = true, st
 			}

@@ -59,8 +59,17 @@ type Names struct {
 	AgentTokenSecret  string `json:"agentTokenSecret"`
 	// ServerTLSSecret is the certificate PostgreSQL serves: spec.tls.serverSecretName,
 	// or the one the operator issues.
-	ServerTLSSecret          string `json:"serverTLSSecret"`
-	ReplicationTLSSecret     string `json:"replicationTLSSecret"`
+	ServerTLSSecret      string `json:"serverTLSSecret"`
+	ReplicationTLSSecret string `json:"replicationTLSSecret"`
+	// InstanceTLSSecret is the certificate the operator issues, which the agent API
+	// serves whatever PostgreSQL does.
+	InstanceTLSSecret string `json:"instanceTLSSecret"`
+	// AgentAuthSecret holds the agent API's credentials the pods mount;
+	// MetricsTokenSecret the token Prometheus scrapes with; CASecret the CA that
+	// verifies the agent API's certificate.
+	AgentAuthSecret          string `json:"agentAuthSecret"`
+	MetricsTokenSecret       string `json:"metricsTokenSecret"`
+	CASecret                 string `json:"caSecret"`
 	ServiceAccount           string `json:"serviceAccount"`
 	NetworkPolicy            string `json:"networkPolicy"`
 	PrimaryDisruptionBudget  string `json:"primaryDisruptionBudget"`
@@ -179,6 +188,10 @@ func namesOf(cluster string, replicas int, tls dbv1.TLSSpec) Names {
 		AgentTokenSecret:         n.AgentTokenSecret(),
 		ServerTLSSecret:          orDefault(tls.ServerSecretName, n.ServerTLSSecret()),
 		ReplicationTLSSecret:     n.ReplicationTLSSecret(),
+		InstanceTLSSecret:        n.ServerTLSSecret(),
+		AgentAuthSecret:          n.AgentAuthSecret(),
+		MetricsTokenSecret:       n.MetricsTokenSecret(),
+		CASecret:                 n.CASecret(),
 		ServiceAccount:           n.InstanceServiceAccount(),
 		NetworkPolicy:            n.NetworkPolicy(),
 		PrimaryDisruptionBudget:  n.PrimaryDisruptionBudget(),

@@ -138,6 +138,8 @@ func TestNames(t *testing.T) {
 		ServiceAccount: n.InstanceServiceAccount(), NetworkPolicy: n.NetworkPolicy(), PrimaryDisruptionBudget: n.PrimaryDisruptionBudget(),
 		ReplicasDisruptionBudget: n.ReplicasDisruptionBudget(), Instances: []string{"my-db-0", "my-db-1"},
 		ServerTLSSecret: n.ServerTLSSecret(), ReplicationTLSSecret: n.ReplicationTLSSecret(),
+		InstanceTLSSecret: n.ServerTLSSecret(), AgentAuthSecret: n.AgentAuthSecret(),
+		MetricsTokenSecret: n.MetricsTokenSecret(), CASecret: n.CASecret(),
 	}
 	if diff := cmp.Diff(want, p.Names); diff != "" {
 		t.Errorf("names (-want +got):\n%s", diff)
@@ -147,7 +149,8 @@ func TestNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if own.Names.ServerTLSSecret != "my-cert" || own.Names.ReplicationTLSSecret != n.ReplicationTLSSecret() {
+	if own.Names.ServerTLSSecret != "my-cert" || own.Names.ReplicationTLSSecret != n.ReplicationTLSSecret() ||
+		own.Names.InstanceTLSSecret != n.ServerTLSSecret() {
 		t.Errorf("with serverSecretName my-cert: server %q, replication %q", own.Names.ServerTLSSecret, own.Names.ReplicationTLSSecret)
 	}
 	if p.Config.PrimaryLease != n.PrimaryLease() || p.Config.Services.ReadWrite != n.ReadWriteService() ||

@@ -377,11 +377,21 @@ func agentStatus(ctx context.Context, p corev1.Pod) (status, []byte, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.Status.PodIP+":8008/status", nil)
+	// As the operator calls it: TLS verified with the cluster's CA, the operator's token.
+	n := dbv1.NamesOf(p.Labels[dbv1.LabelCluster])
+	var token, ca corev1.Secret
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: n.AgentTokenSecret()}, &token); err != nil {
+		return status{}, nil, err
+	}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: n.CASecret()}, &ca); err != nil {
+		return status{}, nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+p.Status.PodIP+":8008/status", nil)
 	if err != nil {
 		return status{}, nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	req.Header.Set("Authorization", "Bearer "+string(token.Data["token"]))
+	resp, err := testutil.AgentHTTP(p.Name+"."+n.HeadlessService()+"."+p.Namespace+".svc", ca.Data["ca.crt"]).Do(req)
 	if err != nil {
 		return status{}, nil, err
 	}

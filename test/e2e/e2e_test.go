@@ -11,6 +11,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -179,7 +180,7 @@ func (d *db) verifyFull(ctx context.Context, host string) (*tls.Config, error) {
 	}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(ca.Data["ca.crt"]) {
-		return nil, fmt.Errorf("Secret %s has no ca.crt", dbv1.NamesOf(d.name).CASecret())
+		return nil, fmt.Errorf("the CA Secret %s has no ca.crt", dbv1.NamesOf(d.name).CASecret())
 	}
 	return &tls.Config{RootCAs: roots, ServerName: host, MinVersion: tls.VersionTLS12}, nil
 }
@@ -295,7 +296,26 @@ func (d *db) agentStatus(name string) (agentapi.Status, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	return agentapi.NewClient(agentapi.BaseURL(p.Status.PodIP), "", nil).Status(ctx)
+	token, http, err := d.agentAccess(ctx, name)
+	if err != nil {
+		return agentapi.Status{}, err
+	}
+	return agentapi.NewClient(agentapi.BaseURL(p.Status.PodIP), token, http).Status(ctx)
+}
+
+// agentAccess is what calling pod's agent takes, as the operator calls it: the
+// operator's token, and an HTTP client that verifies the agent's certificate with the
+// cluster's CA.
+func (d *db) agentAccess(ctx context.Context, pod string) (string, *http.Client, error) {
+	n := dbv1.NamesOf(d.name)
+	var token, ca corev1.Secret
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: n.AgentTokenSecret()}, &token); err != nil {
+		return "", nil, err
+	}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: n.CASecret()}, &ca); err != nil {
+		return "", nil, err
+	}
+	return string(token.Data["token"]), testutil.AgentHTTP(pod+"."+n.HeadlessService()+"."+d.ns+".svc", ca.Data["ca.crt"]), nil
 }
 
 // waitStreaming waits until the primary reports n standbys streaming from it.

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -197,6 +196,8 @@ type cluster struct {
 	creds     agent.Credentials
 	// ca issued the certificates of a cluster the operator does not run.
 	ca *pki.KeyPair
+	// caPEM is the cluster's CA certificate, which the agent API is verified with.
+	caPEM []byte
 	// token is the agents' API token; operated clusters use the one the sidecar made.
 	token string
 	// sts is the StatefulSet the operator rendered (operated clusters).
@@ -270,7 +271,10 @@ func newCluster(t testing.TB, n int) *cluster {
 		mustWrite(t, filepath.Join(c.dir, "secrets", name, "username"), []byte(cred.Username))
 		mustWrite(t, filepath.Join(c.dir, "secrets", name, "password"), []byte(cred.Password))
 	}
-	mustWrite(t, filepath.Join(c.dir, "token"), []byte(token))
+	c.writeAuth(map[string][]byte{
+		agentapi.FileControlDigest: []byte(agentapi.Digest(token)),
+		agentapi.FilePeerToken:     []byte("peer-" + c.name),
+	})
 	c.issueTLS()
 	c.addInstances(k, n)
 	c.setLease(c.instances[0].pod, false)
@@ -374,7 +378,7 @@ func (in *instance) start() {
 		"--pgdata", in.pgdata, "--bin-dir", PGBin,
 		"--listen", in.ip, "--port", "5432", "--socket-dir", filepath.Join(in.dir, "run"),
 		"--config", filepath.Join(in.c.dir, "config.json"), "--secrets", filepath.Join(in.c.dir, "secrets"),
-		"--api-address", in.ip+":8008", "--token-file", filepath.Join(in.c.dir, "token"), "--tls", in.c.tlsDir(),
+		"--api-address", in.ip+":8008", "--auth", filepath.Join(in.c.dir, "auth"), "--tls", in.c.tlsDir(),
 		"--peers", in.c.peers(), "--kubeconfig", filepath.Join(in.dir, "kubeconfig"), "--shutdown-timeout", "20s",
 		"--lease-probe", "500ms", "--linger", "0s")
 	in.cmd.Stdout, in.cmd.Stderr = syncWriter(in.log), syncWriter(in.log)
@@ -508,7 +512,7 @@ func (in *instance) api() *agentapi.Client {
 	if in.c.token != "" {
 		tok = in.c.token
 	}
-	return agentapi.NewClient("http://"+in.ip+":8008", tok, http.DefaultClient)
+	return agentapi.NewClient("https://"+in.ip+":8008", tok, in.c.agentHTTP(in.pod))
 }
 
 func (in *instance) status() (agentapi.Status, error) {

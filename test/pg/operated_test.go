@@ -2,6 +2,7 @@ package pg
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -87,7 +88,6 @@ func newOperatedClusterIn(t testing.TB, ns string, n int, opts ...func(*dbv1.Pos
 	}
 	var tok corev1.Secret
 	testutil.Eventually(t, time.Minute, func() error { return get(dbv1.NamesOf(c.name).AgentTokenSecret(), &tok) })
-	mustWrite(t, filepath.Join(c.dir, "token"), tok.Data["token"])
 	c.token = string(tok.Data["token"])
 	c.mountTLS()
 	c.addInstances(k, n)
@@ -216,15 +216,20 @@ func (c *cluster) kubelet(ctx context.Context) {
 	}
 }
 
+// probeClient probes as the kubelet does: HTTPS without verifying the certificate.
+var probeClient = &http.Client{Transport: &http.Transport{
+	TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the kubelet's probes do not verify either
+}}
+
 // readyz is the kubelet's readiness probe: GET /readyz on the agent.
 func (in *instance) readyz(ctx context.Context) bool {
 	rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+in.ip+":8008/readyz", nil)
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, "https://"+in.ip+":8008/readyz", nil)
 	if err != nil {
 		return false
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := probeClient.Do(req)
 	if err != nil {
 		return false
 	}

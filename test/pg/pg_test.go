@@ -64,7 +64,12 @@ func TestPrimaryAndReplicasStream(t *testing.T) {
 	}
 	// The primary keeps an active slot per replica, and says so in /metrics.
 	testutil.Eventually(t, 30*time.Second, func() error {
-		resp, err := http.Get("http://" + p.ip + ":8008/metrics")
+		req, err := http.NewRequest(http.MethodGet, "https://"+p.ip+":8008/metrics", nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := c.agentHTTP(p.pod).Do(req)
 		if err != nil {
 			return err
 		}

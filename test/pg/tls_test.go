@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,8 +36,10 @@ func (c *cluster) issueTLS() {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	c.ca = ca
-	c.writeTLS("server", c.issue(certificates.ServerRequest(c.object())), ca.CertPEM)
+	c.ca, c.caPEM = ca, ca.CertPEM
+	server := c.issue(certificates.ServerRequest(c.object()))
+	c.writeTLS("server", server, ca.CertPEM)
+	c.writeTLS("instance", server, ca.CertPEM)
 	c.writeTLS("replication", c.issue(certificates.ReplicationRequest()), ca.CertPEM)
 }
 
@@ -69,11 +72,37 @@ func (c *cluster) writeTLS(dir string, leaf *pki.KeyPair, ca []byte) {
 	}
 }
 
-// mountTLS writes the certificates the operator made (operated clusters).
+// writeAuth writes the agent API's credentials, as the pods mount <cluster>-agent-auth.
+func (c *cluster) writeAuth(files map[string][]byte) {
+	c.t.Helper()
+	dir := filepath.Join(c.dir, "auth")
+	mustMkdir(c.t, dir, 0o755)
+	for name, b := range files {
+		mustWrite(c.t, filepath.Join(dir, name), b)
+	}
+}
+
+// agentHTTP is an HTTP client of pod's agent API, verified as the operator does.
+func (c *cluster) agentHTTP(pod string) *http.Client {
+	return testutil.AgentHTTP(pod+"."+dbv1.NamesOf(c.name).HeadlessService()+"."+c.namespace+".svc", c.caPEM)
+}
+
+// mountTLS writes the certificates and agent API credentials the operator made
+// (operated clusters).
 func (c *cluster) mountTLS() {
 	c.t.Helper()
 	names := dbv1.NamesOf(c.name)
-	for dir, name := range map[string]string{"server": names.ServerTLSSecret(), "replication": names.ReplicationTLSSecret()} {
+	get := func(name string, s *corev1.Secret) {
+		testutil.Eventually(c.t, time.Minute, func() error {
+			return k8s.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: name}, s)
+		})
+	}
+	var auth, ca corev1.Secret
+	get(names.AgentAuthSecret(), &auth)
+	c.writeAuth(auth.Data)
+	get(names.CASecret(), &ca)
+	c.caPEM = ca.Data["ca.crt"]
+	for dir, name := range map[string]string{"server": names.ServerTLSSecret(), "replication": names.ReplicationTLSSecret(), "instance": names.ServerTLSSecret()} {
 		var s corev1.Secret
 		testutil.Eventually(c.t, time.Minute, func() error {
 			return k8s.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: name}, &s)
@@ -145,6 +174,46 @@ func TestTLSEverywhere(t *testing.T) {
 	if conn, err := pgx.ConnectConfig(ctx, su); err == nil {
 		conn.Close(ctx)
 		t.Fatal("the superuser logged in over the network")
+	}
+
+	// The agent API: TLS, verified by name with the cluster's CA; no call but the probes
+	// without a token; the peers' token cannot promote.
+	for _, tc := range []struct {
+		method, path, token string
+		want                int
+	}{
+		{http.MethodGet, agentapi.PathStatus, "", http.StatusUnauthorized},
+		{http.MethodGet, agentapi.PathMetrics, "", http.StatusUnauthorized},
+		{http.MethodPost, agentapi.PathPromote, "", http.StatusUnauthorized},
+		{http.MethodPost, agentapi.PathPromote, "peer-" + c.name, http.StatusForbidden},
+		{http.MethodGet, agentapi.PathStatus, "peer-" + c.name, http.StatusOK},
+		{http.MethodGet, agentapi.PathMetrics, token, http.StatusOK},
+		{http.MethodGet, agentapi.PathHealthz, "", http.StatusOK},
+	} {
+		req, err := http.NewRequestWithContext(ctx, tc.method, "https://"+primary.ip+":8008"+tc.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.token)
+		}
+		resp, err := c.agentHTTP(primary.pod).Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", tc.method, tc.path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s %s with token %q: %s, want %d", tc.method, tc.path, tc.token, resp.Status, tc.want)
+		}
+	}
+	stranger, err := pki.NewCA("another CA", time.Now(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverName := primary.pod + "." + dbv1.NamesOf(c.name).HeadlessService() + "." + c.namespace + ".svc"
+	if resp, err := testutil.AgentHTTP(serverName, stranger.CertPEM).Get("https://" + primary.ip + ":8008/healthz"); err == nil {
+		resp.Body.Close()
+		t.Error("the agent API's certificate verified with another CA")
 	}
 
 	// No replication password: the role loses it, and a new replica still clones and

@@ -3,10 +3,14 @@ package testutil
 
 import (
 	"context"
+	"crypto/x509"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgpilot/pgpilot/internal/agentapi"
 )
 
 // Eventually polls check every 100 ms until it returns nil, or fails the test with
@@ -62,4 +66,18 @@ func IDs(ctx context.Context, conn *pgx.Conn, table string) (map[int64]bool, err
 		out[id] = true
 	}
 	return out, nil
+}
+
+// AgentHTTP is an HTTP client of the agent API of the pod named serverName (its name
+// behind the headless Service), verified with the cluster's CA in caPEM, as the operator
+// calls it.
+func AgentHTTP(serverName string, caPEM []byte) *http.Client {
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	// One connection per request: tests make a client per call, and idle connections of
+	// clients dropped would pile up on the agents.
+	return &http.Client{Transport: &http.Transport{
+		TLSClientConfig:   agentapi.ClientTLS(serverName, func() (*x509.CertPool, error) { return roots, nil }),
+		DisableKeepAlives: true,
+	}}
 }

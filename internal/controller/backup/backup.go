@@ -36,8 +36,8 @@ func newAgents(c client.Client, agentURL func(*corev1.Pod) string) agents {
 	return agents{client: c, fleet: fleet.New(c, agentURL)}
 }
 
-func (a agents) token(ctx context.Context, c *dbv1.PostgresCluster) (string, error) {
-	return a.fleet.Token(ctx, c)
+func (a agents) access(ctx context.Context, c *dbv1.PostgresCluster) (fleet.Access, error) {
+	return a.fleet.Access(ctx, c)
 }
 
 // instance is a pod and what its agent said (the zero Status when it did not answer or
@@ -49,10 +49,10 @@ type instance struct {
 }
 
 // observe asks every running pod's agent for its status, all at once.
-func (a agents) observe(ctx context.Context, pods []corev1.Pod, token string) []instance {
+func (a agents) observe(ctx context.Context, pods []corev1.Pod, access fleet.Access) []instance {
 	var out []instance
-	for _, in := range a.fleet.Observe(ctx, pods, token, 2*time.Second) {
-		i := instance{pod: in.Pod, client: a.fleet.Client(in.Pod, token)}
+	for _, in := range a.fleet.Observe(ctx, pods, access, 2*time.Second) {
+		i := instance{pod: in.Pod, client: a.fleet.Client(in.Pod, access)}
 		if in.Reachable && !in.Terminating {
 			i.status = in.Status
 		}
@@ -96,7 +96,7 @@ type BackupReconciler struct {
 }
 
 // NewBackupReconciler returns a BackupReconciler; agentURL nil means
-// http://<pod IP>:8008.
+// https://<pod IP>:8008.
 func NewBackupReconciler(c client.Client, recorder record.EventRecorder, clk clock.PassiveClock, agentURL func(*corev1.Pod) string) *BackupReconciler {
 	return &BackupReconciler{agents: newAgents(c, agentURL), recorder: recorder, clock: clk}
 }
@@ -134,17 +134,17 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	case cluster.Spec.Backup == nil:
 		return ctrl.Result{}, r.fail(ctx, &b, fmt.Sprintf("PostgresCluster %q has no spec.backup.store: set one to take backups", cluster.Name))
 	}
-	token, err := r.token(ctx, &cluster)
+	access, err := r.access(ctx, &cluster)
 	if err != nil {
 		return ctrl.Result{RequeueAfter: PollPeriod}, client.IgnoreNotFound(err)
 	}
 	if b.Status.Phase == dbv1.BackupRunning {
-		return r.follow(ctx, &b, &cluster, token)
+		return r.follow(ctx, &b, &cluster, access)
 	}
-	return r.start(ctx, &b, &cluster, token)
+	return r.start(ctx, &b, &cluster, access)
 }
 
-func (r *BackupReconciler) start(ctx context.Context, b *dbv1.PostgresBackup, cluster *dbv1.PostgresCluster, token string) (ctrl.Result, error) {
+func (r *BackupReconciler) start(ctx context.Context, b *dbv1.PostgresBackup, cluster *dbv1.PostgresCluster, access fleet.Access) (ctrl.Result, error) {
 	if b.Status.Phase == "" {
 		if err := r.setStatus(ctx, b, func(st *dbv1.PostgresBackupStatus) { st.Phase = dbv1.BackupPending }); err != nil {
 			return ctrl.Result{}, err
@@ -154,7 +154,7 @@ func (r *BackupReconciler) start(ctx context.Context, b *dbv1.PostgresBackup, cl
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	instances := r.observe(ctx, pods, token)
+	instances := r.observe(ctx, pods, access)
 	statuses := make([]agentapi.Status, 0, len(instances))
 	for _, in := range instances {
 		statuses = append(statuses, in.status)
@@ -194,7 +194,7 @@ func (r *BackupReconciler) start(ctx context.Context, b *dbv1.PostgresBackup, cl
 	return ctrl.Result{RequeueAfter: PollPeriod}, nil
 }
 
-func (r *BackupReconciler) follow(ctx context.Context, b *dbv1.PostgresBackup, cluster *dbv1.PostgresCluster, token string) (ctrl.Result, error) {
+func (r *BackupReconciler) follow(ctx context.Context, b *dbv1.PostgresBackup, cluster *dbv1.PostgresCluster, access fleet.Access) (ctrl.Result, error) {
 	var pod corev1.Pod
 	err := r.client.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Status.Instance}, &pod)
 	if apierrors.IsNotFound(err) {
@@ -206,7 +206,7 @@ func (r *BackupReconciler) follow(ctx context.Context, b *dbv1.PostgresBackup, c
 	if pod.Status.PodIP == "" {
 		return ctrl.Result{RequeueAfter: PollPeriod}, nil
 	}
-	st, err := r.fleet.Client(&pod, token).Backup(ctx, b.Name)
+	st, err := r.fleet.Client(&pod, access).Backup(ctx, b.Name)
 	switch {
 	case errors.Is(err, agentapi.ErrNotFound):
 		return ctrl.Result{}, r.fail(ctx, b, fmt.Sprintf("the agent of %s restarted during the backup", b.Status.Instance))

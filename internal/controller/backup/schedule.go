@@ -43,7 +43,7 @@ type ScheduleReconciler struct {
 }
 
 // NewScheduleReconciler returns a ScheduleReconciler; agentURL nil means
-// http://<pod IP>:8008.
+// https://<pod IP>:8008.
 func NewScheduleReconciler(c client.Client, recorder record.EventRecorder, clk clock.PassiveClock, agentURL func(*corev1.Pod) string) *ScheduleReconciler {
 	return &ScheduleReconciler{agents: newAgents(c, agentURL), recorder: recorder, clock: clk, pruned: map[types.NamespacedName]string{}}
 }
@@ -67,7 +67,7 @@ func (r *ScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	} else if !next.IsZero() {
 		requeue = min(requeue, max(next.Sub(r.clock.Now()), time.Second))
 	}
-	token, err := r.token(ctx, &cluster)
+	access, err := r.access(ctx, &cluster)
 	if err != nil {
 		return ctrl.Result{RequeueAfter: requeue}, client.IgnoreNotFound(err)
 	}
@@ -76,7 +76,7 @@ func (r *ScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, err
 	}
 	var primary *instance
-	for _, in := range r.observe(ctx, pods, token) {
+	for _, in := range r.observe(ctx, pods, access) {
 		if in.status.Role == agentapi.RolePrimary && in.status.Ready {
 			primary = &in
 		}

@@ -3,6 +3,7 @@
 package credentials
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/agentapi"
 )
 
 // PasswordLength is the length of generated passwords: 32 characters of [A-Za-z0-9],
@@ -66,7 +68,7 @@ func NewCredentialsReconciler(c client.Client, reader client.Reader, scheme *run
 }
 
 // +kubebuilder:rbac:groups=db.example.com,resources=postgresclusters,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Reconcile creates whichever of the cluster's credentials Secrets is missing. Existing
@@ -88,10 +90,71 @@ func (r *CredentialsReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			return ctrl.Result{}, err
 		}
 	}
-	err := r.ensure(ctx, &cluster, cluster.AgentTokenSecretName(), "the agents' API", func() (*corev1.Secret, error) {
-		return r.newTokenSecret(&cluster)
+	names := cluster.Names()
+	for _, t := range []struct{ name, what string }{
+		{names.AgentTokenSecret(), "the operator's calls to the agents' API"},
+		{names.MetricsTokenSecret(), "Prometheus's scrapes of the agents' API"},
+	} {
+		err := r.ensure(ctx, &cluster, t.name, t.what, func() (*corev1.Secret, error) {
+			return r.newTokenSecret(&cluster, t.name, map[string]int{KeyToken: 48})
+		})
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{}, r.ensureAgentAuth(ctx, &cluster)
+}
+
+// ensureAgentAuth keeps the Secret the instance pods mount for the agent API: the
+// digests of the operator's and Prometheus's tokens as they are now (a token changed in
+// its Secret is taken up), and the peers' token, made once.
+func (r *CredentialsReconciler) ensureAgentAuth(ctx context.Context, c *dbv1.PostgresCluster) error {
+	names := c.Names()
+	digests := map[string][]byte{}
+	for key, name := range map[string]string{agentapi.FileControlDigest: names.AgentTokenSecret(), agentapi.FileMetricsDigest: names.MetricsTokenSecret()} {
+		var s corev1.Secret
+		if err := r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &s); err != nil {
+			return err
+		}
+		if len(s.Data[KeyToken]) == 0 {
+			r.recorder.Eventf(c, corev1.EventTypeWarning, dbv1.ReasonCredentialsInvalid, "Secret %s has no %q key: the agents refuse every call with it", name, KeyToken)
+			continue
+		}
+		digests[key] = []byte(agentapi.Digest(string(s.Data[KeyToken])))
+	}
+	err := r.ensure(ctx, c, names.AgentAuthSecret(), "the agents' API credentials", func() (*corev1.Secret, error) {
+		s, err := r.newTokenSecret(c, names.AgentAuthSecret(), map[string]int{agentapi.FilePeerToken: 48})
+		if err == nil {
+			for k, v := range digests {
+				s.Data[k] = v
+			}
+		}
+		return s, err
 	})
-	return ctrl.Result{}, err
+	if err != nil {
+		return err
+	}
+	var s corev1.Secret
+	if err := r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: names.AgentAuthSecret()}, &s); err != nil {
+		return err
+	}
+	changed := false
+	for k, v := range digests {
+		if !bytes.Equal(s.Data[k], v) {
+			if s.Data == nil {
+				s.Data = map[string][]byte{}
+			}
+			s.Data[k], changed = v, true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	if err := r.client.Update(ctx, &s); err != nil {
+		return fmt.Errorf("updating Secret %s: %w", s.Name, err)
+	}
+	log.FromContext(ctx).Info("Updated the agents' API credentials: a token changed", "secret", s.Name)
+	return nil
 }
 
 // ensure creates Secret name with build unless it exists.
@@ -193,16 +256,19 @@ func (r *CredentialsReconciler) newSecret(c *dbv1.PostgresCluster, want Credenti
 // KeyToken is the agent token Secret's key.
 const KeyToken = "token"
 
-// newTokenSecret is the bearer token the sidecar calls the agents' promote, fence and
-// demote with; the pods mount it.
-func (r *CredentialsReconciler) newTokenSecret(c *dbv1.PostgresCluster) (*corev1.Secret, error) {
-	token, err := Password(r.random, 48)
-	if err != nil {
-		return nil, err
+// newTokenSecret is Secret name with a random token of each length under its key.
+func (r *CredentialsReconciler) newTokenSecret(c *dbv1.PostgresCluster, name string, keys map[string]int) (*corev1.Secret, error) {
+	data := map[string][]byte{}
+	for k, n := range keys {
+		token, err := Password(r.random, n)
+		if err != nil {
+			return nil, err
+		}
+		data[k] = []byte(token)
 	}
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: c.AgentTokenSecretName(), Namespace: c.Namespace,
+			Name: name, Namespace: c.Namespace,
 			Labels: map[string]string{
 				dbv1.LabelCluster:              c.Name,
 				"app.kubernetes.io/managed-by": "pgpilot",
@@ -210,7 +276,7 @@ func (r *CredentialsReconciler) newTokenSecret(c *dbv1.PostgresCluster) (*corev1
 			},
 		},
 		Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{KeyToken: []byte(token)},
+		Data: data,
 	}
 	return s, controllerutil.SetControllerReference(c, s, r.scheme)
 }

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/controller/credentials"
 	"github.com/pgpilot/pgpilot/internal/sidecar"
 )
@@ -115,14 +116,33 @@ func TestReconcileCreatesSecrets(t *testing.T) {
 	e.reconcile("db")
 
 	secrets := e.secrets()
-	if diff := cmp.Diff([]string{"db-agent", "db-app", "db-replication", "db-superuser"}, names(secrets)); diff != "" {
+	if diff := cmp.Diff([]string{"db-agent", "db-agent-auth", "db-app", "db-metrics", "db-replication", "db-superuser"}, names(secrets)); diff != "" {
 		t.Fatalf("Secrets (-want +got):\n%s", diff)
 	}
-	token := secrets["db-agent"]
-	if len(token.Data[credentials.KeyToken]) != 48 || token.Type != corev1.SecretTypeOpaque || metav1.GetControllerOf(&token) == nil {
-		t.Errorf("agent token Secret: type %s, token of %d bytes, owner %v", token.Type, len(token.Data[credentials.KeyToken]), token.OwnerReferences)
+	for _, name := range []string{"db-agent", "db-metrics"} {
+		token := secrets[name]
+		if len(token.Data[credentials.KeyToken]) != 48 || token.Type != corev1.SecretTypeOpaque || metav1.GetControllerOf(&token) == nil {
+			t.Errorf("token Secret %s: type %s, token of %d bytes, owner %v", name, token.Type, len(token.Data[credentials.KeyToken]), token.OwnerReferences)
+		}
 	}
-	delete(secrets, "db-agent")
+	// The pods get digests of the operator's and Prometheus's tokens, never the tokens,
+	// and a token of their own.
+	auth := secrets["db-agent-auth"]
+	wantAuth := map[string]string{
+		agentapi.FileControlDigest: agentapi.Digest(string(secrets["db-agent"].Data[credentials.KeyToken])),
+		agentapi.FileMetricsDigest: agentapi.Digest(string(secrets["db-metrics"].Data[credentials.KeyToken])),
+	}
+	for k, v := range wantAuth {
+		if string(auth.Data[k]) != v {
+			t.Errorf("db-agent-auth %s = %q, want %q", k, auth.Data[k], v)
+		}
+	}
+	if len(auth.Data[agentapi.FilePeerToken]) != 48 || len(auth.Data) != 3 {
+		t.Errorf("db-agent-auth holds %d keys, a peer token of %d bytes", len(auth.Data), len(auth.Data[agentapi.FilePeerToken]))
+	}
+	for _, name := range []string{"db-agent", "db-agent-auth", "db-metrics"} {
+		delete(secrets, name)
+	}
 	wantOwner := []metav1.OwnerReference{{
 		APIVersion: "db.example.com/v1", Kind: "PostgresCluster", Name: "db", UID: cluster.UID,
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
@@ -200,7 +220,9 @@ func TestReconcileCreatesSecrets(t *testing.T) {
 		createdEvent("db-superuser", "postgres"),
 		createdEvent("db-replication", "pgpilot_replication"),
 		createdEvent("db-app", "shopkeeper"),
-		"Normal " + dbv1.ReasonCredentialsCreated + " Created Secret db-agent for the agents' API",
+		"Normal " + dbv1.ReasonCredentialsCreated + " Created Secret db-agent for the operator's calls to the agents' API",
+		"Normal " + dbv1.ReasonCredentialsCreated + " Created Secret db-metrics for Prometheus's scrapes of the agents' API",
+		"Normal " + dbv1.ReasonCredentialsCreated + " Created Secret db-agent-auth for the agents' API credentials",
 	}
 	if diff := cmp.Diff(wantEvents, events); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
@@ -218,8 +240,8 @@ func TestReconcileTwiceChangesNothing(t *testing.T) {
 	e := newEnv(t, newCluster())
 	e.reconcile("db")
 	before := e.snapshot()
-	if len(before) != 4 {
-		t.Fatalf("first reconcile created %d Secrets, want 4", len(before))
+	if len(before) != 6 {
+		t.Fatalf("first reconcile created %d Secrets, want 6", len(before))
 	}
 	e.events()
 
@@ -245,11 +267,13 @@ func TestReconcileKeepsExistingSecret(t *testing.T) {
 	if diff := cmp.Diff(before, after["db-superuser"]); diff != "" {
 		t.Errorf("the existing Secret changed (-before +after):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"db-agent", "db-app", "db-replication", "db-superuser"}, names(e.secrets())); diff != "" {
+	if diff := cmp.Diff([]string{"db-agent", "db-agent-auth", "db-app", "db-metrics", "db-replication", "db-superuser"}, names(e.secrets())); diff != "" {
 		t.Errorf("Secrets (-want +got):\n%s", diff)
 	}
 	wantEvents := []string{createdEvent("db-replication", "pgpilot_replication"), createdEvent("db-app", "app"),
-		"Normal " + dbv1.ReasonCredentialsCreated + " Created Secret db-agent for the agents' API"}
+		"Normal " + dbv1.ReasonCredentialsCreated + " Created Secret db-agent for the operator's calls to the agents' API",
+		"Normal " + dbv1.ReasonCredentialsCreated + " Created Secret db-metrics for Prometheus's scrapes of the agents' API",
+		"Normal " + dbv1.ReasonCredentialsCreated + " Created Secret db-agent-auth for the agents' API credentials"}
 	if diff := cmp.Diff(wantEvents, e.events()); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
@@ -310,5 +334,26 @@ func TestReconcileClusterBeingDeleted(t *testing.T) {
 		if !apierrors.IsNotFound(err) {
 			t.Errorf("Secret %s: got error %v, want NotFound", want.Name, err)
 		}
+	}
+}
+
+// A token changed in its Secret (a rotation) reaches the pods: the digest they mount
+// follows; the peers' own token stays.
+func TestTokenRotationUpdatesTheDigest(t *testing.T) {
+	e := newEnv(t, newCluster())
+	e.reconcile("db")
+	before := e.secrets()
+	token := before["db-agent"]
+	token.Data[credentials.KeyToken] = []byte("a-new-operator-token")
+	if err := e.client.Update(context.Background(), &token); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile("db")
+	after := e.secrets()["db-agent-auth"]
+	if got, want := string(after.Data[agentapi.FileControlDigest]), agentapi.Digest("a-new-operator-token"); got != want {
+		t.Errorf("control digest %q after the rotation, want %q", got, want)
+	}
+	if string(after.Data[agentapi.FilePeerToken]) != string(before["db-agent-auth"].Data[agentapi.FilePeerToken]) {
+		t.Error("the peers' token changed")
 	}
 }

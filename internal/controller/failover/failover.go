@@ -67,7 +67,7 @@ type memory struct {
 }
 
 // NewFailoverReconciler returns a FailoverReconciler. reader reads uncached (the
-// manager's API reader); agentURL nil means http://<pod IP>:8008.
+// manager's API reader); agentURL nil means https://<pod IP>:8008.
 func NewFailoverReconciler(c client.Client, reader client.Reader, recorder record.EventRecorder, clk clock.PassiveClock, agentURL func(*corev1.Pod) string) *FailoverReconciler {
 	return &FailoverReconciler{
 		client: c, reader: reader, recorder: recorder, clock: clk, fleet: fleet.New(c, agentURL),
@@ -90,7 +90,7 @@ type cycle struct {
 	lease     *coordinationv1.Lease
 	pods      []corev1.Pod
 	instances []Instance
-	token     string
+	access    fleet.Access
 	mem       *memory
 	log       func(msg string, kv ...any)
 	// started is when the reconcile began and observed how long asking the agents took
@@ -122,11 +122,11 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	} else if err != nil {
 		return ctrl.Result{}, err
 	}
-	token, err := r.fleet.Token(ctx, &cluster)
+	access, err := r.fleet.Access(ctx, &cluster)
 	if err != nil {
 		return ctrl.Result{RequeueAfter: PollPeriod}, client.IgnoreNotFound(err)
 	}
-	c.token = token
+	c.access = access
 	if c.pods, err = clusterpods.List(ctx, r.client, &cluster); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -170,7 +170,7 @@ func (c *cycle) observe(ctx context.Context) {
 		}
 	}
 	start := time.Now()
-	c.instances = c.r.fleet.Observe(ctx, c.pods, c.token, PollPeriod, except...)
+	c.instances = c.r.fleet.Observe(ctx, c.pods, c.access, PollPeriod, except...)
 	c.observed = time.Since(start)
 }
 
@@ -363,7 +363,7 @@ func (c *cycle) demote(ctx context.Context, rec primarylease.Record, d Decision)
 	c.log("Switching over: demoting the primary", "from", rec.Holder, "to", d.Target)
 	old := find(c.instances, rec.Holder)
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)
-	_, err := c.r.fleet.Client(old.Pod, c.token).Demote(dctx)
+	_, err := c.r.fleet.Client(old.Pod, c.access).Demote(dctx)
 	cancel()
 	if err != nil {
 		c.r.recorder.Eventf(c.cluster, corev1.EventTypeWarning, dbv1.ReasonSwitchoverRefused, "Switchover to %s failed: demoting %s: %v", d.Target, rec.Holder, err)
@@ -410,7 +410,7 @@ func (c *cycle) prepare(ctx context.Context, rec primarylease.Record) {
 			continue
 		}
 		var act func(context.Context) (agentapi.Status, error)
-		client := c.r.fleet.Client(in.Pod, c.token)
+		client := c.r.fleet.Client(in.Pod, c.access)
 		switch {
 		case in.Status.Role == agentapi.RolePrimary || in.Name == from && NeedsFreeze(rec.Handover):
 			// After a clean release the old primary wrote its shutdown checkpoint: its
@@ -518,7 +518,7 @@ func (c *cycle) promote(target string) {
 	if in == nil || in.Pod == nil || !in.Reachable {
 		return
 	}
-	client, log := c.r.fleet.Client(in.Pod, c.token), c.log
+	client, log := c.r.fleet.Client(in.Pod, c.access), c.log
 	go func() {
 		pctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

@@ -1,0 +1,188 @@
+package agentapi
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// Purpose is what a credential of the agent API is for. Each endpoint names the
+// purposes it serves; a credential opens nothing else.
+type Purpose string
+
+const (
+	// Control is the operator's: every call, promote, fence, demote, freeze and the
+	// backup calls included.
+	Control Purpose = "control"
+	// Peer is the other agents' of the cluster: /status and the failsafe /confirm.
+	Peer Purpose = "peer"
+	// Metrics is Prometheus's, read-only: /metrics and /status.
+	Metrics Purpose = "metrics"
+)
+
+// Keys of the Secret <cluster>-agent-auth, files where the instance pods mount it: the
+// digests of the operator's and Prometheus's tokens, and the agents' own token.
+const (
+	FileControlDigest = "control.sha256"
+	FileMetricsDigest = "metrics.sha256"
+	FilePeerToken     = "peer"
+)
+
+// Credentials tell which purpose a bearer token was given for.
+type Credentials interface {
+	// PurposeOf returns the purpose of token, or "" when it has none.
+	PurposeOf(token string) Purpose
+}
+
+// Digest is the hex SHA-256 of a token: what an agent keeps of the operator's and
+// Prometheus's tokens, so that a pod's files do not hold the credentials that control
+// its peers.
+func Digest(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// Digests are Credentials from the hex SHA-256 digests of each purpose's tokens.
+type Digests map[Purpose][]string
+
+// PurposeOf implements Credentials. Every digest is compared, in constant time, so the
+// answer's timing says nothing of which matched.
+func (d Digests) PurposeOf(token string) Purpose {
+	if token == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(token))
+	var found Purpose
+	for _, p := range []Purpose{Control, Peer, Metrics} {
+		for _, h := range d[p] {
+			want, err := hex.DecodeString(strings.TrimSpace(h))
+			if err == nil && subtle.ConstantTimeCompare(sum[:], want) == 1 {
+				found = p
+			}
+		}
+	}
+	return found
+}
+
+// Tokens are Credentials from the tokens themselves (tests, and a Server given only
+// ServerOptions.Token).
+func Tokens(tokens map[Purpose]string) Digests {
+	d := Digests{}
+	for p, t := range tokens {
+		if t != "" {
+			d[p] = append(d[p], Digest(t))
+		}
+	}
+	return d
+}
+
+// authorize checks the request's bearer token against the purposes allowed. It returns
+// 200, or the status code to answer with and a reason that is safe to log and to send
+// (it never contains the token).
+func (s *Server) authorize(r *http.Request, allowed ...Purpose) (int, string) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return http.StatusUnauthorized, "missing bearer token"
+	}
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return http.StatusUnauthorized, "authorization is not a bearer token"
+	}
+	purpose := s.creds.PurposeOf(strings.TrimLeft(token, " "))
+	switch {
+	case purpose == "":
+		return http.StatusUnauthorized, "wrong bearer token"
+	case !slices.Contains(allowed, purpose):
+		return http.StatusForbidden, "a " + string(purpose) + " token cannot make this call"
+	}
+	return http.StatusOK, ""
+}
+
+// guarded serves h to the purposes allowed only, answering others 401 or 403.
+func (s *Server) guarded(h http.Handler, allowed ...Purpose) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if code, reason := s.authorize(r, allowed...); code != http.StatusOK {
+			// Read-only paths are called every few seconds by a misconfigured scraper.
+			s.refuse(w, r, s.log.V(1).WithValues("remoteAddr", r.RemoteAddr), code, reason)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// refuse answers an unauthorised call and logs it to log.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, log logr.Logger, code int, reason string) {
+	log.Info("Refused unauthorised call", "result", reason, "code", code, "path", r.URL.Path)
+	if code == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+	}
+	writeJSONError(w, code, reason)
+}
+
+// ClientTLS is the TLS configuration of a client of the agent whose certificate must be
+// valid for serverName, verified with the CAs roots returns at each handshake (so that
+// a renewed CA file is used without a restart).
+func ClientTLS(serverName string, roots func() (*x509.CertPool, error)) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		ServerName: serverName,
+		// Not skipped: VerifyConnection verifies the chain and the name, against the
+		// roots of the moment, which RootCAs cannot give.
+		InsecureSkipVerify: true, //nolint:gosec // verified in VerifyConnection
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			pool, err := roots()
+			if err != nil {
+				return err
+			}
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("the agent sent no certificate")
+			}
+			inter := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				inter.AddCert(c)
+			}
+			_, err = cs.PeerCertificates[0].Verify(x509.VerifyOptions{DNSName: serverName, Roots: pool, Intermediates: inter,
+				KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+			return err
+		},
+	}
+}
+
+// HTTPClients keeps one HTTP client per agent, each verifying its agent's name, so that
+// connections to it are reused.
+type HTTPClients struct {
+	mu      sync.Mutex
+	clients map[string]*http.Client
+}
+
+// For returns the client of the agent named serverName, verified with roots; key tells
+// clients with other roots apart (a digest of them).
+func (h *HTTPClients) For(serverName, key string, roots func() (*x509.CertPool, error)) *http.Client {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.clients == nil {
+		h.clients = map[string]*http.Client{}
+	}
+	k := serverName + "|" + key
+	if c, ok := h.clients[k]; ok {
+		return c
+	}
+	c := &http.Client{Transport: &http.Transport{
+		TLSClientConfig:     ClientTLS(serverName, roots),
+		MaxIdleConnsPerHost: 2,
+		IdleConnTimeout:     time.Minute,
+		TLSHandshakeTimeout: 5 * time.Second,
+	}}
+	h.clients[k] = c
+	return c
+}
