@@ -246,8 +246,11 @@ func (r *BackupReconciler) fail(ctx context.Context, b *dbv1.PostgresBackup, why
 	return nil
 }
 
+// setStatus patches b's status from what was read: with an optimistic lock, so that a
+// decision made on a stale read (a backup that meanwhile completed, say) conflicts and
+// is made again on the new state instead of overwriting it.
 func (r *BackupReconciler) setStatus(ctx context.Context, b *dbv1.PostgresBackup, change func(*dbv1.PostgresBackupStatus)) error {
-	patch := client.MergeFrom(b.DeepCopy())
+	patch := client.MergeFromWithOptions(b.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	change(&b.Status)
 	return r.client.Status().Patch(ctx, b, patch)
 }
