@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/controller/credentials"
 	"github.com/pgpilot/pgpilot/internal/pki"
 )
 
@@ -254,7 +255,7 @@ func UserSecretProblem(s *corev1.Secret, c *dbv1.PostgresCluster, now time.Time)
 // create makes Secret name for c.
 func (r *Reconciler) create(ctx context.Context, c *dbv1.PostgresCluster, name string, typ corev1.SecretType, data map[string][]byte) error {
 	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: Labels(c)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: credentials.Labels(c)},
 		Type:       typ,
 		Data:       data,
 	}
@@ -286,16 +287,6 @@ func (r *Reconciler) ensureSecret(ctx context.Context, c *dbv1.PostgresCluster, 
 	}
 	s.Data = data
 	return r.client.Update(ctx, &s)
-}
-
-// Labels are those of every Secret the operator makes for c: the sidecar's cache
-// holds only Secrets with the cluster label.
-func Labels(c *dbv1.PostgresCluster) map[string]string {
-	return map[string]string{
-		dbv1.LabelCluster:              c.Name,
-		"app.kubernetes.io/managed-by": "pgpilot",
-		"app.kubernetes.io/part-of":    "pgpilot",
-	}
 }
 
 // SetupWithManager watches clusters (spec changes) and the Secrets they own, so a

@@ -122,7 +122,7 @@ func (r *CredentialsReconciler) ensureAgentAuth(ctx context.Context, c *dbv1.Pos
 		}
 		digests[key] = []byte(agentapi.Digest(string(s.Data[KeyToken])))
 	}
-	err := r.ensure(ctx, c, names.AgentAuthSecret(), "the agents' API credentials", func() (*corev1.Secret, error) {
+	s, err := r.ensured(ctx, c, names.AgentAuthSecret(), "the agents' API credentials", func() (*corev1.Secret, error) {
 		s, err := r.newTokenSecret(c, names.AgentAuthSecret(), map[string]int{agentapi.FilePeerToken: 48})
 		if err == nil {
 			for k, v := range digests {
@@ -132,10 +132,6 @@ func (r *CredentialsReconciler) ensureAgentAuth(ctx context.Context, c *dbv1.Pos
 		return s, err
 	})
 	if err != nil {
-		return err
-	}
-	var s corev1.Secret
-	if err := r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: names.AgentAuthSecret()}, &s); err != nil {
 		return err
 	}
 	changed := false
@@ -150,7 +146,7 @@ func (r *CredentialsReconciler) ensureAgentAuth(ctx context.Context, c *dbv1.Pos
 	if !changed {
 		return nil
 	}
-	if err := r.client.Update(ctx, &s); err != nil {
+	if err := r.client.Update(ctx, s); err != nil {
 		return fmt.Errorf("updating Secret %s: %w", s.Name, err)
 	}
 	log.FromContext(ctx).Info("Updated the agents' API credentials: a token changed", "secret", s.Name)
@@ -159,27 +155,44 @@ func (r *CredentialsReconciler) ensureAgentAuth(ctx context.Context, c *dbv1.Pos
 
 // ensure creates Secret name with build unless it exists.
 func (r *CredentialsReconciler) ensure(ctx context.Context, c *dbv1.PostgresCluster, name, what string, build func() (*corev1.Secret, error)) error {
+	_, err := r.ensured(ctx, c, name, what, build)
+	return err
+}
+
+// ensured is ensure returning the Secret as it is now.
+func (r *CredentialsReconciler) ensured(ctx context.Context, c *dbv1.PostgresCluster, name, what string, build func() (*corev1.Secret, error)) (*corev1.Secret, error) {
 	var existing corev1.Secret
 	err := r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &existing)
 	if err == nil {
-		return nil
+		return &existing, nil
 	}
 	if !apierrors.IsNotFound(err) {
-		return err
+		return nil, err
 	}
 	secret, err := build()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := r.client.Create(ctx, secret); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return nil
+			err = r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &existing)
+			return &existing, err
 		}
-		return fmt.Errorf("creating Secret %s: %w", name, err)
+		return nil, fmt.Errorf("creating Secret %s: %w", name, err)
 	}
 	log.FromContext(ctx).Info("Created credentials Secret", "secret", name, "for", what)
 	r.recorder.Eventf(c, corev1.EventTypeNormal, dbv1.ReasonCredentialsCreated, "Created Secret %s for %s", name, what)
-	return nil
+	return secret, nil
+}
+
+// Labels are those of every Secret the sidecar makes for c (credentials and
+// certificates): its cache holds only Secrets with the cluster label.
+func Labels(c *dbv1.PostgresCluster) map[string]string {
+	return map[string]string{
+		dbv1.LabelCluster:              c.Name,
+		"app.kubernetes.io/managed-by": "pgpilot",
+		"app.kubernetes.io/part-of":    "pgpilot",
+	}
 }
 
 // Credential is one role whose credentials live in a Secret.
@@ -238,11 +251,7 @@ func (r *CredentialsReconciler) newSecret(c *dbv1.PostgresCluster, want Credenti
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      want.Name,
 			Namespace: c.Namespace,
-			Labels: map[string]string{
-				dbv1.LabelCluster:              c.Name,
-				"app.kubernetes.io/managed-by": "pgpilot",
-				"app.kubernetes.io/part-of":    "pgpilot",
-			},
+			Labels:    Labels(c),
 		},
 		Type: corev1.SecretTypeBasicAuth,
 		Data: data,
@@ -269,11 +278,7 @@ func (r *CredentialsReconciler) newTokenSecret(c *dbv1.PostgresCluster, name str
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: c.Namespace,
-			Labels: map[string]string{
-				dbv1.LabelCluster:              c.Name,
-				"app.kubernetes.io/managed-by": "pgpilot",
-				"app.kubernetes.io/part-of":    "pgpilot",
-			},
+			Labels: Labels(c),
 		},
 		Type: corev1.SecretTypeOpaque,
 		Data: data,
