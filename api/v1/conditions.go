@@ -108,6 +108,11 @@ const (
 	// ReasonSwitchingOverForUpdate: a rolling update moves the primary before
 	// restarting it.
 	ReasonSwitchingOverForUpdate = "SwitchingOverForUpdate"
+	// ReasonSwitchingOverForScaleDown: a scale-down would remove the primary's pod, so
+	// the primary moves to an instance that stays first; ReasonScaleDownWaiting: no
+	// instance that stays can take over yet, and the scale-down waits.
+	ReasonSwitchingOverForScaleDown = "SwitchingOverForScaleDown"
+	ReasonScaleDownWaiting          = "ScaleDownWaiting"
 )
 
 // Phases of a cluster.

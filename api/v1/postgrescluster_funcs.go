@@ -39,6 +39,11 @@ const (
 	// DataConsistent condition and the instances' setAside.
 	AnnotationDataGuard = "db.example.com/data-guard"
 
+	// AnnotationDataVersion on the primary Lease is the PostgreSQL major version of the
+	// cluster's data, as its primary runs it: recorded by the failover controller, shown
+	// as status.dataVersion, and the only version a plan deploys once recorded.
+	AnnotationDataVersion = "db.example.com/data-version"
+
 	// LabelScheduledAt on a PostgresBackup the sidecar created for a schedule tick is
 	// the tick's time, as a Unix timestamp.
 	LabelScheduledAt = "db.example.com/scheduled-at"
@@ -95,11 +100,9 @@ func (n Names) HeadlessService() string { return n.Cluster + "-headless" }
 // RoleBinding.
 func (n Names) InstanceServiceAccount() string { return n.Cluster + "-instance" }
 
-// PrimaryDisruptionBudget keeps a voluntary disruption from taking the primary.
-func (n Names) PrimaryDisruptionBudget() string { return n.Cluster + "-primary" }
-
-// ReplicasDisruptionBudget keeps a voluntary disruption from taking every replica.
-func (n Names) ReplicasDisruptionBudget() string { return n.Cluster + "-replicas" }
+// DisruptionBudget lets voluntary disruptions (evictions: node drains) take the
+// instances one at a time, the primary included: its stop is a handover.
+func (n Names) DisruptionBudget() string { return n.Cluster }
 
 // SuperuserSecret holds the postgres superuser's credentials.
 func (n Names) SuperuserSecret() string { return n.Cluster + "-superuser" }
@@ -150,6 +153,19 @@ func (n Names) NetworkPolicy() string { return n.Cluster }
 
 // Instance is the pod name of instance ordinal i (StatefulSet naming).
 func (n Names) Instance(i int) string { return n.Cluster + "-" + strconv.Itoa(i) }
+
+// Ordinal is the ordinal of instance pod, false when pod is not an instance's name.
+func (n Names) Ordinal(pod string) (int, bool) {
+	digits, ok := strings.CutPrefix(pod, n.Cluster+"-")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(digits)
+	if err != nil || i < 0 || strconv.Itoa(i) != digits {
+		return 0, false
+	}
+	return i, true
+}
 
 // VolumeClaim is the PersistentVolumeClaim of instance i: the StatefulSet's claim
 // template "data" (helm-charts/postgrescluster/templates/statefulset.yaml).

@@ -20,10 +20,10 @@ type PostgresClusterSpec struct {
 	Replicas int32 `json:"replicas,omitempty"`
 
 	// version is the PostgreSQL major version. It selects the default image
-	// (postgres:<version>.<minor>). Downgrades are refused: a data directory cannot
-	// be opened by an older major.
+	// (postgres:<version>.<minor>). Once the cluster has data it cannot change but back
+	// to the data's version (status.dataVersion): pgpilot does not upgrade a major
+	// version in place, and PostgreSQL cannot open a data directory of another major.
 	// +kubebuilder:validation:Enum="14";"15";"16";"17";"18"
-	// +kubebuilder:validation:XValidation:rule="int(self) >= int(oldSelf)",messageExpression="'version cannot go down from ' + oldSelf + ' to ' + self + ': PostgreSQL cannot open a data directory of a newer major version; restore a backup into a new cluster instead'"
 	Version string `json:"version"`
 
 	// image overrides the PostgreSQL container image chosen from version. It must run
@@ -261,6 +261,12 @@ type PostgresClusterStatus struct {
 	// +optional
 	CurrentPrimary string `json:"currentPrimary,omitempty"`
 
+	// dataVersion is the PostgreSQL major version of the cluster's data, as its primary
+	// runs it. spec.version can only be set back to it: pgpilot does not upgrade a
+	// major version in place.
+	// +optional
+	DataVersion string `json:"dataVersion,omitempty"`
+
 	// readyInstances counts instance pods that are Ready.
 	// +optional
 	ReadyInstances int32 `json:"readyInstances"`
@@ -347,6 +353,7 @@ type Phase string
 // +kubebuilder:printcolumn:name="Primary",type=string,JSONPath=`.status.currentPrimary`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.spec.version == oldSelf.spec.version || !has(self.status) || !has(self.status.dataVersion) || self.spec.version == self.status.dataVersion",messageExpression="'spec.version cannot change from ' + oldSelf.spec.version + ' to ' + self.spec.version + ': the data is PostgreSQL ' + self.status.dataVersion + ' (status.dataVersion), and pgpilot does not upgrade a major version in place; keep ' + self.status.dataVersion + ', or move the data to a new cluster of the new version (docs/operations.md, Major versions)'"
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 50 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be at most 50 characters of lowercase letters, digits and '-', start with a letter and end with a letter or digit: it names the cluster's Services and pods"
 
 // PostgresCluster is a highly available PostgreSQL cluster: one primary and streaming

@@ -8,7 +8,7 @@
 #   CHAOS_ROUNDS=3         rounds per fault and mode
 #   CHAOS_FAULTS=regexp    faults to run (default all); CHAOS_MODES=regexp (async, sync)
 #   CHAOS_SHORT=1          the CI subset unless CHAOS_FAULTS/CHAOS_ROUNDS say otherwise:
-#                          graceful-delete, container-kill, freeze, network-cut, 1 round
+#                          evict, container-kill, freeze, network-cut, 1 round
 #   CHAOS_HOLD=20s         how long a frozen or cut primary stays so
 #   CHAOS_RECOVERY_TIMEOUT=5m
 #   CHAOS_KEEP=1           leave the cluster up afterwards (make demo-down removes it)
@@ -18,7 +18,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../e2e/lib.sh"
 
 if [[ ${CHAOS_SHORT:-} == 1 ]]; then
-  export CHAOS_FAULTS=${CHAOS_FAULTS:-^(graceful-delete|container-kill|freeze|network-cut)$}
+  export CHAOS_FAULTS=${CHAOS_FAULTS:-^(evict|container-kill|freeze|network-cut)$}
   export CHAOS_ROUNDS=${CHAOS_ROUNDS:-1}
 fi
 # Each mode's cluster takes three local volumes, and one more cluster for every round

@@ -409,8 +409,7 @@ func TestReadmeExample(t *testing.T) {
 	wantNames := []string{
 		"ConfigMap/my-db-config",
 		"NetworkPolicy/my-db",
-		"PodDisruptionBudget/my-db-primary",
-		"PodDisruptionBudget/my-db-replicas",
+		"PodDisruptionBudget/my-db",
 		"Role/my-db-instance",
 		"RoleBinding/my-db-instance",
 		"Service/my-db-headless",
@@ -641,21 +640,20 @@ func TestServices(t *testing.T) {
 }
 
 func TestPodDisruptionBudgets(t *testing.T) {
-	primary := policyv1.PodDisruptionBudgetSpec{
-		MinAvailable: ptr.To(intstr.FromInt32(1)),
-		Selector:     &metav1.LabelSelector{MatchLabels: roleSelector(name, "primary")},
-	}
-	replicas := policyv1.PodDisruptionBudgetSpec{
-		MaxUnavailable: ptr.To(intstr.FromInt32(1)),
-		Selector:       &metav1.LabelSelector{MatchLabels: roleSelector(name, "replica")},
+	// One budget over every instance, the primary included (its stop is a handover), so
+	// that a drain evicts the primary instead of waiting forever.
+	all := policyv1.PodDisruptionBudgetSpec{
+		MaxUnavailable:             ptr.To(intstr.FromInt32(1)),
+		Selector:                   &metav1.LabelSelector{MatchLabels: selectorLabels(name)},
+		UnhealthyPodEvictionPolicy: ptr.To(policyv1.AlwaysAllow),
 	}
 	tests := []struct {
 		name     string
 		replicas int
 		want     map[string]policyv1.PodDisruptionBudgetSpec
 	}{
-		{name: "three instances", replicas: 3, want: map[string]policyv1.PodDisruptionBudgetSpec{name + "-primary": primary, name + "-replicas": replicas}},
-		{name: "two instances", replicas: 2, want: map[string]policyv1.PodDisruptionBudgetSpec{name + "-primary": primary, name + "-replicas": replicas}},
+		{name: "three instances", replicas: 3, want: map[string]policyv1.PodDisruptionBudgetSpec{name: all}},
+		{name: "two instances", replicas: 2, want: map[string]policyv1.PodDisruptionBudgetSpec{name: all}},
 		{name: "one instance", replicas: 1, want: map[string]policyv1.PodDisruptionBudgetSpec{}},
 	}
 	for _, tt := range tests {

@@ -5,11 +5,14 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 )
 
 // statusBlind is mgr as a Helm reconciler of gvk sees it: an update of a custom
@@ -68,10 +71,34 @@ type statusBlindHandler struct {
 }
 
 func (h statusBlindHandler) OnUpdate(oldObj, newObj any) {
-	if statusOnly(oldObj, newObj) {
+	if statusOnly(oldObj, newObj) && !releasesScaleDown(oldObj, newObj) {
 		return
 	}
 	h.ResourceEventHandler.OnUpdate(oldObj, newObj)
+}
+
+// releasesScaleDown reports whether an update moved status.currentPrimary away from an
+// instance a scale-down removes, or named a primary again while a scale-down waits
+// (more instances than spec.replicas): the plan kept those pods (plan.Replicas) and may
+// now let them go. The sidecar's scale-down switchover also clears an annotation, which
+// reconciles anyway; a failover does not.
+func releasesScaleDown(oldObj, newObj any) bool {
+	o, ok1 := oldObj.(*unstructured.Unstructured)
+	n, ok2 := newObj.(*unstructured.Unstructured)
+	if !ok1 || !ok2 {
+		return false
+	}
+	was, _, _ := unstructured.NestedString(o.Object, "status", "currentPrimary")
+	now, _, _ := unstructured.NestedString(n.Object, "status", "currentPrimary")
+	replicas, found, _ := unstructured.NestedInt64(n.Object, "spec", "replicas")
+	if was == now || !found {
+		return false
+	}
+	if ordinal, ok := dbv1.NamesOf(n.GetName()).Ordinal(was); ok {
+		return int64(ordinal) >= replicas
+	}
+	instances, _, _ := unstructured.NestedSlice(n.Object, "status", "instances")
+	return was == "" && int64(len(instances)) > replicas
 }
 
 // statusOnly reports whether an update changed nothing of the object but its status

@@ -48,3 +48,37 @@ func TestStatusOnly(t *testing.T) {
 		})
 	}
 }
+
+// A status write reaches the Helm reconciler when the primary left an instance a
+// scale-down removes: the plan kept its pod until then.
+func TestReleasesScaleDown(t *testing.T) {
+	cluster := func(replicas int64, primary string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"spec": map[string]any{"replicas": replicas},
+			"status": map[string]any{"currentPrimary": primary, "instances": []any{
+				map[string]any{"name": "db-0"}, map[string]any{"name": "db-1"}, map[string]any{"name": "db-2"},
+			}},
+		}}
+		u.SetName("db")
+		return u
+	}
+	for _, tc := range []struct {
+		name     string
+		old, new *unstructured.Unstructured
+		want     bool
+	}{
+		{"the primary left a removed instance", cluster(1, "db-2"), cluster(1, "db-0"), true},
+		{"the primary left a removed instance, failover under way", cluster(2, "db-2"), cluster(2, ""), true},
+		{"a primary again while a scale-down waits", cluster(2, ""), cluster(2, "db-1"), true},
+		{"a primary again, no scale-down", cluster(3, ""), cluster(3, "db-1"), false},
+		{"the primary stays", cluster(3, "db-2"), cluster(3, "db-0"), false},
+		{"no change of primary", cluster(1, "db-2"), cluster(1, "db-2"), false},
+		{"another cluster's name", cluster(1, "other-2"), cluster(1, "db-0"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := releasesScaleDown(tc.old, tc.new); got != tc.want {
+				t.Errorf("releasesScaleDown = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

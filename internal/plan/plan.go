@@ -17,16 +17,21 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agent"
+	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
 
 // Plan is what the chart renders besides the values: .Values.plan.
 type Plan struct {
 	Names Names `json:"names"`
+	// Replicas is how many instances run: spec.replicas, unless fewer would remove the
+	// primary before it handed over (Replicas).
+	Replicas int `json:"replicas"`
 	// Image is the PostgreSQL container's image; AgentImage the operator's, which holds the
 	// agent the init container copies into the pod.
 	Image      string `json:"image"`
@@ -67,14 +72,13 @@ type Names struct {
 	// AgentAuthSecret holds the agent API's credentials the pods mount;
 	// MetricsTokenSecret the token Prometheus scrapes with; CASecret the CA that
 	// verifies the agent API's certificate.
-	AgentAuthSecret          string `json:"agentAuthSecret"`
-	MetricsTokenSecret       string `json:"metricsTokenSecret"`
-	CASecret                 string `json:"caSecret"`
-	ServiceAccount           string `json:"serviceAccount"`
-	NetworkPolicy            string `json:"networkPolicy"`
-	PrimaryDisruptionBudget  string `json:"primaryDisruptionBudget"`
-	ReplicasDisruptionBudget string `json:"replicasDisruptionBudget"`
-	// Instances are the pod names of the spec's replicas, by ordinal.
+	AgentAuthSecret    string `json:"agentAuthSecret"`
+	MetricsTokenSecret string `json:"metricsTokenSecret"`
+	CASecret           string `json:"caSecret"`
+	ServiceAccount     string `json:"serviceAccount"`
+	NetworkPolicy      string `json:"networkPolicy"`
+	DisruptionBudget   string `json:"disruptionBudget"`
+	// Instances are the pod names of the plan's replicas, by ordinal.
 	Instances []string `json:"instances"`
 }
 
@@ -120,6 +124,8 @@ type Observed struct {
 	// Backup is the PostgresBackup bootstrap.fromBackup.backupName names, when it
 	// exists and the ConfigMap holds no restore yet.
 	Backup *dbv1.PostgresBackup
+	// PrimaryLease is the cluster's primary Lease: who the primary is.
+	PrimaryLease *coordinationv1.Lease
 }
 
 // Decide makes the plan of cluster from its values and what exists. An error is a spec
@@ -131,6 +137,9 @@ func Decide(cluster Cluster, v Values, observed Observed) (*Plan, error) {
 	if v.Version == "" {
 		return nil, fmt.Errorf(`version is required: the PostgreSQL major version, e.g. "16"`)
 	}
+	if err := checkVersion(v.Version, observed); err != nil {
+		return nil, err
+	}
 	image, err := postgresImage(v)
 	if err != nil {
 		return nil, err
@@ -138,11 +147,13 @@ func Decide(cluster Cluster, v Values, observed Observed) (*Plan, error) {
 	if v.Operator.AgentImage == "" {
 		return nil, fmt.Errorf("operator.agentImage is required: the operator sets it from RELATED_IMAGE_AGENT")
 	}
+	replicas := Replicas(cluster, int(v.Replicas), observed)
 	p := &Plan{
-		Names:        namesOf(cluster.Name, int(v.Replicas), v.TLS),
+		Names:        namesOf(cluster.Name, replicas, v.TLS),
+		Replicas:     replicas,
 		Image:        image,
 		AgentImage:   v.Operator.AgentImage,
-		Config:       clusterConfig(cluster.Name, v),
+		Config:       clusterConfig(cluster.Name, v, replicas),
 		Volumes:      []corev1.Volume{},
 		VolumeMounts: []corev1.VolumeMount{},
 		Storage:      storage(v.Storage, observed.StatefulSet),
@@ -174,30 +185,67 @@ func namesOf(cluster string, replicas int, tls dbv1.TLSSpec) Names {
 		instances[i] = n.Instance(i)
 	}
 	return Names{
-		Cluster:                  n.Cluster,
-		StatefulSet:              n.StatefulSet(),
-		ConfigMap:                n.ConfigMap(),
-		PrimaryLease:             n.PrimaryLease(),
-		ReadWriteService:         n.ReadWriteService(),
-		ReadOnlyService:          n.ReadOnlyService(),
-		ReadService:              n.ReadService(),
-		HeadlessService:          n.HeadlessService(),
-		SuperuserSecret:          n.SuperuserSecret(),
-		ReplicationSecret:        n.ReplicationSecret(),
-		AppSecret:                n.AppSecret(),
-		AgentTokenSecret:         n.AgentTokenSecret(),
-		ServerTLSSecret:          orDefault(tls.ServerSecretName, n.ServerTLSSecret()),
-		ReplicationTLSSecret:     n.ReplicationTLSSecret(),
-		InstanceTLSSecret:        n.ServerTLSSecret(),
-		AgentAuthSecret:          n.AgentAuthSecret(),
-		MetricsTokenSecret:       n.MetricsTokenSecret(),
-		CASecret:                 n.CASecret(),
-		ServiceAccount:           n.InstanceServiceAccount(),
-		NetworkPolicy:            n.NetworkPolicy(),
-		PrimaryDisruptionBudget:  n.PrimaryDisruptionBudget(),
-		ReplicasDisruptionBudget: n.ReplicasDisruptionBudget(),
-		Instances:                instances,
+		Cluster:              n.Cluster,
+		StatefulSet:          n.StatefulSet(),
+		ConfigMap:            n.ConfigMap(),
+		PrimaryLease:         n.PrimaryLease(),
+		ReadWriteService:     n.ReadWriteService(),
+		ReadOnlyService:      n.ReadOnlyService(),
+		ReadService:          n.ReadService(),
+		HeadlessService:      n.HeadlessService(),
+		SuperuserSecret:      n.SuperuserSecret(),
+		ReplicationSecret:    n.ReplicationSecret(),
+		AppSecret:            n.AppSecret(),
+		AgentTokenSecret:     n.AgentTokenSecret(),
+		ServerTLSSecret:      orDefault(tls.ServerSecretName, n.ServerTLSSecret()),
+		ReplicationTLSSecret: n.ReplicationTLSSecret(),
+		InstanceTLSSecret:    n.ServerTLSSecret(),
+		AgentAuthSecret:      n.AgentAuthSecret(),
+		MetricsTokenSecret:   n.MetricsTokenSecret(),
+		CASecret:             n.CASecret(),
+		ServiceAccount:       n.InstanceServiceAccount(),
+		NetworkPolicy:        n.NetworkPolicy(),
+		DisruptionBudget:     n.DisruptionBudget(),
+		Instances:            instances,
 	}
+}
+
+// Replicas is how many instances cluster runs when the spec asks for want: want, but
+// never so few that the StatefulSet would delete the primary's pod (the highest
+// ordinals go first). A scale-down that would remove the primary waits here, at the
+// instances that run, until the sidecar has switched over to an instance that stays
+// (failover.ScaleDownTarget); so does any scale-down while no instance holds the
+// primary Lease (a failover under way), or before the Lease can be read.
+func Replicas(cluster Cluster, want int, observed Observed) int {
+	sts := observed.StatefulSet
+	if sts == nil || sts.Spec.Replicas == nil || want >= int(*sts.Spec.Replicas) {
+		return want
+	}
+	running := int(*sts.Spec.Replicas)
+	if observed.PrimaryLease == nil {
+		return running
+	}
+	holder := primarylease.Parse(observed.PrimaryLease).Holder
+	ordinal, ok := dbv1.NamesOf(cluster.Name).Ordinal(holder)
+	if !ok {
+		return running
+	}
+	return min(running, max(want, ordinal+1))
+}
+
+// checkVersion refuses a spec.version other than the major version of the cluster's
+// data, as the Lease records it: no pod is given an image that cannot open its data
+// directory, and the way back stays open. The CRD refuses such a change already; this
+// holds a cluster whose CRD or status predates the rule.
+func checkVersion(version string, observed Observed) error {
+	if observed.PrimaryLease == nil {
+		return nil
+	}
+	data := primarylease.Parse(observed.PrimaryLease).DataVersion
+	if data == "" || data == version {
+		return nil
+	}
+	return fmt.Errorf("spec.version %s cannot be applied: the cluster's data is PostgreSQL %s and pgpilot does not upgrade a major version in place; set spec.version back to %q (no instance was changed)", version, data, data)
 }
 
 // postgresImage is the first of spec.image, the operator's image for the version and the
@@ -211,12 +259,12 @@ func postgresImage(v Values) (string, error) {
 	return "", fmt.Errorf("no PostgreSQL image for version %q: set spec.image, or give the operator RELATED_IMAGE_POSTGRES_%s", v.Version, v.Version)
 }
 
-func clusterConfig(cluster string, v Values) agent.ClusterConfig {
+func clusterConfig(cluster string, v Values, replicas int) agent.ClusterConfig {
 	n := dbv1.NamesOf(cluster)
 	c := agent.ClusterConfig{
 		ClusterName:            cluster,
 		Version:                v.Version,
-		Replicas:               int(v.Replicas),
+		Replicas:               replicas,
 		Parameters:             v.PostgreSQL.Parameters,
 		SynchronousReplicas:    int(v.PostgreSQL.SynchronousReplicas),
 		IdleSlotTimeout:        agent.DefaultIdleSlotTimeout.String(),

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -135,8 +136,8 @@ func TestNames(t *testing.T) {
 		ReadWriteService: n.ReadWriteService(), ReadOnlyService: n.ReadOnlyService(), ReadService: n.ReadService(),
 		HeadlessService: n.HeadlessService(), SuperuserSecret: n.SuperuserSecret(),
 		ReplicationSecret: n.ReplicationSecret(), AppSecret: n.AppSecret(), AgentTokenSecret: n.AgentTokenSecret(),
-		ServiceAccount: n.InstanceServiceAccount(), NetworkPolicy: n.NetworkPolicy(), PrimaryDisruptionBudget: n.PrimaryDisruptionBudget(),
-		ReplicasDisruptionBudget: n.ReplicasDisruptionBudget(), Instances: []string{"my-db-0", "my-db-1"},
+		ServiceAccount: n.InstanceServiceAccount(), NetworkPolicy: n.NetworkPolicy(), DisruptionBudget: n.DisruptionBudget(),
+		Instances:       []string{"my-db-0", "my-db-1"},
 		ServerTLSSecret: n.ServerTLSSecret(), ReplicationTLSSecret: n.ReplicationTLSSecret(),
 		InstanceTLSSecret: n.ServerTLSSecret(), AgentAuthSecret: n.AgentAuthSecret(),
 		MetricsTokenSecret: n.MetricsTokenSecret(), CASecret: n.CASecret(),
@@ -156,6 +157,56 @@ func TestNames(t *testing.T) {
 	if p.Config.PrimaryLease != n.PrimaryLease() || p.Config.Services.ReadWrite != n.ReadWriteService() ||
 		p.Config.Services.Headless != n.HeadlessService() {
 		t.Errorf("config.json names %q, %+v; want the plan's", p.Config.PrimaryLease, p.Config.Services)
+	}
+}
+
+// A scale-down never removes the primary's pod: it waits, at the instances that run,
+// until the primary is one that stays; and it waits while the primary is unknown.
+func TestReplicas(t *testing.T) {
+	running := func(n int32) *appsv1.StatefulSet {
+		return &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: ptr.To(n)}}
+	}
+	lease := func(holder string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder)}}
+	}
+	tests := []struct {
+		name     string
+		want     int32
+		observed plan.Observed
+		replicas int
+	}{
+		{name: "a new cluster", want: 3, observed: plan.Observed{}, replicas: 3},
+		{name: "a scale-up", want: 5, observed: plan.Observed{StatefulSet: running(3), PrimaryLease: lease("my-db-2")}, replicas: 5},
+		{name: "a scale-down keeping the primary", want: 2, observed: plan.Observed{StatefulSet: running(3), PrimaryLease: lease("my-db-1")}, replicas: 2},
+		{name: "a scale-down that would remove the primary", want: 3, observed: plan.Observed{StatefulSet: running(3), PrimaryLease: lease("my-db-2")}, replicas: 1},
+		{name: "part of a scale-down that would remove the primary", want: 4, observed: plan.Observed{StatefulSet: running(5), PrimaryLease: lease("my-db-3")}, replicas: 2},
+		{name: "a scale-down during a failover", want: 3, observed: plan.Observed{StatefulSet: running(3), PrimaryLease: lease("")}, replicas: 1},
+		{name: "a scale-down with no Lease", want: 3, observed: plan.Observed{StatefulSet: running(3)}, replicas: 2},
+		{name: "a scale-down with a foreign holder", want: 3, observed: plan.Observed{StatefulSet: running(3), PrimaryLease: lease("other-0")}, replicas: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := plan.Decide(cluster, readme(func(v *plan.Values) { v.Replicas = int32(tt.replicas) }), tt.observed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Replicas != int(tt.want) || len(p.Names.Instances) != int(tt.want) || p.Config.Replicas != int(tt.want) {
+				t.Errorf("replicas %d, instances %v, config.json replicas %d; want %d", p.Replicas, p.Names.Instances, p.Config.Replicas, tt.want)
+			}
+		})
+	}
+}
+
+// A version other than the data's is never deployed; the data's is.
+func TestDataVersion(t *testing.T) {
+	observed := plan.Observed{
+		StatefulSet:  &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](3)}},
+		PrimaryLease: &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{dbv1.AnnotationDataVersion: "16"}}},
+	}
+	decide(t, readme(func(v *plan.Values) { v.Version = "17" }), observed,
+		`spec.version 17 cannot be applied: the cluster's data is PostgreSQL 16 and pgpilot does not upgrade a major version in place; set spec.version back to "16"`)
+	if p := decide(t, readme(func(v *plan.Values) { v.Version = "16" }), observed, ""); p.Image != "postgres:16.11" {
+		t.Errorf("image %q for the data's version", p.Image)
 	}
 }
 

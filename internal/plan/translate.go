@@ -9,6 +9,7 @@ import (
 	helmchart "helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -102,7 +103,7 @@ func withPlan(values chartutil.Values, cluster Cluster, typed Values, observed O
 }
 
 // Observe reads what the plan of cluster depends on: its deployed ConfigMap and
-// StatefulSet and, for a restore from a PostgresBackup not yet deployed, that backup.
+// StatefulSet, the primary Lease of a deployed cluster and, for a restore from a PostgresBackup not yet deployed, that backup.
 // What does not exist is left nil.
 func Observe(ctx context.Context, r client.Reader, cluster Cluster, v Values) (Observed, error) {
 	var observed Observed
@@ -113,6 +114,11 @@ func Observe(ctx context.Context, r client.Reader, cluster Cluster, v Values) (O
 	}
 	if observed.StatefulSet, err = get(ctx, r, cluster.Namespace, names.StatefulSet(), &appsv1.StatefulSet{}); err != nil {
 		return observed, err
+	}
+	if observed.StatefulSet != nil {
+		if observed.PrimaryLease, err = get(ctx, r, cluster.Namespace, names.PrimaryLease(), &coordinationv1.Lease{}); err != nil {
+			return observed, err
+		}
 	}
 	from := v.Bootstrap.FromBackup
 	if from == nil || from.BackupName == "" || deployedRestore(observed.ConfigMap) != nil {

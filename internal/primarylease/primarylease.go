@@ -72,6 +72,9 @@ type Record struct {
 	// DataGuard is what the agents refuse to do to their data and what they set
 	// aside; nil when none was recorded.
 	DataGuard *DataGuard
+	// DataVersion is the PostgreSQL major version of the cluster's data, as its primary
+	// last ran it; "" before one was recorded.
+	DataVersion string
 	// Timeline is the timeline ID the holder's promotion in this term takes, and no
 	// instance of the cluster is on a higher one: every Move reserves one above all it
 	// knows of, so no two promotions choose the same ID (docs/failover.md, "Timeline
@@ -149,6 +152,7 @@ func Parse(l *coordinationv1.Lease) Record {
 	r.Sync = decode[SyncSet](a[AnnotationSynchronous])
 	r.LastFailover = decode[dbv1.FailoverRecord](a[dbv1.AnnotationLastFailover])
 	r.DataGuard = decode[DataGuard](a[dbv1.AnnotationDataGuard])
+	r.DataVersion = a[dbv1.AnnotationDataVersion]
 	return r
 }
 

@@ -411,11 +411,11 @@ type row struct {
 }
 
 // mustKeepAcked reports whether this row asserts that no acknowledged row is lost: in
-// synchronous mode always; in asynchronous mode for a graceful delete, where the
-// primary stops cleanly and its final WAL reaches the standbys, and for a deleted
+// synchronous mode always; in asynchronous mode for a graceful delete or an eviction,
+// where the primary stops cleanly and its final WAL reaches the standbys, and for a deleted
 // Lease, where the primary keeps running and nothing is promoted.
 func (r *row) mustKeepAcked() bool {
-	return r.mode.synchronousReplicas > 0 || r.fault.name == "graceful-delete" || r.fault.name == "lease-delete"
+	return r.mode.synchronousReplicas > 0 || r.fault.name == "graceful-delete" || r.fault.name == "evict" || r.fault.name == "lease-delete"
 }
 
 // problems lists the invariants res broke, and the errors that kept it from measuring.

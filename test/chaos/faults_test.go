@@ -12,7 +12,9 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
@@ -51,6 +53,13 @@ var faults = []fault{
 		}
 		return gone(ctx, f.primary)
 	}},
+	{"evict", "the primary's pod is evicted through the Eviction API, as kubectl drain does (retried every 5 s while a disruption budget refuses)",
+		func(ctx context.Context, f *faulting) error {
+			if err := evict(ctx, f.primary); err != nil {
+				return err
+			}
+			return gone(ctx, f.primary)
+		}},
 	{"forced-delete", "the primary's pod is deleted with grace period 0, forced (kubectl delete --force --grace-period=0)",
 		func(ctx context.Context, f *faulting) error {
 			if err := k8s.Delete(ctx, &f.primary, client.GracePeriodSeconds(0)); err != nil {
@@ -111,6 +120,23 @@ var faults = []fault{
 			f.logf("%s became primary; killed PID 1 (%d) of its postgres container", next.Name, pid)
 			return err
 		}},
+}
+
+// evict asks the Eviction API to evict pod until it accepts: a 429 is a disruption
+// budget refusing for now, which kubectl drain retries every 5 s.
+func evict(ctx context.Context, pod corev1.Pod) error {
+	eviction := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name}}
+	for {
+		err := k8s.SubResource("eviction").Create(ctx, &pod, eviction)
+		if !apierrors.IsTooManyRequests(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("evicting %s: still refused when the round ended: %w", pod.Name, err)
+		case <-time.After(5 * time.Second):
+		}
+	}
 }
 
 // leaseDelete deletes the cluster's primary Lease and waits until the operator has

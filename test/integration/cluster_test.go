@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -84,8 +85,7 @@ func TestExampleRendersTheTopology(t *testing.T) {
 	}
 	for _, obj := range []client.Object{
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "my-db-config"}},
-		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "my-db-primary"}},
-		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "my-db-replicas"}},
+		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "my-db"}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "my-db-instance"}},
 		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "my-db-instance"}},
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "my-db-instance"}},
@@ -448,7 +448,6 @@ func TestUnsafeUpdatesAreRejected(t *testing.T) {
 		{"shrink storage", func(c *dbv1.PostgresCluster) { withStorage("5Gi", "fast")(c) }, "size cannot shrink from 10Gi to 5Gi"},
 		{"change storage class", func(c *dbv1.PostgresCluster) { withStorage("10Gi", "slow")(c) }, "storageClassName cannot be changed"},
 		{"drop storage class", func(c *dbv1.PostgresCluster) { c.Spec.Storage.StorageClassName = nil }, "storageClassName cannot be changed"},
-		{"downgrade", func(c *dbv1.PostgresCluster) { c.Spec.Version = "15" }, "version cannot go down from 16 to 15"},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -470,6 +469,53 @@ func TestUnsafeUpdatesAreRejected(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// spec.version follows the data: free while the cluster has none; once the primary's
+// major version is recorded (the failover controller writes it in the Lease, the status
+// controller shows it), every other version is refused at admission, and the data's
+// version stays accepted (the way back from a change made before the record).
+func TestVersionFollowsTheData(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newCluster(ns, "ver"))
+	testutil.Eventually(t, timeout, func() error { return get(ns, "ver-primary", &coordinationv1.Lease{}) })
+	for _, v := range []string{"17", "15", "16"} {
+		if err := update(ns, "ver", func(c *dbv1.PostgresCluster) { c.Spec.Version = v }); err != nil {
+			t.Fatalf("version %s before the cluster has data: %v", v, err)
+		}
+	}
+
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var l coordinationv1.Lease
+		if err := get(ns, "ver-primary", &l); err != nil {
+			return err
+		}
+		metav1.SetMetaDataAnnotation(&l.ObjectMeta, dbv1.AnnotationDataVersion, "16")
+		return k8s.Update(context.Background(), &l)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, timeout, func() error {
+		var c dbv1.PostgresCluster
+		if err := get(ns, "ver", &c); err != nil {
+			return err
+		}
+		if c.Status.DataVersion != "16" {
+			return fmt.Errorf("status.dataVersion %q", c.Status.DataVersion)
+		}
+		return nil
+	})
+	for _, v := range []string{"17", "15"} {
+		err := update(ns, "ver", func(c *dbv1.PostgresCluster) { c.Spec.Version = v })
+		want := "spec.version cannot change from 16 to " + v + ": the data is PostgreSQL 16"
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("version %s: got %v, want an Invalid error containing %q", v, err, want)
+		}
+	}
+	if err := update(ns, "ver", func(c *dbv1.PostgresCluster) { c.Spec.Replicas = 2 }); err != nil {
+		t.Errorf("another change with the data's version: %v", err)
+	}
 }
 
 // Deleting a cluster removes what the chart rendered and keeps the volumes and the

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
 
@@ -141,4 +143,31 @@ func (c *cycle) recordDataGuard(ctx context.Context) error {
 
 func equalGuard(a, b primarylease.DataGuard) bool {
 	return maps.Equal(a.Refusals, b.Refusals) && maps.EqualFunc(a.SetAside, b.SetAside, slices.Equal[[]string])
+}
+
+// DataVersion is the PostgreSQL major version the holder runs as a ready primary: the
+// version of the cluster's data. "" when it cannot say now.
+func DataVersion(holder string, instances []Instance) string {
+	i := find(instances, holder)
+	if i == nil || !i.Reachable || i.Status.Role != agentapi.RolePrimary || i.Status.PostgresVersion <= 0 {
+		return ""
+	}
+	return strconv.Itoa(i.Status.PostgresVersion / 10000)
+}
+
+// recordDataVersion records the data's major version in the Lease when the primary
+// runs another than recorded (the first time, or after a person edited it).
+func (c *cycle) recordDataVersion(ctx context.Context) error {
+	rec := primarylease.Parse(c.lease)
+	v := DataVersion(rec.Holder, c.instances)
+	if v == "" || v == rec.DataVersion {
+		return nil
+	}
+	l, err := c.apply(ctx, primarylease.SetAnnotation(dbv1.AnnotationDataVersion, v))
+	if err != nil {
+		return fmt.Errorf("recording the data's major version in the Lease: %w", err)
+	}
+	c.lease = l
+	c.log("Recorded the data's major version", "version", v, "primary", rec.Holder)
+	return nil
 }

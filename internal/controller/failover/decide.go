@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/fleet"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
@@ -47,6 +48,10 @@ type Input struct {
 	SynchronousReplicas int
 	// Switchover is the requested switchover target, "" when none.
 	Switchover string
+	// Cluster is the cluster's name and Replicas its spec.replicas: an instance whose
+	// ordinal is Replicas or more is being scaled away. Replicas 0 is unknown.
+	Cluster  string
+	Replicas int
 	// FailedSince is when the holder was first seen failed; zero if it was healthy at
 	// the last observation.
 	FailedSince time.Time
@@ -81,10 +86,13 @@ const (
 	Move
 	// GiveBack the Lease to Target, the instance that last held it.
 	GiveBack
+	// ScaleDown — request a switchover to Target, an instance that stays, before a
+	// scale-down removes the primary's pod; with no Target, wait (Reason says for what).
+	ScaleDown
 )
 
 func (a Action) String() string {
-	return [...]string{"None", "Wait", "Blocked", "Revoke", "Demote", "RefuseSwitchover", "Move", "GiveBack"}[a]
+	return [...]string{"None", "Wait", "Blocked", "Revoke", "Demote", "RefuseSwitchover", "Move", "GiveBack", "ScaleDown"}[a]
 }
 
 // Decision is the outcome, with the reason a user reads in events and conditions.
@@ -117,6 +125,9 @@ func Decide(in Input) Decision {
 				return Decision{Action: RefuseSwitchover, Target: in.Switchover, Reason: why}
 			}
 			return Decision{Action: Demote, Target: in.Switchover, Reason: fmt.Sprintf("switchover to %s requested", in.Switchover)}
+		}
+		if leaving(in, in.Lease.Holder) {
+			return scaleDown(in)
 		}
 		return Decision{Action: None, Reason: fmt.Sprintf("the primary %s is healthy", in.Lease.Holder)}
 	}
@@ -488,6 +499,46 @@ func compare(a, b uint64) int {
 		return 1
 	}
 	return 0
+}
+
+// leaving is whether pod is being scaled away: its ordinal is spec.replicas or more.
+func leaving(in Input, pod string) bool {
+	ordinal, ok := dbv1.NamesOf(in.Cluster).Ordinal(pod)
+	return in.Replicas > 0 && ok && ordinal >= in.Replicas
+}
+
+// scaleDown chooses the instance a healthy primary that is being scaled away hands
+// over to: the most advanced of the instances that stay and that CheckSwitchover
+// accepts, the lowest ordinal first among equals. The StatefulSet keeps the primary's
+// pod until then (plan.Replicas), so a scale-down costs one switchover, never a
+// failover, and never a chain of handovers through instances that are leaving too.
+func scaleDown(in Input) Decision {
+	var best *Instance
+	var bestAt uint64
+	var why []string
+	for i := range in.Instances {
+		c := &in.Instances[i]
+		if leaving(in, c.Name) || c.Name == in.Lease.Holder {
+			continue
+		}
+		if reason := CheckSwitchover(in.Lease.Holder, c.Name, in.Instances); reason != "" {
+			why = append(why, reason)
+			continue
+		}
+		at, _ := agentapi.ParseLSN(c.Status.Position)
+		if best == nil || at > bestAt {
+			best, bestAt = c, at
+		}
+	}
+	if best == nil {
+		reason := fmt.Sprintf("spec.replicas %d removes the primary %s, and no instance that stays can take over yet", in.Replicas, in.Lease.Holder)
+		if len(why) > 0 {
+			reason += ": " + strings.Join(why, "; ")
+		}
+		return Decision{Action: ScaleDown, Reason: reason}
+	}
+	return Decision{Action: ScaleDown, Target: best.Name,
+		Reason: fmt.Sprintf("spec.replicas %d removes the primary %s: switching over to %s first", in.Replicas, in.Lease.Holder, best.Name)}
 }
 
 // MaxSwitchoverLag is how far behind the primary a switchover target may be: a replica

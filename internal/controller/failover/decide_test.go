@@ -285,3 +285,33 @@ func TestSyncFrontier(t *testing.T) {
 		})
 	}
 }
+
+// A scale-down that removes the primary's pod moves it first, to the most advanced
+// instance that stays; it waits while none can take over.
+func TestDecideScaleDown(t *testing.T) {
+	scaled := func(replicas int, holder string, instances ...Instance) Input {
+		in := held(instances...)
+		in.Cluster, in.Replicas, in.Lease.Holder = "db", replicas, holder
+		return in
+	}
+	check(t, []decideCase{
+		{"the primary stays", scaled(2, "db-1", standby("db-0", "0/5000000", false), primary("db-1"), standby("db-2", "0/5000000", false)),
+			None, "", "is healthy"},
+		{"the primary leaves: the most advanced that stays",
+			scaled(2, "db-2", standby("db-0", "0/4000000", false), standby("db-1", "0/5000000", false), primary("db-2")),
+			ScaleDown, "db-1", "spec.replicas 2 removes the primary db-2: switching over to db-1"},
+		{"among equals, the lowest ordinal",
+			scaled(2, "db-2", standby("db-0", "0/5000000", false), standby("db-1", "0/5000000", false), primary("db-2")),
+			ScaleDown, "db-0", "switching over to db-0"},
+		{"never to an instance that leaves too",
+			scaled(1, "db-2", standby("db-0", "0/4000000", false), standby("db-1", "0/5000000", false), primary("db-2")),
+			ScaleDown, "db-0", "switching over to db-0"},
+		{"none that stays can take over: wait",
+			scaled(1, "db-2", dead("db-0"), standby("db-1", "0/5000000", false), primary("db-2")),
+			ScaleDown, "", "no instance that stays can take over yet: db-0's agent does not answer"},
+		{"a switchover already requested goes first",
+			with(scaled(1, "db-2", standby("db-0", "0/5000000", false), standby("db-1", "0/5000000", false), primary("db-2")),
+				func(i *Input) { i.Switchover = "db-1" }),
+			Demote, "db-1", "switchover to db-1 requested"},
+	}, Decide)
+}

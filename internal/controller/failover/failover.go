@@ -148,6 +148,9 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if gerr := c.recordDataGuard(ctx); gerr != nil && err == nil {
 		err = gerr
 	}
+	if verr := c.recordDataVersion(ctx); verr != nil && err == nil {
+		err = verr
+	}
 	if requeue <= 0 || requeue > PollPeriod {
 		requeue = PollPeriod
 	}
@@ -289,6 +292,7 @@ func (c *cycle) input(rec primarylease.Record) Input {
 		Lease: rec, Instances: c.instances, Enabled: c.cluster.FailoverEnabled(), Delay: c.cluster.FailoverDelay(),
 		StartTimeout: c.cluster.FailoverStartTimeout(), SynchronousReplicas: int(c.cluster.Spec.PostgreSQL.SynchronousReplicas),
 		Switchover: c.cluster.Annotations[dbv1.AnnotationSwitchoverTo], FailedSince: c.mem.failedSince,
+		Cluster: c.cluster.Name, Replicas: int(c.cluster.Spec.Replicas),
 		RenewSeen: c.mem.renewSeen, RenewObserved: c.mem.renewObserved, VacantSince: c.mem.vacantSince, Now: c.r.clock.Now(),
 	}
 }
@@ -319,6 +323,8 @@ func (c *cycle) decideAndAct(ctx context.Context) (time.Duration, error) {
 		return 0, c.clearSwitchover(ctx)
 	case Demote:
 		return c.demote(ctx, rec, d)
+	case ScaleDown:
+		return c.scaleDown(ctx, d)
 	case Revoke:
 		c.log("Failing over: revoking the primary Lease", "from", rec.Holder, "reason", d.Reason)
 		c.r.recorder.Event(c.cluster, corev1.EventTypeWarning, dbv1.ReasonFailoverStarted, d.Reason)
@@ -354,6 +360,24 @@ func (c *cycle) report(reason, msg, logMsg string) {
 	}
 	c.log(logMsg, "reason", msg)
 	c.r.recorder.Event(c.cluster, corev1.EventTypeWarning, reason, msg)
+}
+
+// scaleDown requests the switchover a scale-down needs, through the annotation a user
+// would set: the switchover then runs, is reported and can be refused like any other.
+// With no target it waits, said once in an event.
+func (c *cycle) scaleDown(ctx context.Context, d Decision) (time.Duration, error) {
+	if d.Target == "" {
+		c.report(dbv1.ReasonScaleDownWaiting, d.Reason, "Scale-down waiting")
+		return 0, nil
+	}
+	c.log("Switching over before a scale-down", "to", d.Target, "reason", d.Reason)
+	c.r.recorder.Event(c.cluster, corev1.EventTypeNormal, dbv1.ReasonSwitchingOverForScaleDown, d.Reason)
+	patch := client.MergeFrom(c.cluster.DeepCopy())
+	if c.cluster.Annotations == nil {
+		c.cluster.Annotations = map[string]string{}
+	}
+	c.cluster.Annotations[dbv1.AnnotationSwitchoverTo] = d.Target
+	return 0, client.IgnoreNotFound(c.r.client.Patch(ctx, c.cluster, patch))
 }
 
 // demote runs a switchover's handover: the holder's agent stops acknowledging, stops

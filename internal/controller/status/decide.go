@@ -36,6 +36,9 @@ type Observed struct {
 	// DataGuard is the agents' refusals and set-aside data directories as the failover
 	// controller last recorded them; nil when none were.
 	DataGuard *primarylease.DataGuard
+	// DataVersion is the data's major version as the failover controller last recorded
+	// it; "" when none was.
+	DataVersion string
 }
 
 // ArchivingHealth is whether the primary archives WAL, and what it last said.
@@ -51,6 +54,9 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 	st := *c.Status.DeepCopy()
 	st.ObservedGeneration = c.Generation
 	st.CurrentPrimary = o.Primary
+	if o.DataVersion != "" {
+		st.DataVersion = o.DataVersion
+	}
 	st.Instances = nil
 	st.ReadyInstances = 0
 	primaryReady := false

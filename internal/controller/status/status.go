@@ -96,7 +96,7 @@ func (r *StatusReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster)
 	case err == nil:
 		rec := primarylease.Parse(&lease)
 		obs.Primary, obs.FailoverBlocked, obs.LastFailover = rec.Holder, rec.FailoverBlocked, rec.LastFailover
-		obs.DataGuard = rec.DataGuard
+		obs.DataGuard, obs.DataVersion = rec.DataGuard, rec.DataVersion
 		if rec.Archiving != "" {
 			var a backup.ArchivingRecord
 			if json.Unmarshal([]byte(rec.Archiving), &a) == nil {

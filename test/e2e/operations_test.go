@@ -1,0 +1,185 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/test/testutil"
+)
+
+// Day-2 operations that move the primary, on the README's example cluster: a node drain
+// evicts the primary (the Eviction API call kubectl drain makes), and a scale-down
+// removes the instance that is the primary. Each costs one handover and no
+// acknowledged row.
+func TestDrainAndScaleDown(t *testing.T) {
+	d := newDB(t, 3)
+	d.waitHealthy(3, 10*time.Minute)
+	d.waitStreaming(2, time.Minute)
+	w := d.newTable()
+	w.insert(100)
+
+	old := d.cluster().Status.CurrentPrimary
+	t.Logf("evicting the primary %s as kubectl drain does", old)
+	evicted := time.Now()
+	if err := evict(d.ns, old, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// One instance at a time: while the primary's pod is going, the budget refuses the
+	// eviction of another.
+	other := ""
+	for _, p := range d.pods() {
+		if p.Name != old {
+			other = p.Name
+			break
+		}
+	}
+	if err := evictOnce(d.ns, other); !apierrors.IsTooManyRequests(err) {
+		t.Errorf("evicting %s while %s is evicted: %v, want 429 Too Many Requests from the disruption budget", other, old, err)
+	}
+	took := w.untilWritable(evicted, 2*time.Minute)
+	now := d.waitNewPrimary(old, time.Minute)
+	t.Logf("drain: %s took writes through -rw %s after %s was evicted", now, took.Round(10*time.Millisecond), old)
+	d.waitReplica(old, 3, 5*time.Minute)
+	d.waitStreaming(2, 2*time.Minute)
+	w.insert(10)
+	w.check()
+
+	// The primary on the highest ordinal, then a scale-down to one instance: it must
+	// move to instance 0 once, not fail over, and not pass through instance 1.
+	last := d.name + "-2"
+	if d.cluster().Status.CurrentPrimary != last {
+		d.switchover(last)
+		d.waitStreaming(2, 2*time.Minute)
+	}
+	primaries := d.watchPrimaries()
+	t.Logf("scaling down to one instance with %s as the primary", last)
+	scaled := time.Now()
+	d.update(func(c *dbv1.PostgresCluster) { c.Spec.Replicas = 1 })
+	testutil.Eventually(t, 5*time.Minute, func() error {
+		var sts appsv1.StatefulSet
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: d.ns, Name: d.name}, &sts); err != nil {
+			return err
+		}
+		pods := d.pods()
+		pgc := d.cluster()
+		if *sts.Spec.Replicas != 1 || len(pods) != 1 || pgc.Status.Phase != dbv1.PhaseHealthy || pgc.Status.CurrentPrimary != d.name+"-0" {
+			return fmt.Errorf("StatefulSet replicas %d, %d pods, phase %s, primary %q", *sts.Spec.Replicas, len(pods), pgc.Status.Phase, pgc.Status.CurrentPrimary)
+		}
+		return nil
+	})
+	took = w.untilWritable(scaled, time.Minute)
+	seen := primaries()
+	t.Logf("scale-down: primaries seen %v; writes through -rw %s after the change", seen, took.Round(10*time.Millisecond))
+	if want := []string{last, d.name + "-0"}; fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Errorf("primaries during the scale-down %v, want %v: one switchover to an instance that stays", seen, want)
+	}
+	if !d.hasEvent(dbv1.ReasonSwitchingOverForScaleDown) {
+		t.Errorf("no %s event", dbv1.ReasonSwitchingOverForScaleDown)
+	}
+	if d.hasEvent(dbv1.ReasonFailoverStarted) {
+		t.Errorf("a failover started during the drain or the scale-down")
+	}
+	w.insert(10)
+	if check := d.checkRows("t", w.attempts); len(check.Lost) > 0 {
+		t.Fatalf("%d of %d acknowledged writes lost: ids %v", len(check.Lost), check.Acked, check.Lost)
+	}
+}
+
+// evict asks the Eviction API to evict pod, retrying while a disruption budget refuses
+// (429), every 5 s, as kubectl drain does.
+func evict(ns, pod string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := evictOnce(ns, pod)
+		if !apierrors.IsTooManyRequests(err) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(5 * time.Second)
+	}
+}
+
+func evictOnce(ns, pod string) error {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod}}
+	return k8s.SubResource("eviction").Create(context.Background(), p, &policyv1.Eviction{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod},
+	})
+}
+
+// switchover moves the primary to target through the annotation and waits for it.
+func (d *db) switchover(target string) {
+	d.t.Helper()
+	d.update(func(c *dbv1.PostgresCluster) {
+		if c.Annotations == nil {
+			c.Annotations = map[string]string{}
+		}
+		c.Annotations[dbv1.AnnotationSwitchoverTo] = target
+	})
+	testutil.Eventually(d.t, 2*time.Minute, func() error {
+		pgc := d.cluster()
+		if _, pending := pgc.Annotations[dbv1.AnnotationSwitchoverTo]; pending || pgc.Status.CurrentPrimary != target {
+			return fmt.Errorf("primary %s, annotations %v", pgc.Status.CurrentPrimary, pgc.Annotations)
+		}
+		return nil
+	})
+}
+
+// watchPrimaries records every primary status.currentPrimary names, polled every
+// 100 ms, until the returned function is called; it returns them in order, without
+// repeats or the empty moments in between.
+func (d *db) watchPrimaries() func() []string {
+	var (
+		mu   sync.Mutex
+		seen []string
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			var pgc dbv1.PostgresCluster
+			if k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: d.name}, &pgc) == nil {
+				mu.Lock()
+				if p := pgc.Status.CurrentPrimary; p != "" && (len(seen) == 0 || seen[len(seen)-1] != p) {
+					seen = append(seen, p)
+				}
+				mu.Unlock()
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	return func() []string {
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return seen
+	}
+}
+
+// hasEvent is whether the cluster has an event of reason.
+func (d *db) hasEvent(reason string) bool {
+	d.t.Helper()
+	var events corev1.EventList
+	if err := k8s.List(context.Background(), &events, client.InNamespace(d.ns)); err != nil {
+		d.t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		if e.Reason == reason && e.InvolvedObject.Name == d.name {
+			return true
+		}
+	}
+	return false
+}
