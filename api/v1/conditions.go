@@ -47,6 +47,9 @@ const (
 	// from or follow a primary that holds another database (its data is kept), with
 	// what to do.
 	ConditionDataConsistent = "DataConsistent"
+	// ConditionStorageResized is True when every instance's volume requests and has the
+	// size the cluster wants (spec.storage.size, or more once grown automatically).
+	ConditionStorageResized = "StorageResized"
 )
 
 // Condition types the Helm manager owns.
@@ -113,6 +116,13 @@ const (
 	// instance that stays can take over yet, and the scale-down waits.
 	ReasonSwitchingOverForScaleDown = "SwitchingOverForScaleDown"
 	ReasonScaleDownWaiting          = "ScaleDownWaiting"
+
+	// The storage controller's events and the StorageResized condition's reasons.
+	ReasonVolumeExpanding        = "VolumeExpanding"
+	ReasonVolumeExpansionRefused = "VolumeExpansionRefused"
+	ReasonVolumeAutoGrown        = "VolumeAutoGrown"
+	ReasonVolumeAtMaxSize        = "VolumeAtMaxSize"
+	ReasonVolumesAtSize          = "VolumesAtSize"
 )
 
 // Phases of a cluster.

@@ -98,10 +98,12 @@ type PostgresClusterSpec struct {
 
 // StorageSpec is the persistent volume of each instance.
 // +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storageClassName cannot be changed after creation: existing volumes cannot move to another class"
+// +kubebuilder:validation:XValidation:rule="!has(self.autoGrow) || !has(self.size) || quantity(string(self.autoGrow.maxSize)).compareTo(quantity(string(self.size))) >= 0",message="autoGrow.maxSize must be at least size"
 type StorageSpec struct {
-	// size of each instance's volume. It can never shrink. A larger size is accepted but
-	// not yet applied to the volumes of an existing cluster: expand their
-	// PersistentVolumeClaims by hand, with a StorageClass that allows it.
+	// size of each instance's volume. It can never shrink. A larger size expands every
+	// instance's PersistentVolumeClaim online, where the StorageClass allows volume
+	// expansion (the StorageResized condition says when it does not); instances added
+	// later get it too.
 	// +kubebuilder:default="1Gi"
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="size must be greater than zero"
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0",messageExpression="'size cannot shrink from ' + string(oldSelf) + ' to ' + string(self) + ': a volume cannot be made smaller without losing data'"
@@ -113,6 +115,34 @@ type StorageSpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +optional
 	StorageClassName *string `json:"storageClassName,omitempty"`
+
+	// autoGrow expands every instance's volume before it fills up, up to maxSize.
+	// +optional
+	AutoGrow *AutoGrowSpec `json:"autoGrow,omitempty"`
+}
+
+// AutoGrowSpec grows the volumes when one is fuller than threshold: each time by
+// increment percent of their size, never beyond maxSize. The claims' requests hold the
+// grown size; spec.storage.size is left as written.
+type AutoGrowSpec struct {
+	// maxSize is the largest the volumes may grow to.
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="maxSize must be greater than zero"
+	MaxSize resource.Quantity `json:"maxSize"`
+
+	// threshold is the percentage of a volume in use above which the volumes grow.
+	// +kubebuilder:validation:Minimum=50
+	// +kubebuilder:validation:Maximum=95
+	// +kubebuilder:default=80
+	// +optional
+	Threshold int32 `json:"threshold,omitempty"`
+
+	// increment is how much the volumes grow each time, in percent of their size
+	// (at least 1Gi).
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=100
+	// +kubebuilder:default=25
+	// +optional
+	Increment int32 `json:"increment,omitempty"`
 }
 
 // PostgreSQLSpec holds PostgreSQL server settings.
@@ -307,11 +337,30 @@ type InstanceStatus struct {
 	// node the pod is scheduled on.
 	// +optional
 	Node string `json:"node,omitempty"`
+	// volume is the instance's data volume claim: what it requests and what it has.
+	// +optional
+	Volume *VolumeStatus `json:"volume,omitempty"`
 	// setAside lists the data directories the instance's agent replaced by a new clone
 	// and kept on its volume instead of deleting them ("name: reason"); a superseded
 	// one is removed when the volume needs the space.
 	// +optional
 	SetAside []string `json:"setAside,omitempty"`
+}
+
+// VolumeStatus is an instance's PersistentVolumeClaim as last seen.
+type VolumeStatus struct {
+	// claim is the PersistentVolumeClaim's name.
+	Claim string `json:"claim"`
+	// requested is the size the claim requests.
+	// +optional
+	Requested string `json:"requested,omitempty"`
+	// capacity is the size the volume has; below requested while it is expanded.
+	// +optional
+	Capacity string `json:"capacity,omitempty"`
+	// resizing says where an expansion stands (the claim's Resizing or
+	// FileSystemResizePending condition); empty when none is under way.
+	// +optional
+	Resizing string `json:"resizing,omitempty"`
 }
 
 // FailoverRecord is one failover.

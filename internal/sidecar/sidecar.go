@@ -21,6 +21,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/controller/failover"
 	"github.com/pgpilot/pgpilot/internal/controller/rollout"
 	"github.com/pgpilot/pgpilot/internal/controller/status"
+	"github.com/pgpilot/pgpilot/internal/controller/storage"
 )
 
 // EventSource is the component name on the sidecar's events.
@@ -38,7 +39,7 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// CacheOptions keeps only pgpilot's Pods, Secrets, Leases and StatefulSets in the cache (those
+// CacheOptions keeps only pgpilot's Pods, Secrets, Leases, StatefulSets and volume claims in the cache (those
 // labelled with a cluster), not every one in the cluster.
 func CacheOptions() cache.Options {
 	req, err := labels.NewRequirement(dbv1.LabelCluster, selection.Exists, nil)
@@ -47,10 +48,11 @@ func CacheOptions() cache.Options {
 	}
 	labelled := cache.ByObject{Label: labels.NewSelector().Add(*req)}
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}:           labelled,
-		&corev1.Secret{}:        labelled,
-		&coordinationv1.Lease{}: labelled,
-		&appsv1.StatefulSet{}:   labelled,
+		&corev1.Pod{}:                   labelled,
+		&corev1.Secret{}:                labelled,
+		&coordinationv1.Lease{}:         labelled,
+		&appsv1.StatefulSet{}:           labelled,
+		&corev1.PersistentVolumeClaim{}: labelled,
 	}}
 }
 
@@ -74,6 +76,9 @@ func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
 		return err
 	}
 	if err := rollout.NewRolloutReconciler(mgr.GetClient(), recorder).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := storage.NewReconciler(mgr.GetClient(), recorder, nil).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return status.NewStatusReconciler(mgr.GetClient(), mgr.GetAPIReader(), clk).SetupWithManager(mgr)

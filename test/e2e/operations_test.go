@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -32,13 +33,6 @@ func TestDrainAndScaleDown(t *testing.T) {
 	w.insert(100)
 
 	old := d.cluster().Status.CurrentPrimary
-	t.Logf("evicting the primary %s as kubectl drain does", old)
-	evicted := time.Now()
-	if err := evict(d.ns, old, 2*time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	// One instance at a time: while the primary's pod is going, the budget refuses the
-	// eviction of another.
 	other := ""
 	for _, p := range d.pods() {
 		if p.Name != old {
@@ -46,12 +40,22 @@ func TestDrainAndScaleDown(t *testing.T) {
 			break
 		}
 	}
-	if err := evictOnce(d.ns, other); !apierrors.IsTooManyRequests(err) {
-		t.Errorf("evicting %s while %s is evicted: %v, want 429 Too Many Requests from the disruption budget", other, old, err)
-	}
-	took := w.untilWritable(evicted, 2*time.Minute)
-	now := d.waitNewPrimary(old, time.Minute)
-	t.Logf("drain: %s took writes through -rw %s after %s was evicted", now, took.Round(10*time.Millisecond), old)
+	t.Logf("evicting the primary %s as kubectl drain does", old)
+	now := ""
+	gap := w.continuously(func() {
+		if err := evict(d.ns, old, 2*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		// One instance at a time: while the primary's pod is going, the budget refuses
+		// the eviction of another.
+		if err := evictOnce(d.ns, other); !apierrors.IsTooManyRequests(err) {
+			t.Errorf("evicting %s while %s is evicted: %v, want 429 Too Many Requests from the disruption budget", other, old, err)
+		}
+		now = d.waitNewPrimary(old, time.Minute)
+		w.untilWritable(time.Now(), time.Minute)
+	})
+	t.Logf("drain: %s took over from %s; writes through -rw unavailable for %s (longest gap between acknowledged inserts)",
+		now, old, gap.Round(10*time.Millisecond))
 	d.waitReplica(old, 3, 5*time.Minute)
 	d.waitStreaming(2, 2*time.Minute)
 	w.insert(10)
@@ -66,8 +70,11 @@ func TestDrainAndScaleDown(t *testing.T) {
 	}
 	primaries := d.watchPrimaries()
 	t.Logf("scaling down to one instance with %s as the primary", last)
-	scaled := time.Now()
-	d.update(func(c *dbv1.PostgresCluster) { c.Spec.Replicas = 1 })
+	gap = w.continuously(func() {
+		d.update(func(c *dbv1.PostgresCluster) { c.Spec.Replicas = 1 })
+		d.waitNewPrimary(last, 2*time.Minute)
+		w.untilWritable(time.Now(), time.Minute)
+	})
 	testutil.Eventually(t, 5*time.Minute, func() error {
 		var sts appsv1.StatefulSet
 		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: d.ns, Name: d.name}, &sts); err != nil {
@@ -80,9 +87,9 @@ func TestDrainAndScaleDown(t *testing.T) {
 		}
 		return nil
 	})
-	took = w.untilWritable(scaled, time.Minute)
 	seen := primaries()
-	t.Logf("scale-down: primaries seen %v; writes through -rw %s after the change", seen, took.Round(10*time.Millisecond))
+	t.Logf("scale-down: primaries seen %v; writes through -rw unavailable for %s (longest gap between acknowledged inserts)",
+		seen, gap.Round(10*time.Millisecond))
 	if want := []string{last, d.name + "-0"}; fmt.Sprint(seen) != fmt.Sprint(want) {
 		t.Errorf("primaries during the scale-down %v, want %v: one switchover to an instance that stays", seen, want)
 	}
@@ -96,6 +103,67 @@ func TestDrainAndScaleDown(t *testing.T) {
 	if check := d.checkRows("t", w.attempts); len(check.Lost) > 0 {
 		t.Fatalf("%d of %d acknowledged writes lost: ids %v", len(check.Lost), check.Acked, check.Lost)
 	}
+}
+
+// continuously inserts rows through -rw, one at a time with no pause, over one
+// connection that it opens again when it breaks (as an application's pool would),
+// while fn runs; it returns the longest time between two acknowledged inserts: how long
+// writes were unavailable. Every insert is recorded like any other attempt.
+func (w *writes) continuously(fn func()) time.Duration {
+	stop := make(chan struct{})
+	done := make(chan []testutil.Attempt)
+	first := w.next + 1_000_000*int64(len(w.attempts)+1)
+	go func() {
+		var attempts []testutil.Attempt
+		var conn *pgx.Conn
+		defer func() {
+			if conn != nil {
+				_ = conn.Close(context.Background())
+			}
+		}()
+		for id := first; ; id++ {
+			select {
+			case <-stop:
+				done <- attempts
+				return
+			default:
+			}
+			a := testutil.Attempt{ID: id, Start: time.Now()}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if conn == nil {
+				conn, a.Err = w.d.conn(ctx, "rw")
+			}
+			if a.Err == nil {
+				_, a.Err = conn.Exec(ctx, "INSERT INTO t (id) VALUES ($1)", a.ID)
+			}
+			cancel()
+			a.End = time.Now()
+			attempts = append(attempts, a)
+			if a.Err != nil {
+				if conn != nil {
+					_ = conn.Close(context.Background())
+					conn = nil
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}()
+	fn()
+	close(stop)
+	attempts := <-done
+	w.attempts = append(w.attempts, attempts...)
+	var longest time.Duration
+	var last time.Time
+	for _, a := range attempts {
+		if !a.Acked() {
+			continue
+		}
+		if !last.IsZero() && a.End.Sub(last) > longest {
+			longest = a.End.Sub(last)
+		}
+		last = a.End
+	}
+	return longest
 }
 
 // evict asks the Eviction API to evict pod, retrying while a disruption budget refuses

@@ -11,6 +11,7 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
+	"github.com/pgpilot/pgpilot/internal/controller/storage"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
 
@@ -36,6 +37,8 @@ type Observed struct {
 	// DataGuard is the agents' refusals and set-aside data directories as the failover
 	// controller last recorded them; nil when none were.
 	DataGuard *primarylease.DataGuard
+	// Claims are the data volume claims of the instances the StatefulSet runs.
+	Claims []corev1.PersistentVolumeClaim
 	// DataVersion is the data's major version as the failover controller last recorded
 	// it; "" when none was.
 	DataVersion string
@@ -72,6 +75,7 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 		if o.DataGuard != nil {
 			st.Instances[len(st.Instances)-1].SetAside = o.DataGuard.SetAside[p.Name]
 		}
+		st.Instances[len(st.Instances)-1].Volume = volumeOf(o.Claims, c.VolumeClaimName(ordinal(c, p.Name)))
 		if ready {
 			st.ReadyInstances++
 			if p.Name == o.Primary {
@@ -119,6 +123,16 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 	}
 	dbv1.SetCondition(&st.Conditions, creds, now)
 
+	if len(o.Claims) > 0 {
+		claims := make([]storage.Claim, len(o.Claims))
+		for i := range o.Claims {
+			claims[i] = storage.ClaimOf(&o.Claims[i])
+		}
+		cond := storage.Condition(storage.Want(c.Spec.Storage, claims), claims, nil)
+		cond.ObservedGeneration = c.Generation
+		dbv1.SetCondition(&st.Conditions, cond, now)
+	}
+
 	dbv1.SetCondition(&st.Conditions, dataConsistent(o, c.Generation), now)
 
 	st.LastBackup = o.LastBackup
@@ -153,6 +167,30 @@ func dataConsistent(o Observed, generation int64) dbv1.Condition {
 	}
 	cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, dbv1.ReasonAnotherDatabase, strings.Join(msgs, "; ")
 	return cond
+}
+
+// volumeOf is the status of the claim named name, nil when it is not among claims.
+func volumeOf(claims []corev1.PersistentVolumeClaim, name string) *dbv1.VolumeStatus {
+	for i := range claims {
+		if claims[i].Name != name {
+			continue
+		}
+		c := storage.ClaimOf(&claims[i])
+		v := &dbv1.VolumeStatus{Claim: name, Requested: c.Requested.String(), Resizing: c.Resizing}
+		if !c.Capacity.IsZero() {
+			v.Capacity = c.Capacity.String()
+		}
+		return v
+	}
+	return nil
+}
+
+// ordinal is the ordinal of instance pod of c, -1 when pod is not one.
+func ordinal(c *dbv1.PostgresCluster, pod string) int {
+	if i, ok := c.Names().Ordinal(pod); ok {
+		return i
+	}
+	return -1
 }
 
 // phaseOf summarises the cluster. A cluster stays Creating until it has been Healthy

@@ -24,6 +24,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/controller/backup"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
 	"github.com/pgpilot/pgpilot/internal/controller/credentials"
+	"github.com/pgpilot/pgpilot/internal/controller/storage"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
 
@@ -47,6 +48,8 @@ func NewStatusReconciler(c client.Client, reader client.Reader, clk clock.Passiv
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
 // +kubebuilder:rbac:groups=db.example.com,resources=postgresbackups,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
 
 // Reconcile observes, decides and writes the status once, only when it changed.
 func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -89,6 +92,9 @@ func (r *StatusReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster)
 		return obs, err
 	}
 	obs.Pods = pods
+	if obs.Claims, err = storage.InstanceClaims(ctx, r.client, c); err != nil {
+		return obs, err
+	}
 
 	var lease coordinationv1.Lease
 	err = r.client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.PrimaryLeaseName()}, &lease)
@@ -150,5 +156,6 @@ func (r *StatusReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&coordinationv1.Lease{}, byLabel).
 		Watches(&corev1.Secret{}, byLabel).
 		Watches(&dbv1.PostgresBackup{}, byLabel).
+		Watches(&corev1.PersistentVolumeClaim{}, byLabel).
 		Complete(r)
 }
