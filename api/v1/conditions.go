@@ -47,6 +47,10 @@ const (
 	// from or follow a primary that holds another database (its data is kept), with
 	// what to do.
 	ConditionDataConsistent = "DataConsistent"
+	// ConditionRolesReconciled is True when every item of spec.roles and
+	// spec.databases matches PostgreSQL, False with the failed ones (status.roles,
+	// status.databases).
+	ConditionRolesReconciled = "RolesReconciled"
 )
 
 // Condition types the Helm manager owns.
@@ -82,6 +86,11 @@ const (
 	ReasonBackupPruned       = "BackupPruned"
 	ReasonOneDatabase        = "OneDatabase"
 	ReasonAnotherDatabase    = "AnotherDatabase"
+	// Roles and databases (ConditionRolesReconciled and events).
+	ReasonRolesReconciled  = "Reconciled"
+	ReasonRoleFailed       = "RoleFailed"
+	ReasonDatabaseFailed   = "DatabaseFailed"
+	ReasonRolesUnreachable = "PrimaryUnreachable"
 
 	// Events of the failover controller (docs/failover.md).
 	ReasonPrimaryFailed     = "PrimaryFailed"
