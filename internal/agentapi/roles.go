@@ -5,7 +5,7 @@ import (
 	"net/http"
 )
 
-// PathRoles: PUT makes the primary's roles and databases what the body says
+// PathRoles is PUT: it makes the primary's roles and databases what the body says
 // (RolesRequest, RolesResult). It needs the Control token: the body carries passwords,
 // and only over the API's TLS.
 const PathRoles = "/roles"
