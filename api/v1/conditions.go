@@ -50,6 +50,10 @@ const (
 	// ConditionStorageResized is True when every instance's volume requests and has the
 	// size the cluster wants (spec.storage.size, or more once grown automatically).
 	ConditionStorageResized = "StorageResized"
+	// ConditionRolesReconciled is True when every item of spec.roles and
+	// spec.databases matches PostgreSQL, False with the failed ones (status.roles,
+	// status.databases).
+	ConditionRolesReconciled = "RolesReconciled"
 )
 
 // Condition types the Helm manager owns.
@@ -85,6 +89,11 @@ const (
 	ReasonBackupPruned       = "BackupPruned"
 	ReasonOneDatabase        = "OneDatabase"
 	ReasonAnotherDatabase    = "AnotherDatabase"
+	// Roles and databases (ConditionRolesReconciled and events).
+	ReasonRolesReconciled  = "Reconciled"
+	ReasonRoleFailed       = "RoleFailed"
+	ReasonDatabaseFailed   = "DatabaseFailed"
+	ReasonRolesUnreachable = "PrimaryUnreachable"
 
 	// Events of the failover controller (docs/failover.md).
 	ReasonPrimaryFailed     = "PrimaryFailed"

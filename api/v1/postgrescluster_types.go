@@ -10,6 +10,8 @@ import (
 // postgrescluster Helm chart, so every field here has a key of the same name in
 // helm-charts/postgrescluster/values.yaml and values.schema.json.
 // +kubebuilder:validation:XValidation:rule="!has(self.postgresql) || !has(self.postgresql.synchronousReplicas) || self.postgresql.synchronousReplicas < self.replicas",message="postgresql.synchronousReplicas must be less than replicas: a commit can only wait for instances other than the primary"
+// +kubebuilder:validation:XValidation:rule="!has(self.roles) || !has(self.bootstrap) || !has(self.bootstrap.owner) || self.roles.all(r, r.name != self.bootstrap.owner)",message="roles cannot name the bootstrap owner: its password is the Secret <cluster>-app's, set by pgpilot"
+// +kubebuilder:validation:XValidation:rule="!has(self.databases) || !has(self.bootstrap) || !has(self.bootstrap.database) || self.databases.all(d, d.name != self.bootstrap.database || !has(d.ensure) || d.ensure != 'absent')",message="the bootstrap database cannot be ensured absent"
 type PostgresClusterSpec struct {
 	// replicas is the number of PostgreSQL instances in total: one primary and
 	// replicas-1 streaming replicas.
@@ -56,6 +58,23 @@ type PostgresClusterSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	Bootstrap BootstrapSpec `json:"bootstrap,omitempty"`
+
+	// roles are PostgreSQL roles kept as written, without a restart, besides the
+	// bootstrap owner: attributes, a password from a Secret, memberships. No superuser:
+	// see docs/operations.md, "Roles and databases".
+	// +kubebuilder:validation:MaxItems=100
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Roles []RoleSpec `json:"roles,omitempty"`
+
+	// databases are databases kept as written, without a restart: owner and
+	// extensions. The bootstrap database may be listed, to manage its extensions.
+	// +kubebuilder:validation:MaxItems=100
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Databases []DatabaseSpec `json:"databases,omitempty"`
 
 	// affinity of the instance pods. When unset, instances prefer to run on
 	// different nodes.
@@ -218,6 +237,7 @@ type BootstrapSpec struct {
 	// database is the application database created at initialisation.
 	// +kubebuilder:default=app
 	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]{0,62}$`
+	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:XValidation:rule="!(self in ['postgres', 'template0', 'template1'])",message="database cannot be a PostgreSQL system database (postgres, template0, template1)"
 	// +optional
 	Database string `json:"database,omitempty"`
@@ -226,6 +246,7 @@ type BootstrapSpec struct {
 	// the Secret <cluster>-app.
 	// +kubebuilder:default=app
 	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]{0,62}$`
+	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:XValidation:rule="!(self in ['postgres', 'pgpilot_replication']) && !self.startsWith('pg_')",message="owner cannot be postgres, pgpilot_replication or start with pg_: those roles are reserved"
 	// +optional
 	Owner string `json:"owner,omitempty"`
@@ -276,7 +297,7 @@ type MonitoringSpec struct {
 // PostgresClusterStatus is what pgpilot observes. The sidecar writes every field here
 // but conditions of the Helm types and deployedRelease, which the Helm manager writes.
 type PostgresClusterStatus struct {
-	// conditions: Ready, Bootstrapped and CredentialsReady (sidecar); Initialized, Deployed,
+	// conditions: Ready, Bootstrapped, CredentialsReady and RolesReconciled (sidecar); Initialized, Deployed,
 	// ReleaseFailed and Irreconcilable (Helm manager).
 	// +listType=map
 	// +listMapKey=type
@@ -306,6 +327,20 @@ type PostgresClusterStatus struct {
 	// +listMapKey=name
 	// +optional
 	Instances []InstanceStatus `json:"instances,omitempty"`
+
+	// roles are spec.roles as last reconciled in PostgreSQL, and the roles removed from
+	// the spec since (Unmanaged).
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Roles []ManagedStatus `json:"roles,omitempty"`
+
+	// databases are spec.databases as last reconciled in PostgreSQL, and the databases
+	// removed from the spec since (Unmanaged).
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Databases []ManagedStatus `json:"databases,omitempty"`
 
 	// lastBackup is the newest Completed PostgresBackup.
 	// +optional

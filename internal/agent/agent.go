@@ -51,6 +51,9 @@ type Agent struct {
 	handingOver atomic.Bool
 	fencedNow   atomic.Bool
 
+	// rolesMu runs one PUT /roles at a time.
+	rolesMu sync.Mutex
+
 	mu            sync.Mutex
 	proc          *Process
 	role          string // an agentapi.Role* constant

@@ -16,6 +16,9 @@ func (fakeBackups) Backup(context.Context, string) (BackupStatus, error) {
 func (fakeBackups) Retention(context.Context, RetentionRequest) (RetentionResult, error) {
 	return RetentionResult{}, nil
 }
+func (fakeBackups) ApplyRoles(context.Context, RolesRequest) (RolesResult, error) {
+	return RolesResult{}, nil
+}
 
 // Every endpoint but the probes needs a token, and each token opens only what its
 // purpose needs: a pod's peer token cannot promote or delete backups, Prometheus's
@@ -46,6 +49,7 @@ func TestPurposes(t *testing.T) {
 		{http.MethodPost, PathBackups, [4]int{noToken, 0, forbidden, forbidden}},
 		{http.MethodGet, PathBackups + "/b1", [4]int{noToken, 0, forbidden, forbidden}},
 		{http.MethodPost, PathRetention, [4]int{noToken, 0, forbidden, forbidden}},
+		{http.MethodPut, PathRoles, [4]int{noToken, 0, forbidden, forbidden}},
 	} {
 		for i, auth := range []string{"", "Bearer ctl", "Bearer peer", "Bearer prom"} {
 			code, _, body := request(t, tc.method, url+tc.path, auth)

@@ -122,6 +122,9 @@ func NewServer(inst Instance, opts ServerOptions) *Server {
 	if b, ok := inst.(BackupInstance); ok {
 		s.registerBackups(mux, b)
 	}
+	if ri, ok := inst.(RolesInstance); ok {
+		s.registerRoles(mux, ri)
+	}
 	s.handler = mux
 	return s
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/controller/certificates"
 	"github.com/pgpilot/pgpilot/internal/controller/credentials"
 	"github.com/pgpilot/pgpilot/internal/controller/failover"
+	"github.com/pgpilot/pgpilot/internal/controller/roles"
 	"github.com/pgpilot/pgpilot/internal/controller/rollout"
 	"github.com/pgpilot/pgpilot/internal/controller/status"
 	"github.com/pgpilot/pgpilot/internal/controller/storage"
@@ -81,5 +82,9 @@ func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
 	if err := storage.NewReconciler(mgr.GetClient(), recorder, nil).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return status.NewStatusReconciler(mgr.GetClient(), mgr.GetAPIReader(), clk).SetupWithManager(mgr)
+	store := roles.NewStore()
+	if err := roles.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, store, nil).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	return status.NewStatusReconciler(mgr.GetClient(), mgr.GetAPIReader(), clk, store).SetupWithManager(mgr)
 }

@@ -335,6 +335,9 @@ func quietHelm(t *testing.T) float64 {
 	return n
 }
 
+func roles(rs ...any) map[string]any     { return map[string]any{"version": "16", "roles": rs} }
+func databases(ds ...any) map[string]any { return map[string]any{"version": "16", "databases": ds} }
+
 // Invalid specs are refused by the API server with a message that says what to fix.
 func TestInvalidSpecsAreRejected(t *testing.T) {
 	ns := newNamespace(t)
@@ -358,6 +361,17 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 			"each of clients needs a podSelector, a namespaceSelector or an ipBlock"},
 		{"a metrics scraper of no selector", map[string]any{"version": "16", "networkPolicy": map[string]any{"metricsScrapers": []any{map[string]any{}}}},
 			"each of metricsScrapers needs a podSelector, a namespaceSelector or an ipBlock"},
+		{"the superuser as a role", roles(map[string]any{"name": "postgres"}), "role name is reserved"},
+		{"a pg_ role", roles(map[string]any{"name": "pg_monitor"}), "role name is reserved"},
+		{"the replication role", roles(map[string]any{"name": "pgpilot_replication"}), "role name is reserved"},
+		{"a role name to quote", roles(map[string]any{"name": "Robert'); DROP"}), "spec.roles[0].name in body should match"},
+		{"a role twice", roles(map[string]any{"name": "a"}, map[string]any{"name": "a"}), "Duplicate value"},
+		{"a member of itself", roles(map[string]any{"name": "a", "inRoles": []any{"a"}}), "a role cannot be a member of itself"},
+		{"the bootstrap owner as a role", roles(map[string]any{"name": "app"}), "roles cannot name the bootstrap owner"},
+		{"template1", databases(map[string]any{"name": "template1", "owner": "a"}), "database name is reserved"},
+		{"a database without owner", databases(map[string]any{"name": "d"}), "a database needs an owner unless ensure is absent"},
+		{"the bootstrap database dropped", databases(map[string]any{"name": "app", "ensure": "absent"}), "the bootstrap database cannot be ensured absent"},
+		{"an extension name to quote", databases(map[string]any{"name": "d", "owner": "a", "extensions": []any{"x\"; DROP"}}), "should match"},
 	}
 	postgresql := func(pg map[string]any) map[string]any {
 		return map[string]any{"version": "16", "replicas": int64(3), "postgresql": pg}

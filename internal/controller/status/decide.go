@@ -11,6 +11,7 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
+	"github.com/pgpilot/pgpilot/internal/controller/roles"
 	"github.com/pgpilot/pgpilot/internal/controller/storage"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
@@ -42,6 +43,10 @@ type Observed struct {
 	// DataVersion is the data's major version as the failover controller last recorded
 	// it; "" when none was.
 	DataVersion string
+	// Roles is the roles controller's last outcome; nil when it has none yet (the
+	// sidecar just started): status.roles, status.databases and RolesReconciled are
+	// then kept as they are.
+	Roles *roles.Outcome
 }
 
 // ArchivingHealth is whether the primary archives WAL, and what it last said.
@@ -134,6 +139,11 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 	}
 
 	dbv1.SetCondition(&st.Conditions, dataConsistent(o, c.Generation), now)
+
+	if o.Roles != nil {
+		st.Roles, st.Databases = o.Roles.Roles, o.Roles.Databases
+		dbv1.SetCondition(&st.Conditions, roles.Condition(*o.Roles), now)
+	}
 
 	st.LastBackup = o.LastBackup
 	switch {

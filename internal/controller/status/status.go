@@ -1,5 +1,5 @@
 // Package status writes the sidecar's part of a PostgresCluster's status: phase,
-// currentPrimary, readyInstances, instances and its conditions. It is the only writer of
+// currentPrimary, readyInstances, instances, roles, databases and its conditions. It is the only writer of
 // those fields, and writes them back whenever the Helm manager's status write drops them.
 package status
 
@@ -19,11 +19,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/controller/backup"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
 	"github.com/pgpilot/pgpilot/internal/controller/credentials"
+	"github.com/pgpilot/pgpilot/internal/controller/roles"
 	"github.com/pgpilot/pgpilot/internal/controller/storage"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
@@ -35,11 +37,13 @@ type StatusReconciler struct {
 	// missing from the cache (which holds only Secrets labelled with a cluster).
 	reader client.Reader
 	clock  clock.PassiveClock
+	// roles are the roles controller's outcomes; nil when it does not run.
+	roles *roles.Store
 }
 
-// NewStatusReconciler returns a StatusReconciler.
-func NewStatusReconciler(c client.Client, reader client.Reader, clk clock.PassiveClock) *StatusReconciler {
-	return &StatusReconciler{client: c, reader: reader, clock: clk}
+// NewStatusReconciler returns a StatusReconciler; rolesStore may be nil.
+func NewStatusReconciler(c client.Client, reader client.Reader, clk clock.PassiveClock, rolesStore *roles.Store) *StatusReconciler {
+	return &StatusReconciler{client: c, reader: reader, clock: clk, roles: rolesStore}
 }
 
 // +kubebuilder:rbac:groups=db.example.com,resources=postgresclusters,verbs=get;list;watch
@@ -87,6 +91,11 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 
 func (r *StatusReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster) (Observed, error) {
 	obs := Observed{Cluster: c}
+	if r.roles != nil {
+		if o, ok := r.roles.Get(client.ObjectKeyFromObject(c)); ok {
+			obs.Roles = &o
+		}
+	}
 	pods, err := clusterpods.List(ctx, r.client, c)
 	if err != nil {
 		return obs, err
@@ -149,13 +158,16 @@ func (r *StatusReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster)
 // Helm status write drops), and the pods, Leases and Secrets labelled with a cluster.
 func (r *StatusReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	byLabel := handler.EnqueueRequestsFromMapFunc(clusterpods.ClusterOf)
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("status").
 		For(&dbv1.PostgresCluster{}).
 		Watches(&corev1.Pod{}, byLabel).
 		Watches(&coordinationv1.Lease{}, byLabel).
 		Watches(&corev1.Secret{}, byLabel).
 		Watches(&dbv1.PostgresBackup{}, byLabel).
-		Watches(&corev1.PersistentVolumeClaim{}, byLabel).
-		Complete(r)
+		Watches(&corev1.PersistentVolumeClaim{}, byLabel)
+	if r.roles != nil {
+		b = b.WatchesRawSource(source.Channel(r.roles.Changes(), &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
 }
