@@ -47,6 +47,10 @@ const (
 	// from or follow a primary that holds another database (its data is kept), with
 	// what to do.
 	ConditionDataConsistent = "DataConsistent"
+	// ConditionPendingRestart is True while a setting of spec.postgresql.parameters (or
+	// one pgpilot manages) waits for postgres to restart on some instance, with the
+	// settings, the instances and the step under way or what blocks it.
+	ConditionPendingRestart = "PendingRestart"
 )
 
 // Condition types the Helm manager owns.
@@ -103,11 +107,24 @@ const (
 	// clone superseded, because the volume needed the space.
 	ReasonDataSetAside    = "DataSetAside"
 	ReasonSetAsideRemoved = "SetAsideRemoved"
-	// ReasonRestartingInstance: a rolling update restarts an instance's pod.
+	// ReasonRestartingInstance: a rolling update restarts an instance's pod, or the
+	// restart controller its postgres.
 	ReasonRestartingInstance = "RestartingInstance"
 	// ReasonSwitchingOverForUpdate: a rolling update moves the primary before
 	// restarting it.
 	ReasonSwitchingOverForUpdate = "SwitchingOverForUpdate"
+
+	// Reasons of the PendingRestart condition and the restart controller's events
+	// (docs/operations.md, "Changing settings"). ReasonRestartingInstance above names
+	// each instance restarted.
+	ReasonRestartPending  = "RestartPending"
+	ReasonRestartBlocked  = "RestartBlocked"
+	ReasonNoRestartNeeded = "NoRestartPending"
+	// ReasonSwitchingOverForRestart: the primary's role moves to a restarted standby so
+	// that it restarts as a standby.
+	ReasonSwitchingOverForRestart = "SwitchingOverForRestart"
+	// ReasonPendingRestartApplied: every instance runs with the settings.
+	ReasonPendingRestartApplied = "PendingRestartApplied"
 )
 
 // Phases of a cluster.

@@ -39,6 +39,11 @@ const (
 	// DataConsistent condition and the instances' setAside.
 	AnnotationDataGuard = "db.example.com/data-guard"
 
+	// AnnotationPendingRestart on the primary Lease is what waits for a restart of
+	// postgres (JSON: pending, blocked, message), which the restart controller records
+	// and the status controller shows as the PendingRestart condition.
+	AnnotationPendingRestart = "db.example.com/pending-restart"
+
 	// LabelScheduledAt on a PostgresBackup the sidecar created for a schedule tick is
 	// the tick's time, as a Unix timestamp.
 	LabelScheduledAt = "db.example.com/scheduled-at"

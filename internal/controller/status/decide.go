@@ -11,6 +11,7 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
+	"github.com/pgpilot/pgpilot/internal/controller/restart"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
 
@@ -36,6 +37,9 @@ type Observed struct {
 	// DataGuard is the agents' refusals and set-aside data directories as the failover
 	// controller last recorded them; nil when none were.
 	DataGuard *primarylease.DataGuard
+	// PendingRestart is what waits for a restart as the restart controller last
+	// recorded it; nil when it has not yet.
+	PendingRestart *restart.Record
 }
 
 // ArchivingHealth is whether the primary archives WAL, and what it last said.
@@ -114,6 +118,9 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 	dbv1.SetCondition(&st.Conditions, creds, now)
 
 	dbv1.SetCondition(&st.Conditions, dataConsistent(o, c.Generation), now)
+	if o.PendingRestart != nil {
+		dbv1.SetCondition(&st.Conditions, pendingRestart(*o.PendingRestart, c.Generation), now)
+	}
 
 	st.LastBackup = o.LastBackup
 	switch {
@@ -146,6 +153,20 @@ func dataConsistent(o Observed, generation int64) dbv1.Condition {
 		msgs = append(msgs, pod+": "+o.DataGuard.Refusals[pod])
 	}
 	cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, dbv1.ReasonAnotherDatabase, strings.Join(msgs, "; ")
+	return cond
+}
+
+// pendingRestart is True while a setting waits for a restart, with what waits, where,
+// and the step under way or what blocks it.
+func pendingRestart(r restart.Record, generation int64) dbv1.Condition {
+	cond := dbv1.Condition{Type: dbv1.ConditionPendingRestart, Status: metav1.ConditionFalse, Reason: dbv1.ReasonNoRestartNeeded,
+		Message: r.Message, ObservedGeneration: generation}
+	switch {
+	case r.Blocked:
+		cond.Status, cond.Reason = metav1.ConditionTrue, dbv1.ReasonRestartBlocked
+	case r.Pending:
+		cond.Status, cond.Reason = metav1.ConditionTrue, dbv1.ReasonRestartPending
+	}
 	return cond
 }
 
