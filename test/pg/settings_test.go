@@ -2,14 +2,23 @@ package pg
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
@@ -87,4 +96,164 @@ func waitStreaming(t testing.TB, primary, standby *instance, timeout time.Durati
 		}
 		return fmt.Errorf("%s does not stream from %s: %+v", standby.pod, primary.pod, st.Replicas)
 	})
+}
+
+// setParameters changes spec.postgresql.parameters and, once the operator has rendered
+// them into the ConfigMap, updates the instances' config.json as the kubelet does.
+func (c *cluster) setParameters(params map[string]string) {
+	c.t.Helper()
+	ctx := context.Background()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var pgc dbv1.PostgresCluster
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: c.name}, &pgc); err != nil {
+			return err
+		}
+		pgc.Spec.PostgreSQL.Parameters = params
+		return k8s.Update(ctx, &pgc)
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var cm corev1.ConfigMap
+	testutil.Eventually(c.t, time.Minute, func() error {
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: dbv1.NamesOf(c.name).ConfigMap()}, &cm); err != nil {
+			return err
+		}
+		var cfg struct {
+			Parameters map[string]string `json:"parameters"`
+		}
+		if err := json.Unmarshal([]byte(cm.Data["config.json"]), &cfg); err != nil {
+			return err
+		}
+		if !maps.Equal(cfg.Parameters, params) {
+			return fmt.Errorf("the ConfigMap has parameters %v, want %v", cfg.Parameters, params)
+		}
+		return nil
+	})
+	path := filepath.Join(c.dir, "config.json")
+	mustWrite(c.t, path+".tmp", []byte(c.mountVolumes(cm.Data["config.json"])))
+	if err := os.Rename(path+".tmp", path); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// condition is the cluster's condition of type t, nil when it has none.
+func (c *cluster) condition(t string) *dbv1.Condition {
+	var pgc dbv1.PostgresCluster
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: c.name}, &pgc); err != nil {
+		return nil
+	}
+	return dbv1.FindCondition(pgc.Status.Conditions, t)
+}
+
+// postmasterStarts records, every 100 ms until stop is called, each start time of
+// every instance's postmaster its agent reports.
+func (c *cluster) postmasterStarts() (stop func() map[string][]time.Time) {
+	ctx, cancel := context.WithCancel(context.Background())
+	seen := map[string][]time.Time{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			for _, in := range c.instances {
+				st, err := in.status()
+				if err != nil || st.StartedAt == nil {
+					continue
+				}
+				if s := seen[in.pod]; len(s) == 0 || !s[len(s)-1].Equal(*st.StartedAt) {
+					seen[in.pod] = append(s, *st.StartedAt)
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return func() map[string][]time.Time { cancel(); <-done; return seen }
+}
+
+// A setting that needs a restart, changed in spec.postgresql.parameters while a writer
+// commits through the read-write Service: every instance restarts exactly once and runs
+// with the new value, the standbys first and the primary after a switchover (not a
+// failover), no acknowledged row is lost, and the PendingRestart condition clears. A
+// reload-only setting changed before restarts nothing.
+func TestRestartSettingRollsStandbysFirstPrimaryBySwitchover(t *testing.T) {
+	params := map[string]string{"shared_buffers": "16MB", "work_mem": "4MB"}
+	c := newOperatedCluster(t, 3, func(p *dbv1.PostgresCluster) { p.Spec.PostgreSQL.Parameters = maps.Clone(params) })
+	startOperated(t, c)
+	old := c.instances[0]
+	testutil.Eventually(t, time.Minute, func() error {
+		if cond := c.condition(dbv1.ConditionPendingRestart); cond == nil || cond.Status != metav1.ConditionFalse {
+			return fmt.Errorf("PendingRestart is %+v, want False", cond)
+		}
+		return nil
+	})
+	stopWatching := c.postmasterStarts()
+
+	params["work_mem"] = "12MB"
+	c.setParameters(maps.Clone(params))
+	for _, in := range c.instances {
+		testutil.Eventually(t, 30*time.Second, func() error {
+			if got := in.show("work_mem"); got != "12MB" {
+				return fmt.Errorf("%s: work_mem %s, want 12MB", in.pod, got)
+			}
+			return nil
+		})
+	}
+
+	if err := c.writeThroughRW("CREATE TABLE acked (id bigint PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	w := testutil.StartWriter(c.rwTarget, testutil.WriterOptions{Table: "acked", FirstID: 1, Interval: 5 * time.Millisecond,
+		PerStatementInterval: 100 * time.Millisecond})
+	params["shared_buffers"] = "24MB"
+	changed := time.Now()
+	c.setParameters(maps.Clone(params))
+	testutil.Eventually(t, 3*time.Minute, func() error {
+		for _, in := range c.instances {
+			if st, err := in.status(); err != nil || !st.Ready || len(st.PendingRestart) > 0 {
+				return fmt.Errorf("%s: ready %v, pending %+v, %v", in.pod, st.Ready, st.PendingRestart, err)
+			}
+			if got := in.show("shared_buffers"); got != "24MB" {
+				return fmt.Errorf("%s: shared_buffers %s, want 24MB", in.pod, got)
+			}
+		}
+		if cond := c.condition(dbv1.ConditionPendingRestart); cond == nil || cond.Status != metav1.ConditionFalse {
+			return fmt.Errorf("PendingRestart is %+v, want False", cond)
+		}
+		return nil
+	})
+	next := c.readWrite()
+	if next == nil || next == old {
+		t.Fatalf("the read-write Service routes to %v, want a new primary", next)
+	}
+	time.Sleep(time.Second)
+	attempts := w.Stop()
+	starts := stopWatching()
+
+	check := next.checkAcked(attempts)
+	gap := testutil.Unavailability(attempts, changed, time.Now())
+	t.Logf("%d of %d attempts acknowledged; %s is primary; writes unavailable for %s at most; postmaster starts %v",
+		check.Acked, check.Attempted, next.pod, gap.Duration().Round(time.Millisecond), starts)
+	if len(check.Lost) > 0 {
+		t.Errorf("%d acknowledged rows lost: %v", len(check.Lost), check.Lost)
+	}
+	for _, in := range c.instances {
+		if n := len(starts[in.pod]); n != 2 {
+			t.Errorf("%s: postmaster start times %v, want the first and one restart", in.pod, starts[in.pod])
+		}
+	}
+	if n := len(c.events(dbv1.ReasonRestartingInstance)); n != 2 {
+		t.Errorf("%d RestartingInstance events, want one per standby (2)", n)
+	}
+	if !c.hasEvent(dbv1.ReasonSwitchingOverForRestart) || !c.hasEvent(dbv1.ReasonSwitchedOver) {
+		t.Error("the primary was not moved by a switchover")
+	}
+	if c.hasEvent(dbv1.ReasonFailoverStarted) || c.hasEvent(dbv1.ReasonPrimaryFailed) {
+		t.Error("a failover happened")
+	}
+	if !c.hasEvent(dbv1.ReasonPendingRestartApplied) {
+		t.Error("no PendingRestartApplied event")
+	}
 }

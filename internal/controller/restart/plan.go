@@ -95,7 +95,8 @@ func Plan(in Input) Decision {
 }
 
 func next(in Input) Decision {
-	if why := lowered(in.Instances); why != "" {
+	// A single instance has no standby to keep at least its values.
+	if why := lowered(in.Instances); why != "" && in.Replicas > 1 {
 		return Decision{Action: Blocked, Reason: why}
 	}
 	if why := unsettled(in); why != "" {

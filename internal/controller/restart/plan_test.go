@@ -90,7 +90,10 @@ func TestPlan(t *testing.T) {
 			Blocked, "", "max_connections is lowered from 200 to 100 on db-2"},
 		{"max_wal_senders lowered by a scale-down: blocked even while an instance is not ready", Input{Instances: three(opts(pending(agentapi.PendingSetting{Name: "max_wal_senders", Value: "14", Pending: "10"})), opts(notReady), nil), Replicas: 3, Primary: "db-0"},
 			Blocked, "", "max_wal_senders is lowered from 14 to 10 on db-0"},
-		{"work_mem lowered is no concern (never pending anyway)", Input{Instances: three(all, all, opts(pending(agentapi.PendingSetting{Name: "shared_buffers", Value: "256MB", Pending: "128MB"}))), Replicas: 3, Primary: "db-0"},
+		{"max_connections lowered on a single instance: restarted in place", Input{Instances: []Instance{inst("db-0", 0, primaryOf(),
+			pending(agentapi.PendingSetting{Name: "max_connections", Value: "200", Pending: "100"}))}, Replicas: 1, Primary: "db-0"},
+			RestartPrimary, "db-0", "max_connections"},
+		{"shared_buffers lowered is no concern", Input{Instances: three(all, all, opts(pending(agentapi.PendingSetting{Name: "shared_buffers", Value: "256MB", Pending: "128MB"}))), Replicas: 3, Primary: "db-0"},
 			RestartStandby, "db-2", "shared_buffers"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
