@@ -257,3 +257,42 @@ func TestRestartSettingRollsStandbysFirstPrimaryBySwitchover(t *testing.T) {
 		t.Error("no PendingRestartApplied event")
 	}
 }
+
+// The only instance of a cluster restarts in place on POST /restart: there is no
+// standby to hand over to. Its data stays, and the setting is in force after.
+func TestSingleInstanceRestartsInPlace(t *testing.T) {
+	c := newCluster(t, 1)
+	p := c.instances[0]
+	p.start()
+	before := p.waitRole(agentapi.RolePrimary, 1, upTimeout)
+	p.mustExec("CREATE TABLE t AS SELECT 1 AS id")
+	// shared_buffers leaves the file: back to the built-in default, in kB.
+	c.setConfig("parameters", map[string]string{"max_connections": "90"})
+	testutil.Eventually(t, 30*time.Second, func() error {
+		st, err := p.status()
+		if err != nil {
+			return err
+		}
+		want := []agentapi.PendingSetting{{Name: "max_connections", Value: "100", Pending: "90"}, {Name: "shared_buffers", Value: "16MB", Pending: "131072kB"}}
+		if !slices.Equal(st.PendingRestart, want) {
+			return fmt.Errorf("pending %+v, want %+v", st.PendingRestart, want)
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := p.api().Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after := p.waitRole(agentapi.RolePrimary, 1, upTimeout)
+	if !after.StartedAt.After(*before.StartedAt) || len(after.PendingRestart) != 0 {
+		t.Errorf("after the restart: started %v (before %v), pending %+v", after.StartedAt, before.StartedAt, after.PendingRestart)
+	}
+	if got := p.show("max_connections"); got != "90" {
+		t.Errorf("max_connections = %s, want 90", got)
+	}
+	if got := p.show("shared_buffers"); got != "128MB" {
+		t.Errorf("shared_buffers = %s, want the default 128MB", got)
+	}
+	p.waitCount("t", 1, 10*time.Second)
+}

@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/controller/failover"
+	"github.com/pgpilot/pgpilot/internal/fleet"
 )
 
 // Instance is one instance as the plan sees it.
@@ -115,6 +117,10 @@ func next(in Input) Decision {
 			Reason: fmt.Sprintf("restarting %s, the only instance, in place to apply %s: writes stop until it is back", primary.Name, names(*primary))}
 	}
 	target := standbys[len(standbys)-1] // the lowest ordinal
+	// The failover controller's own check: never ask for a switchover it would refuse.
+	if why := failover.CheckSwitchover(primary.Name, target.Name, asFleet(in.Instances)); why != "" {
+		return Decision{Action: Wait, Reason: "the switchover to " + target.Name + " waits: " + why}
+	}
 	return Decision{Action: Switchover, Target: target.Name,
 		Reason: fmt.Sprintf("switching over from %s to %s, which runs with the new settings, so that %s restarts as a standby to apply %s", primary.Name, target.Name, primary.Name, names(*primary))}
 }
@@ -216,6 +222,14 @@ func names(i Instance) string {
 		out = append(out, p.Name)
 	}
 	return strings.Join(out, ", ")
+}
+
+func asFleet(instances []Instance) []fleet.Instance {
+	out := make([]fleet.Instance, len(instances))
+	for k, i := range instances {
+		out[k] = fleet.Instance{Name: i.Name, Reachable: i.Reachable, Status: i.Status, Terminating: i.Terminating}
+	}
+	return out
 }
 
 func find(instances []Instance, name string) *Instance {

@@ -11,7 +11,7 @@ var sharedBuffers = agentapi.PendingSetting{Name: "shared_buffers", Value: "128M
 
 // inst is a ready instance; the primary when it streams to standbys.
 func inst(name string, ordinal int, opts ...func(*Instance)) Instance {
-	i := Instance{Name: name, Ordinal: ordinal, Reachable: true, Status: agentapi.Status{Pod: name, Role: agentapi.RoleReplica, Ready: true}}
+	i := Instance{Name: name, Ordinal: ordinal, Reachable: true, Status: agentapi.Status{Pod: name, Role: agentapi.RoleReplica, Ready: true, Position: "0/5000000"}}
 	for _, o := range opts {
 		o(&i)
 	}
@@ -20,7 +20,7 @@ func inst(name string, ordinal int, opts ...func(*Instance)) Instance {
 
 func primaryOf(standbys ...string) func(*Instance) {
 	return func(i *Instance) {
-		i.Status.Role = agentapi.RolePrimary
+		i.Status.Role, i.Status.WriteLSN, i.Status.Position = agentapi.RolePrimary, "0/5000000", "0/5000000"
 		for _, s := range standbys {
 			i.Status.Replicas = append(i.Status.Replicas, agentapi.ReplicaStatus{Name: s, State: "streaming"})
 		}
@@ -75,6 +75,8 @@ func TestPlan(t *testing.T) {
 		{"primary db-1: switchover to db-0", Input{Instances: []Instance{
 			inst("db-0", 0), inst("db-1", 1, primaryOf("db-0", "db-2"), pending(sharedBuffers)), inst("db-2", 2),
 		}, Replicas: 3, Primary: "db-1"}, Switchover, "db-0", "from db-1 to db-0"},
+		{"the switchover target lags: wait (the failover controller would refuse)", Input{Instances: three(all, opts(func(i *Instance) { i.Status.Position = "0/1" }), nil), Replicas: 3, Primary: "db-0"},
+			Wait, "", "db-1 is 83886079 bytes behind"},
 		{"a switchover under way: wait", Input{Instances: three(all, nil, nil), Replicas: 3, Primary: "db-0", Switchover: "db-1"},
 			Wait, "", "switchover to db-1 is under way"},
 		{"a rolling update under way: wait", Input{Instances: three(all, all, opts(pending(sharedBuffers), outdated)), Replicas: 3, Primary: "db-0"},
@@ -113,5 +115,17 @@ func TestPending(t *testing.T) {
 	want := "max_connections (100 → 200), shared_buffers (128MB → 160MB) waiting for a restart on db-0 (primary), db-1"
 	if got := Pending(in, "db-0"); got != want {
 		t.Errorf("Pending =\n%q, want\n%q", got, want)
+	}
+}
+
+func TestRecordOf(t *testing.T) {
+	in := three(opts(pending(sharedBuffers)), nil, nil)
+	r := RecordOf(Plan(Input{Instances: in, Replicas: 3, Primary: "db-0"}), in)
+	if !r.Pending || r.Blocked || len(r.Instances) != 1 || r.Instances["db-0"][0] != "shared_buffers: 128MB → 160MB" ||
+		!strings.Contains(r.Message, "on db-0 (primary); switching over from db-0 to db-1") {
+		t.Errorf("record %+v", r)
+	}
+	if r := RecordOf(Plan(Input{Instances: three(nil, nil, nil), Replicas: 3, Primary: "db-0"}), nil); r.Pending || r.Message != "No setting waits for a restart" {
+		t.Errorf("nothing pending: %+v", r)
 	}
 }

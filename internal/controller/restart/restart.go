@@ -42,14 +42,22 @@ type Record struct {
 	Pending bool   `json:"pending"`
 	Blocked bool   `json:"blocked,omitempty"`
 	Message string `json:"message"`
+	// Instances are the settings waiting on each instance ("name: running → new").
+	Instances map[string][]string `json:"instances,omitempty"`
 }
 
-// RecordOf is what d says for the record.
-func RecordOf(d Decision) Record {
+// RecordOf is what d says for the record, with what each instance in waits for.
+func RecordOf(d Decision, in []Instance) Record {
 	if d.Action == Done {
 		return Record{Message: "No setting waits for a restart"}
 	}
-	return Record{Pending: true, Blocked: d.Action == Blocked, Message: d.Pending + "; " + d.Reason}
+	r := Record{Pending: true, Blocked: d.Action == Blocked, Message: d.Pending + "; " + d.Reason, Instances: map[string][]string{}}
+	for _, i := range in {
+		for _, p := range i.Status.PendingRestart {
+			r.Instances[i.Name] = append(r.Instances[i.Name], fmt.Sprintf("%s: %s → %s", p.Name, p.Value, p.Pending))
+		}
+	}
+	return r
 }
 
 // RestartReconciler restarts instances whose settings wait for a restart.
@@ -96,7 +104,7 @@ func (r *RestartReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, err
 	}
 	d := Plan(in)
-	if err := r.record(ctx, &cluster, store, lease, d); err != nil {
+	if err := r.record(ctx, &cluster, store, lease, RecordOf(d, in.Instances)); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.act(ctx, &cluster, d, pods, access); err != nil {
@@ -134,8 +142,7 @@ func (r *RestartReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster
 
 // record writes what waits for a restart into the Lease when it changed, then the
 // events of the change.
-func (r *RestartReconciler) record(ctx context.Context, c *dbv1.PostgresCluster, store primarylease.Store, lease *coordinationv1.Lease, d Decision) error {
-	next := RecordOf(d)
+func (r *RestartReconciler) record(ctx context.Context, c *dbv1.PostgresCluster, store primarylease.Store, lease *coordinationv1.Lease, next Record) error {
 	b, err := json.Marshal(next)
 	if err != nil {
 		return err

@@ -70,6 +70,9 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 		if o.DataGuard != nil {
 			st.Instances[len(st.Instances)-1].SetAside = o.DataGuard.SetAside[p.Name]
 		}
+		if o.PendingRestart != nil {
+			st.Instances[len(st.Instances)-1].PendingRestart = o.PendingRestart.Instances[p.Name]
+		}
 		if ready {
 			st.ReadyInstances++
 			if p.Name == o.Primary {

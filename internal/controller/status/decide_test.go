@@ -703,16 +703,22 @@ func TestDecidePendingRestart(t *testing.T) {
 		reason string
 	}{
 		{"nothing waits", restart.Record{Message: "No setting waits for a restart"}, metav1.ConditionFalse, dbv1.ReasonNoRestartNeeded},
-		{"rolling", restart.Record{Pending: true, Message: "shared_buffers (128MB → 160MB) waiting for a restart on db-0 (primary); restarting standby db-1"},
+		{"rolling", restart.Record{Pending: true, Message: "shared_buffers (128MB → 160MB) waiting for a restart on db-0 (primary); restarting standby db-1",
+			Instances: map[string][]string{"db-0": {"shared_buffers: 128MB → 160MB"}}},
 			metav1.ConditionTrue, dbv1.ReasonRestartPending},
 		{"blocked", restart.Record{Pending: true, Blocked: true, Message: "max_connections is lowered"}, metav1.ConditionTrue, dbv1.ReasonRestartBlocked},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := status.Decide(status.Observed{Cluster: newCluster(), Pods: pods(), PendingRestart: &tc.record}, now)
+			st := status.Decide(status.Observed{Cluster: newCluster(), Pods: pods("db-0", "db-1"), PendingRestart: &tc.record}, now)
 			want := dbv1.Condition{Type: dbv1.ConditionPendingRestart, Status: tc.status, Reason: tc.reason, Message: tc.record.Message,
 				ObservedGeneration: generation, LastTransitionTime: now}
 			if diff := cmp.Diff(&want, cond(st)); diff != "" {
 				t.Errorf("PendingRestart (-want +got):\n%s", diff)
+			}
+			for _, i := range st.Instances {
+				if diff := cmp.Diff(tc.record.Instances[i.Name], i.PendingRestart); diff != "" {
+					t.Errorf("%s pendingRestart (-want +got):\n%s", i.Name, diff)
+				}
 			}
 		})
 	}
