@@ -172,17 +172,9 @@ func lowered(instances []Instance) string {
 			next, err2 := strconv.Atoi(p.Pending)
 			if err1 == nil && err2 == nil && next < now {
 				return fmt.Sprintf("%s is lowered from %d to %d on %s: a standby must run with at least the primary's %s, so it cannot be applied standbys first and no instance was restarted; "+
-					"set it back to %d, or see docs/operations.md (\"Changing settings\") for how to lower it%s", p.Name, now, next, i.Name, p.Name, now, managedNote(p.Name))
+					"set it back to %d, or see docs/operations.md (\"Changing settings\") for how to lower it", p.Name, now, next, i.Name, p.Name, now)
 			}
 		}
-	}
-	return ""
-}
-
-// managedNote says where a setting pgpilot manages comes from.
-func managedNote(name string) string {
-	if name == "max_wal_senders" {
-		return " (pgpilot sets max_wal_senders from spec.replicas: fewer instances lower it)"
 	}
 	return ""
 }
