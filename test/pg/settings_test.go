@@ -177,10 +177,20 @@ func (c *cluster) postmasterStarts() (stop func() map[string][]time.Time) {
 // commits through the read-write Service: every instance restarts exactly once and runs
 // with the new value, the standbys first and the primary after a switchover (not a
 // failover), no acknowledged row is lost, and the PendingRestart condition clears. A
-// reload-only setting changed before restarts nothing.
+// reload-only setting changed before restarts nothing. Asynchronous and synchronous
+// (one standby confirms each commit, so a restarting standby leaves the rule).
 func TestRestartSettingRollsStandbysFirstPrimaryBySwitchover(t *testing.T) {
+	for _, k := range []int32{0, 1} {
+		t.Run(fmt.Sprintf("synchronousReplicas=%d", k), func(t *testing.T) { rollRestartSetting(t, k) })
+	}
+}
+
+func rollRestartSetting(t *testing.T, synchronous int32) {
 	params := map[string]string{"shared_buffers": "16MB", "work_mem": "4MB"}
-	c := newOperatedCluster(t, 3, func(p *dbv1.PostgresCluster) { p.Spec.PostgreSQL.Parameters = maps.Clone(params) })
+	c := newOperatedCluster(t, 3, func(p *dbv1.PostgresCluster) {
+		p.Spec.PostgreSQL.Parameters = maps.Clone(params)
+		p.Spec.PostgreSQL.SynchronousReplicas = synchronous
+	})
 	startOperated(t, c)
 	old := c.instances[0]
 	testutil.Eventually(t, time.Minute, func() error {
