@@ -54,6 +54,10 @@ const (
 	// spec.databases matches PostgreSQL, False with the failed ones (status.roles,
 	// status.databases).
 	ConditionRolesReconciled = "RolesReconciled"
+	// ConditionPendingRestart is True while a setting of spec.postgresql.parameters (or
+	// one pgpilot manages) waits for postgres to restart on some instance, with the
+	// settings, the instances and the step under way or what blocks it.
+	ConditionPendingRestart = "PendingRestart"
 )
 
 // Condition types the Helm manager owns.
@@ -115,7 +119,8 @@ const (
 	// clone superseded, because the volume needed the space.
 	ReasonDataSetAside    = "DataSetAside"
 	ReasonSetAsideRemoved = "SetAsideRemoved"
-	// ReasonRestartingInstance: a rolling update restarts an instance's pod.
+	// ReasonRestartingInstance: a rolling update restarts an instance's pod, or the
+	// restart controller its postgres.
 	ReasonRestartingInstance = "RestartingInstance"
 	// ReasonSwitchingOverForUpdate: a rolling update moves the primary before
 	// restarting it.
@@ -132,6 +137,18 @@ const (
 	ReasonVolumeAutoGrown        = "VolumeAutoGrown"
 	ReasonVolumeAtMaxSize        = "VolumeAtMaxSize"
 	ReasonVolumesAtSize          = "VolumesAtSize"
+
+	// Reasons of the PendingRestart condition and the restart controller's events
+	// (docs/operations.md, "Changing settings"). ReasonRestartingInstance above names
+	// each instance restarted.
+	ReasonRestartPending  = "RestartPending"
+	ReasonRestartBlocked  = "RestartBlocked"
+	ReasonNoRestartNeeded = "NoRestartPending"
+	// ReasonSwitchingOverForRestart: the primary's role moves to a restarted standby so
+	// that it restarts as a standby.
+	ReasonSwitchingOverForRestart = "SwitchingOverForRestart"
+	// ReasonPendingRestartApplied: every instance runs with the settings.
+	ReasonPendingRestartApplied = "PendingRestartApplied"
 )
 
 // Phases of a cluster.

@@ -43,6 +43,10 @@ const (
 	// cluster's data, as its primary runs it: recorded by the failover controller, shown
 	// as status.dataVersion, and the only version a plan deploys once recorded.
 	AnnotationDataVersion = "db.example.com/data-version"
+	// AnnotationPendingRestart on the primary Lease is what waits for a restart of
+	// postgres (JSON: pending, blocked, message), which the restart controller records
+	// and the status controller shows as the PendingRestart condition.
+	AnnotationPendingRestart = "db.example.com/pending-restart"
 
 	// LabelScheduledAt on a PostgresBackup the sidecar created for a schedule tick is
 	// the tick's time, as a Unix timestamp.

@@ -380,6 +380,11 @@ type InstanceStatus struct {
 	// one is removed when the volume needs the space.
 	// +optional
 	SetAside []string `json:"setAside,omitempty"`
+	// pendingRestart lists the settings postgres on this instance takes only at a
+	// restart and runs with another value of until then ("name: running → new"); the
+	// operator restarts the instances one at a time (the PendingRestart condition).
+	// +optional
+	PendingRestart []string `json:"pendingRestart,omitempty"`
 }
 
 // VolumeStatus is an instance's PersistentVolumeClaim as last seen.

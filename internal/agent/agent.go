@@ -390,6 +390,8 @@ func (a *Agent) handle(ctx context.Context, action string) error {
 		return a.demote(ctx)
 	case "freeze":
 		return a.freeze(ctx)
+	case "restart":
+		return a.restart(ctx)
 	}
 	return fmt.Errorf("unknown action %q", action)
 }

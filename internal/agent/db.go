@@ -131,7 +131,7 @@ func (d *DB) InRecovery(ctx context.Context) (bool, error) {
 }
 
 // Observe fills the database's part of st (role, timeline, positions, slots,
-// replicas) and arch's counters from pg_stat_archiver, in one round trip: on a busy
+// replicas, settings waiting for a restart) and arch's counters from pg_stat_archiver, in one round trip: on a busy
 // node every round trip waits for two processes to be scheduled, and the operator
 // reads every instance before it moves the Lease. asPrimary is what the caller
 // believes the role is; when postgres says otherwise, the role's own queries run again.
@@ -166,6 +166,7 @@ func (d *DB) Observe(ctx context.Context, st *agentapi.Status, arch *agentapi.Ar
 		QueryRow(func(r pgx.Row) error {
 			return r.Scan(&arch.ArchivedCount, &arch.LastArchivedWAL, &arch.LastArchivedAt, &arch.FailedCount, &arch.LastFailedWAL, &arch.LastFailedAt)
 		})
+	queuePending(b, st)
 	// Last: on a standby the primary's queries fail, and end the batch.
 	if asPrimary {
 		d.queuePrimary(b, st)

@@ -105,10 +105,18 @@ func SlotName(pod string) string {
 	}, pod)
 }
 
+// maxSenders is max_wal_senders and max_replication_slots: room for the largest cluster
+// (16 instances, the CRD's bound) whatever spec.replicas is now. Both take effect only
+// at a restart, and a hot standby must run with at least its primary's
+// max_wal_senders: sized from spec.replicas, a scale-down lowered it, and a standby
+// restarted after that could not start while the primary still ran with the old value
+// ("insufficient parameter settings"). A fixed value never changes with the cluster's
+// size; each unused sender or slot costs a few hundred bytes of shared memory.
+const maxSenders = 2*16 + 4
+
 // managed returns the settings pgpilot owns. They come after the user's parameters in
 // postgresql.conf, so they win even if a user parameter slipped past the CRD's rule.
 func managed(in ConfInput) map[string]string {
-	senders := max(10, 2*in.Cluster.Replicas+4)
 	m := map[string]string{
 		"listen_addresses":        in.Listen,
 		"port":                    fmt.Sprint(in.Port),
@@ -117,8 +125,8 @@ func managed(in ConfInput) map[string]string {
 		"wal_level":               "replica",
 		"hot_standby":             "on",
 		"wal_log_hints":           "on",
-		"max_wal_senders":         fmt.Sprint(senders),
-		"max_replication_slots":   fmt.Sprint(senders),
+		"max_wal_senders":         fmt.Sprint(maxSenders),
+		"max_replication_slots":   fmt.Sprint(maxSenders),
 		"logging_collector":       "off",
 		"archive_mode":            "always",
 		"archive_command":         in.Commands.Archive(),

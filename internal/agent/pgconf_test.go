@@ -29,7 +29,7 @@ func TestPostgresqlConfPrecedence(t *testing.T) {
 		"port":                        "'5432'", // pgpilot's managed value wins
 		"listen_addresses":            "'10.0.0.7'",
 		"primary_slot_name":           "'pgpilot_db_1'",
-		"max_wal_senders":             "'10'",
+		"max_wal_senders":             "'36'",
 		"hot_standby":                 "'on'",
 		"recovery_target_timeline":    "'latest'",
 		"ssl":                         "'on'",

@@ -33,6 +33,7 @@ const (
 	PathFence   = "/fence"
 	PathDemote  = "/demote"
 	PathFreeze  = "/freeze"
+	PathRestart = "/restart"
 	PathConfirm = "/confirm"
 	PathMetrics = "/metrics"
 )
@@ -133,8 +134,21 @@ type Status struct {
 	// instance's data with another database's, and what a person can do; empty when it
 	// refuses nothing.
 	Refusal string `json:"refusal,omitempty"`
+	// PendingRestart are the settings postgresql.conf changes that the running
+	// postmaster cannot take without a restart (pg_settings.pending_restart), by name;
+	// empty when none wait.
+	PendingRestart []PendingSetting `json:"pendingRestart,omitempty"`
 	// Error says what went wrong last, for a person; empty when nothing did.
 	Error string `json:"error,omitempty"`
+}
+
+// PendingSetting is a setting whose new value waits for a restart of postgres.
+type PendingSetting struct {
+	Name string `json:"name"`
+	// Value is what the running postmaster has, as SHOW says it (with its unit).
+	Value string `json:"value"`
+	// Pending is the value in postgresql.conf, which the next start takes.
+	Pending string `json:"pending"`
 }
 
 // SetAside is a data directory the agent replaced by a new clone and kept.
@@ -237,6 +251,11 @@ type Instance interface {
 	Demote(ctx context.Context) error
 	// Freeze makes a standby stop receiving WAL until the Lease names a primary again.
 	Freeze(ctx context.Context) error
+	// Restart restarts postgres in place, so that it takes the settings that need a
+	// restart: a streaming standby, or the primary of a single-instance cluster. A
+	// primary with standbys, or a standby that is frozen or not running, is refused with
+	// ErrConflict: a primary is restarted by a switchover.
+	Restart(ctx context.Context) error
 	// Confirm answers a primary that cannot reach the API server whether this standby
 	// still follows it (failsafe); ErrConflict when it does not.
 	Confirm(ctx context.Context, req ConfirmRequest) error

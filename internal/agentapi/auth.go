@@ -21,8 +21,8 @@ import (
 type Purpose string
 
 const (
-	// Control is the operator's: every call, promote, fence, demote, freeze and the
-	// backup calls included.
+	// Control is the operator's: every call, promote, fence, demote, freeze, restart
+	// and the backup calls included.
 	Control Purpose = "control"
 	// Peer is the other agents' of the cluster: /status and the failsafe /confirm.
 	Peer Purpose = "peer"

@@ -46,6 +46,7 @@ func TestPurposes(t *testing.T) {
 		{http.MethodPost, PathFence, [4]int{noToken, 0, forbidden, forbidden}},
 		{http.MethodPost, PathDemote, [4]int{noToken, 0, forbidden, forbidden}},
 		{http.MethodPost, PathFreeze, [4]int{noToken, 0, forbidden, forbidden}},
+		{http.MethodPost, PathRestart, [4]int{noToken, 0, forbidden, forbidden}},
 		{http.MethodPost, PathBackups, [4]int{noToken, 0, forbidden, forbidden}},
 		{http.MethodGet, PathBackups + "/b1", [4]int{noToken, 0, forbidden, forbidden}},
 		{http.MethodPost, PathRetention, [4]int{noToken, 0, forbidden, forbidden}},

@@ -33,7 +33,7 @@ var defaultHTTPClient = &http.Client{}
 type Client struct {
 	base                                       string
 	statusURL, promoteURL, fenceURL, demoteURL string
-	freezeURL, confirmURL                      string
+	freezeURL, confirmURL, restartURL          string
 
 	token string
 	http  *http.Client
@@ -58,6 +58,7 @@ func NewClient(baseURL, token string, httpClient *http.Client) *Client {
 		demoteURL:     base + PathDemote,
 		freezeURL:     base + PathFreeze,
 		confirmURL:    base + PathConfirm,
+		restartURL:    base + PathRestart,
 		token:         token,
 		http:          httpClient,
 		statusTimeout: DefaultStatusTimeout,
@@ -92,6 +93,13 @@ func (c *Client) Demote(ctx context.Context) (Status, error) {
 // (its final position).
 func (c *Client) Freeze(ctx context.Context) (Status, error) {
 	return c.call(ctx, http.MethodPost, c.freezeURL, c.actionTimeout)
+}
+
+// Restart asks the agent to restart postgres in place (a standby, or the primary of a
+// single-instance cluster), and returns the Status after; an error matching
+// ErrConflict when the instance cannot be restarted so now.
+func (c *Client) Restart(ctx context.Context) (Status, error) {
+	return c.call(ctx, http.MethodPost, c.restartURL, c.actionTimeout)
 }
 
 // Confirm asks a standby whether it still follows req.Primary in req.Term; an error

@@ -59,6 +59,8 @@ var (
 		"How long until the data volume is full at the rate its free space went down over the last 10 minutes; absent when it is not filling.", nil, nil)
 	archiveFailingDesc = prometheus.NewDesc("pgpilot_wal_archive_failing",
 		"Whether the last attempt to archive WAL failed (1) or not (0).", nil, nil)
+	pendingRestartDesc = prometheus.NewDesc("pgpilot_pending_restart",
+		"Settings of postgresql.conf that wait for a restart of postgres (pg_settings.pending_restart), one series each.", []string{"setting"}, nil)
 	lastArchivedDesc = prometheus.NewDesc("pgpilot_wal_last_archived_time_seconds",
 		"When a WAL file was last archived, in seconds since the Unix epoch.", nil, nil)
 )
@@ -77,6 +79,7 @@ func (c *instanceCollector) Describe(ch chan<- *prometheus.Desc) {
 		connectionsDesc, slotActiveDesc, slotRetainedDesc,
 		volumeSizeDesc, volumeFreeDesc, setAsideDesc,
 		archivedDesc, archiveFailedDesc, archivePendingDesc, archivePendingBytesDesc, volumeFullInDesc, archiveFailingDesc, lastArchivedDesc,
+		pendingRestartDesc,
 	} {
 		ch <- d
 	}
@@ -163,6 +166,9 @@ func (c *instanceCollector) Collect(ch chan<- prometheus.Metric) {
 		aside += a.Bytes
 	}
 	gauge(setAsideDesc, float64(aside))
+	for _, p := range st.PendingRestart {
+		gauge(pendingRestartDesc, 1, p.Name)
+	}
 	if st.StartedAt != nil {
 		gauge(startTimeDesc, float64(st.StartedAt.UnixNano())/1e9)
 	}

@@ -281,6 +281,21 @@ pgpilot_replication_slot_retained_bytes{slot="pgpilot_db_2"} 1.073741824e+09
 	}
 }
 
+func TestMetricsPendingRestart(t *testing.T) {
+	st := replicaStatus()
+	st.PendingRestart = []PendingSetting{{Name: "max_connections", Value: "100", Pending: "200"}, {Name: "shared_buffers", Value: "128MB", Pending: "160MB"}}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&instanceCollector{inst: newFakeInstance(st), timeout: DefaultRequestTimeout})
+	want := `# HELP pgpilot_pending_restart Settings of postgresql.conf that wait for a restart of postgres (pg_settings.pending_restart), one series each.
+# TYPE pgpilot_pending_restart gauge
+pgpilot_pending_restart{setting="max_connections"} 1
+pgpilot_pending_restart{setting="shared_buffers"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "pgpilot_pending_restart"); err != nil {
+		t.Error(err)
+	}
+}
+
 func TestMetricsArchiver(t *testing.T) {
 	archived := time.Date(2026, 11, 21, 14, 0, 0, 0, time.UTC)
 	failed := archived.Add(time.Minute)

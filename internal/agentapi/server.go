@@ -114,6 +114,7 @@ func NewServer(inst Instance, opts ServerOptions) *Server {
 	mux.Handle("POST "+PathFence, s.bounded(s.actionTimeout, s.action("fence", inst.Fence)))
 	mux.Handle("POST "+PathDemote, s.bounded(s.actionTimeout, s.action("demote", inst.Demote)))
 	mux.Handle("POST "+PathFreeze, s.bounded(s.actionTimeout, s.action("freeze", inst.Freeze)))
+	mux.Handle("POST "+PathRestart, s.bounded(s.actionTimeout, s.action("restart", inst.Restart)))
 	mux.Handle("POST "+PathConfirm, s.bounded(s.requestTimeout, s.guarded(http.HandlerFunc(s.confirm), Peer)))
 	mux.Handle("GET "+PathMetrics, s.bounded(s.requestTimeout, s.guarded(promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog:      promErrorLog{s.log},

@@ -105,6 +105,10 @@ func (f *fakeInstance) Freeze(ctx context.Context) error {
 	return f.act(ctx, "freeze", func(s *Status) { s.Frozen = true })
 }
 
+func (f *fakeInstance) Restart(ctx context.Context) error {
+	return f.act(ctx, "restart", func(s *Status) { s.PendingRestart = nil })
+}
+
 func (f *fakeInstance) Confirm(ctx context.Context, req ConfirmRequest) error {
 	return f.act(ctx, "confirm", func(s *Status) {
 		s.FailsafeConfirmed = &FailsafeConfirmation{Primary: req.Primary, Term: req.Term}
@@ -394,7 +398,8 @@ func TestMethods(t *testing.T) {
 		{name: "post status", method: http.MethodPost, path: PathStatus, wantCode: http.StatusMethodNotAllowed, wantAllow: "GET, HEAD"},
 		{name: "post readyz", method: http.MethodPost, path: PathReadyz, wantCode: http.StatusMethodNotAllowed, wantAllow: "GET, HEAD"},
 		{name: "post metrics", method: http.MethodPost, path: PathMetrics, wantCode: http.StatusMethodNotAllowed, wantAllow: "GET, HEAD"},
-		{name: "unknown path", method: http.MethodPost, path: "/restart", wantCode: http.StatusNotFound},
+		{name: "unknown path", method: http.MethodPost, path: "/reboot", wantCode: http.StatusNotFound},
+		{name: "get restart", method: http.MethodGet, path: PathRestart, wantCode: http.StatusMethodNotAllowed, wantAllow: "POST"},
 		{name: "subpath", method: http.MethodPost, path: PathPromote + "/now", wantCode: http.StatusNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

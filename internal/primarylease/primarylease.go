@@ -75,6 +75,9 @@ type Record struct {
 	// DataVersion is the PostgreSQL major version of the cluster's data, as its primary
 	// last ran it; "" before one was recorded.
 	DataVersion string
+	// PendingRestart is what waits for a restart of postgres, raw JSON owned by the
+	// restart controller.
+	PendingRestart string
 	// Timeline is the timeline ID the holder's promotion in this term takes, and no
 	// instance of the cluster is on a higher one: every Move reserves one above all it
 	// knows of, so no two promotions choose the same ID (docs/failover.md, "Timeline
@@ -147,6 +150,7 @@ func Parse(l *coordinationv1.Lease) Record {
 	r.Bootstrapped = a[dbv1.AnnotationBootstrapped] == "true"
 	r.FailoverBlocked = a[dbv1.AnnotationFailoverBlocked]
 	r.Archiving = a[dbv1.AnnotationArchiving]
+	r.PendingRestart = a[dbv1.AnnotationPendingRestart]
 	r.Timeline, _ = strconv.ParseInt(a[AnnotationTimeline], 10, 64)
 	r.Handover = decode[Handover](a[AnnotationHandover])
 	r.Sync = decode[SyncSet](a[AnnotationSynchronous])

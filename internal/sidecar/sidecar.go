@@ -19,6 +19,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/controller/certificates"
 	"github.com/pgpilot/pgpilot/internal/controller/credentials"
 	"github.com/pgpilot/pgpilot/internal/controller/failover"
+	"github.com/pgpilot/pgpilot/internal/controller/restart"
 	"github.com/pgpilot/pgpilot/internal/controller/roles"
 	"github.com/pgpilot/pgpilot/internal/controller/rollout"
 	"github.com/pgpilot/pgpilot/internal/controller/status"
@@ -77,6 +78,9 @@ func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
 		return err
 	}
 	if err := rollout.NewRolloutReconciler(mgr.GetClient(), recorder).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := restart.NewRestartReconciler(mgr.GetClient(), recorder, nil).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := storage.NewReconciler(mgr.GetClient(), recorder, nil).SetupWithManager(mgr); err != nil {

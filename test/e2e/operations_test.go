@@ -107,10 +107,12 @@ func TestDrainAndScaleDown(t *testing.T) {
 
 // continuously inserts rows through -rw, one at a time with no pause, over one
 // connection that it opens again when it breaks (as an application's pool would),
-// while fn runs; it returns the longest time between two acknowledged inserts: how long
-// writes were unavailable. Every insert is recorded like any other attempt.
+// while fn runs and until one of its inserts started after fn returned is acknowledged
+// (at most a minute more); it returns the longest time between two acknowledged
+// inserts: how long writes were unavailable. Every insert is recorded like any other
+// attempt.
 func (w *writes) continuously(fn func()) time.Duration {
-	stop := make(chan struct{})
+	stop := make(chan time.Time, 1)
 	done := make(chan []testutil.Attempt)
 	first := w.next + 1_000_000*int64(len(w.attempts)+1)
 	go func() {
@@ -121,12 +123,18 @@ func (w *writes) continuously(fn func()) time.Duration {
 				_ = conn.Close(context.Background())
 			}
 		}()
+		var stopAt time.Time
 		for id := first; ; id++ {
-			select {
-			case <-stop:
+			if stopAt.IsZero() {
+				select {
+				case stopAt = <-stop:
+				default:
+				}
+			}
+			if n := len(attempts); !stopAt.IsZero() && (n > 0 && attempts[n-1].Acked() && attempts[n-1].Start.After(stopAt) ||
+				time.Since(stopAt) > time.Minute) {
 				done <- attempts
 				return
-			default:
 			}
 			a := testutil.Attempt{ID: id, Start: time.Now()}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -149,7 +157,7 @@ func (w *writes) continuously(fn func()) time.Duration {
 		}
 	}()
 	fn()
-	close(stop)
+	stop <- time.Now()
 	attempts := <-done
 	w.attempts = append(w.attempts, attempts...)
 	var longest time.Duration

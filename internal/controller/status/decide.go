@@ -11,6 +11,7 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
+	"github.com/pgpilot/pgpilot/internal/controller/restart"
 	"github.com/pgpilot/pgpilot/internal/controller/roles"
 	"github.com/pgpilot/pgpilot/internal/controller/storage"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
@@ -47,6 +48,9 @@ type Observed struct {
 	// sidecar just started): status.roles, status.databases and RolesReconciled are
 	// then kept as they are.
 	Roles *roles.Outcome
+	// PendingRestart is what waits for a restart as the restart controller last
+	// recorded it; nil when it has not yet.
+	PendingRestart *restart.Record
 }
 
 // ArchivingHealth is whether the primary archives WAL, and what it last said.
@@ -81,6 +85,9 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 			st.Instances[len(st.Instances)-1].SetAside = o.DataGuard.SetAside[p.Name]
 		}
 		st.Instances[len(st.Instances)-1].Volume = volumeOf(o.Claims, c.VolumeClaimName(ordinal(c, p.Name)))
+		if o.PendingRestart != nil {
+			st.Instances[len(st.Instances)-1].PendingRestart = o.PendingRestart.Instances[p.Name]
+		}
 		if ready {
 			st.ReadyInstances++
 			if p.Name == o.Primary {
@@ -139,6 +146,9 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 	}
 
 	dbv1.SetCondition(&st.Conditions, dataConsistent(o, c.Generation), now)
+	if o.PendingRestart != nil {
+		dbv1.SetCondition(&st.Conditions, pendingRestart(*o.PendingRestart, c.Generation), now)
+	}
 
 	if o.Roles != nil {
 		st.Roles, st.Databases = o.Roles.Roles, o.Roles.Databases
@@ -201,6 +211,20 @@ func ordinal(c *dbv1.PostgresCluster, pod string) int {
 		return i
 	}
 	return -1
+}
+
+// pendingRestart is True while a setting waits for a restart, with what waits, where,
+// and the step under way or what blocks it.
+func pendingRestart(r restart.Record, generation int64) dbv1.Condition {
+	cond := dbv1.Condition{Type: dbv1.ConditionPendingRestart, Status: metav1.ConditionFalse, Reason: dbv1.ReasonNoRestartNeeded,
+		Message: r.Message, ObservedGeneration: generation}
+	switch {
+	case r.Blocked:
+		cond.Status, cond.Reason = metav1.ConditionTrue, dbv1.ReasonRestartBlocked
+	case r.Pending:
+		cond.Status, cond.Reason = metav1.ConditionTrue, dbv1.ReasonRestartPending
+	}
+	return cond
 }
 
 // phaseOf summarises the cluster. A cluster stays Creating until it has been Healthy

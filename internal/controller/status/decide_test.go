@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/controller/restart"
 	"github.com/pgpilot/pgpilot/internal/controller/status"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
@@ -684,5 +685,41 @@ func TestDecideArchivingAndLastBackup(t *testing.T) {
 	c = newCluster(withStatus(st))
 	if got := archiving(status.Decide(status.Observed{Cluster: c, Pods: pods()}, later)); got != nil {
 		t.Errorf("without spec.backup: %+v", got)
+	}
+}
+
+func TestDecidePendingRestart(t *testing.T) {
+	cond := func(st dbv1.PostgresClusterStatus) *dbv1.Condition {
+		return dbv1.FindCondition(st.Conditions, dbv1.ConditionPendingRestart)
+	}
+	// Not known yet: no condition rather than a guess.
+	if c := cond(status.Decide(status.Observed{Cluster: newCluster(), Pods: pods()}, now)); c != nil {
+		t.Errorf("before the first observation: %+v", c)
+	}
+	for _, tc := range []struct {
+		name   string
+		record restart.Record
+		status metav1.ConditionStatus
+		reason string
+	}{
+		{"nothing waits", restart.Record{Message: "No setting waits for a restart"}, metav1.ConditionFalse, dbv1.ReasonNoRestartNeeded},
+		{"rolling", restart.Record{Pending: true, Message: "shared_buffers (128MB → 160MB) waiting for a restart on db-0 (primary); restarting standby db-1",
+			Instances: map[string][]string{"db-0": {"shared_buffers: 128MB → 160MB"}}},
+			metav1.ConditionTrue, dbv1.ReasonRestartPending},
+		{"blocked", restart.Record{Pending: true, Blocked: true, Message: "max_connections is lowered"}, metav1.ConditionTrue, dbv1.ReasonRestartBlocked},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := status.Decide(status.Observed{Cluster: newCluster(), Pods: pods("db-0", "db-1"), PendingRestart: &tc.record}, now)
+			want := dbv1.Condition{Type: dbv1.ConditionPendingRestart, Status: tc.status, Reason: tc.reason, Message: tc.record.Message,
+				ObservedGeneration: generation, LastTransitionTime: now}
+			if diff := cmp.Diff(&want, cond(st)); diff != "" {
+				t.Errorf("PendingRestart (-want +got):\n%s", diff)
+			}
+			for _, i := range st.Instances {
+				if diff := cmp.Diff(tc.record.Instances[i.Name], i.PendingRestart); diff != "" {
+					t.Errorf("%s pendingRestart (-want +got):\n%s", i.Name, diff)
+				}
+			}
+		})
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/controller/backup"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
 	"github.com/pgpilot/pgpilot/internal/controller/credentials"
+	"github.com/pgpilot/pgpilot/internal/controller/restart"
 	"github.com/pgpilot/pgpilot/internal/controller/roles"
 	"github.com/pgpilot/pgpilot/internal/controller/storage"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
@@ -112,6 +113,12 @@ func (r *StatusReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster)
 		rec := primarylease.Parse(&lease)
 		obs.Primary, obs.FailoverBlocked, obs.LastFailover = rec.Holder, rec.FailoverBlocked, rec.LastFailover
 		obs.DataGuard, obs.DataVersion = rec.DataGuard, rec.DataVersion
+		if rec.PendingRestart != "" {
+			var pr restart.Record
+			if json.Unmarshal([]byte(rec.PendingRestart), &pr) == nil {
+				obs.PendingRestart = &pr
+			}
+		}
 		if rec.Archiving != "" {
 			var a backup.ArchivingRecord
 			if json.Unmarshal([]byte(rec.Archiving), &a) == nil {
