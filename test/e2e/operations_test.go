@@ -107,12 +107,15 @@ func TestDrainAndScaleDown(t *testing.T) {
 
 // continuously inserts rows through -rw, one at a time with no pause, over one
 // connection that it opens again when it breaks (as an application's pool would),
-// while fn runs and until one of its inserts started after fn returned is acknowledged
+// from its first acknowledged insert (fn starts only then), while fn runs, and until
+// one of its inserts started after fn returned is acknowledged
 // (at most a minute more); it returns the longest time between two acknowledged
 // inserts: how long writes were unavailable. Every insert is recorded like any other
 // attempt.
 func (w *writes) continuously(fn func()) time.Duration {
 	stop := make(chan time.Time, 1)
+	started := make(chan struct{})
+	var once sync.Once
 	done := make(chan []testutil.Attempt)
 	first := w.next + 1_000_000*int64(len(w.attempts)+1)
 	go func() {
@@ -147,6 +150,9 @@ func (w *writes) continuously(fn func()) time.Duration {
 			cancel()
 			a.End = time.Now()
 			attempts = append(attempts, a)
+			if a.Acked() {
+				once.Do(func() { close(started) })
+			}
 			if a.Err != nil {
 				if conn != nil {
 					_ = conn.Close(context.Background())
@@ -156,6 +162,15 @@ func (w *writes) continuously(fn func()) time.Duration {
 			}
 		}
 	}()
+	// The gaps are measured from the writer's first acknowledged insert, before fn.
+	testutil.Eventually(w.d.t, 30*time.Second, func() error {
+		select {
+		case <-started:
+			return nil
+		default:
+			return fmt.Errorf("no insert of the writer acknowledged yet")
+		}
+	})
 	fn()
 	stop <- time.Now()
 	attempts := <-done
