@@ -173,7 +173,11 @@ func (n Names) Ordinal(pod string) (int, bool) {
 
 // VolumeClaim is the PersistentVolumeClaim of instance i: the StatefulSet's claim
 // template "data" (helm-charts/postgrescluster/templates/statefulset.yaml).
-func (n Names) VolumeClaim(i int) string { return "data-" + n.Instance(i) }
+func (n Names) VolumeClaim(i int) string { return VolumeClaimOf(n.Instance(i)) }
+
+// VolumeClaimOf is the PersistentVolumeClaim of instance pod: the claim template's
+// name and the pod's, as the StatefulSet names it.
+func VolumeClaimOf(pod string) string { return "data-" + pod }
 
 // PrimaryLeaseName is Names().PrimaryLease().
 func (c *PostgresCluster) PrimaryLeaseName() string { return c.Names().PrimaryLease() }

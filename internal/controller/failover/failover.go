@@ -372,12 +372,17 @@ func (c *cycle) scaleDown(ctx context.Context, d Decision) (time.Duration, error
 	}
 	c.log("Switching over before a scale-down", "to", d.Target, "reason", d.Reason)
 	c.r.recorder.Event(c.cluster, corev1.EventTypeNormal, dbv1.ReasonSwitchingOverForScaleDown, d.Reason)
-	patch := client.MergeFrom(c.cluster.DeepCopy())
-	if c.cluster.Annotations == nil {
-		c.cluster.Annotations = map[string]string{}
-	}
-	c.cluster.Annotations[dbv1.AnnotationSwitchoverTo] = d.Target
-	return 0, client.IgnoreNotFound(c.r.client.Patch(ctx, c.cluster, patch))
+	return 0, client.IgnoreNotFound(RequestSwitchover(ctx, c.r.client, c.cluster, d.Target))
+}
+
+// RequestSwitchover asks for a switchover of cluster to target the way a person does,
+// with the annotation this controller carries out (and removes when done or refused).
+// The controllers that need the primary elsewhere (rolling updates, restarts,
+// scale-downs) all go through it.
+func RequestSwitchover(ctx context.Context, c client.Client, cluster *dbv1.PostgresCluster, target string) error {
+	patch := client.MergeFrom(cluster.DeepCopy())
+	metav1.SetMetaDataAnnotation(&cluster.ObjectMeta, dbv1.AnnotationSwitchoverTo, target)
+	return c.Patch(ctx, cluster, patch)
 }
 
 // demote runs a switchover's handover: the holder's agent stops acknowledging, stops

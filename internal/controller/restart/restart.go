@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -22,6 +20,7 @@ import (
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
+	"github.com/pgpilot/pgpilot/internal/controller/failover"
 	"github.com/pgpilot/pgpilot/internal/fleet"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
@@ -132,7 +131,7 @@ func (r *RestartReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster
 	}
 	in := Input{Replicas: replicas, Primary: primarylease.Parse(lease).Holder, Switchover: c.Annotations[dbv1.AnnotationSwitchoverTo]}
 	for _, o := range r.fleet.Observe(ctx, pods, access, statusTimeout) {
-		ordinal, _ := strconv.Atoi(o.Name[strings.LastIndex(o.Name, "-")+1:])
+		ordinal, _ := c.Names().Ordinal(o.Name)
 		rev := sts.Status.UpdateRevision
 		in.Instances = append(in.Instances, Instance{Name: o.Name, Ordinal: ordinal, Reachable: o.Reachable, Status: o.Status,
 			Terminating: o.Terminating, Outdated: rev != "" && o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] != rev})
@@ -188,12 +187,7 @@ func (r *RestartReconciler) act(ctx context.Context, c *dbv1.PostgresCluster, d 
 	case Switchover:
 		logger.Info("Switching over to apply settings", "to", d.Target, "reason", d.Reason)
 		r.recorder.Event(c, corev1.EventTypeNormal, dbv1.ReasonSwitchingOverForRestart, d.Reason)
-		patch := client.MergeFrom(c.DeepCopy())
-		if c.Annotations == nil {
-			c.Annotations = map[string]string{}
-		}
-		c.Annotations[dbv1.AnnotationSwitchoverTo] = d.Target
-		return r.client.Patch(ctx, c, patch)
+		return failover.RequestSwitchover(ctx, r.client, c, d.Target)
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
+	"github.com/pgpilot/pgpilot/internal/controller/failover"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
 
@@ -91,12 +92,7 @@ func (r *RolloutReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	case Switchover:
 		logger.Info("Rolling update", "reason", d.Reason)
 		r.recorder.Event(&cluster, corev1.EventTypeNormal, dbv1.ReasonSwitchingOverForUpdate, d.Reason)
-		patch := client.MergeFrom(cluster.DeepCopy())
-		if cluster.Annotations == nil {
-			cluster.Annotations = map[string]string{}
-		}
-		cluster.Annotations[dbv1.AnnotationSwitchoverTo] = d.Target
-		if err := r.client.Patch(ctx, &cluster, patch); err != nil {
+		if err := failover.RequestSwitchover(ctx, r.client, &cluster, d.Target); err != nil {
 			return ctrl.Result{}, err
 		}
 	}

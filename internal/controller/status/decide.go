@@ -84,7 +84,7 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 		if o.DataGuard != nil {
 			st.Instances[len(st.Instances)-1].SetAside = o.DataGuard.SetAside[p.Name]
 		}
-		st.Instances[len(st.Instances)-1].Volume = volumeOf(o.Claims, c.VolumeClaimName(ordinal(c, p.Name)))
+		st.Instances[len(st.Instances)-1].Volume = volumeOf(o.Claims, dbv1.VolumeClaimOf(p.Name))
 		if o.PendingRestart != nil {
 			st.Instances[len(st.Instances)-1].PendingRestart = o.PendingRestart.Instances[p.Name]
 		}
@@ -140,7 +140,7 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 		for i := range o.Claims {
 			claims[i] = storage.ClaimOf(&o.Claims[i])
 		}
-		cond := storage.Condition(storage.Want(c.Spec.Storage, claims), claims, nil)
+		cond := storage.Condition(storage.Want(c.Spec.Storage, claims), claims)
 		cond.ObservedGeneration = c.Generation
 		dbv1.SetCondition(&st.Conditions, cond, now)
 	}
@@ -203,14 +203,6 @@ func volumeOf(claims []corev1.PersistentVolumeClaim, name string) *dbv1.VolumeSt
 		return v
 	}
 	return nil
-}
-
-// ordinal is the ordinal of instance pod of c, -1 when pod is not one.
-func ordinal(c *dbv1.PostgresCluster, pod string) int {
-	if i, ok := c.Names().Ordinal(pod); ok {
-		return i
-	}
-	return -1
 }
 
 // pendingRestart is True while a setting waits for a restart, with what waits, where,

@@ -132,18 +132,15 @@ func orDefault(v, def int32) int32 {
 	return v
 }
 
-// Condition is the StorageResized condition for claims that must request want, and
-// whose expansion the API server refused for those in refused (claim: message).
-func Condition(want resource.Quantity, claims []Claim, refused map[string]string) dbv1.Condition {
+// Condition is the StorageResized condition for claims that must request want. It is
+// computed from the claims alone: the API server's message for a refused expansion is
+// in the storage controller's event.
+func Condition(want resource.Quantity, claims []Claim) dbv1.Condition {
 	var short, growing []string
 	for _, c := range claims {
 		switch {
 		case c.Requested.Cmp(want) < 0:
-			msg := fmt.Sprintf("%s requests %s", c.Name, c.Requested.String())
-			if why := refused[c.Name]; why != "" {
-				msg += ": " + why
-			}
-			short = append(short, msg)
+			short = append(short, fmt.Sprintf("%s requests %s", c.Name, c.Requested.String()))
 		case !c.Capacity.IsZero() && c.Capacity.Cmp(c.Requested) < 0:
 			msg := fmt.Sprintf("%s has %s of %s", c.Name, c.Capacity.String(), c.Requested.String())
 			if c.Resizing != "" {

@@ -106,7 +106,7 @@ func TestCondition(t *testing.T) {
 			"the volumes must have 2Gi, but data-db-0 requests 1Gi; expansion needs a StorageClass with allowVolumeExpansion: true"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := Condition(want, tc.claims, nil)
+			c := Condition(want, tc.claims)
 			if c.Status != tc.status || c.Reason != tc.reason || !strings.Contains(c.Message, tc.msg) {
 				t.Errorf("got %s %s %q, want %s %s containing %q", c.Status, c.Reason, c.Message, tc.status, tc.reason, tc.msg)
 			}
