@@ -303,6 +303,14 @@ func (c *cycle) decideAndAct(ctx context.Context) (time.Duration, error) {
 	if rec.Holder == "" {
 		return c.vacant(ctx)
 	}
+	if held, requeue, err := c.hibernate(ctx, rec); held || err != nil {
+		c.report("", "", "")
+		return requeue, err
+	}
+	if err := c.fence(ctx, primarylease.Parse(c.lease)); err != nil {
+		return 0, err
+	}
+	rec = primarylease.Parse(c.lease)
 	d := Decide(c.input(rec))
 	c.r.mu.Lock()
 	c.mem.failedSince = d.FailedSince
@@ -584,7 +592,8 @@ func (c *cycle) label(ctx context.Context) error {
 		byName[c.pods[i].Name] = &c.pods[i]
 	}
 	var errs []error
-	for _, l := range Relabels(c.pods, primarylease.Parse(c.lease).Holder, c.instances) {
+	rec := primarylease.Parse(c.lease)
+	for _, l := range Relabels(c.pods, rec.Holder, rec.Fenced, c.instances) {
 		p, role := byName[l.Pod], l.Role
 		if err := clusterpods.Check(c.cluster, p); err != nil {
 			errs = append(errs, err)
