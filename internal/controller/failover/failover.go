@@ -53,6 +53,8 @@ type FailoverReconciler struct {
 type memory struct {
 	failedSince time.Time
 	lastReason  string
+	// fenceNote is the last message about the user's fencing (reportFencing).
+	fenceNote string
 	// renewTime is the holder's last renewal seen, and renewSeen when it was seen.
 	renewTime time.Time
 	renewSeen time.Time
@@ -358,10 +360,14 @@ func (c *cycle) hold(ctx context.Context, d Decision, waitMsg string) (time.Dura
 }
 
 // report emits reason's event and log line once per distinct message ("" resets).
-func (c *cycle) report(reason, msg, logMsg string) {
+func (c *cycle) report(reason, msg, logMsg string) { c.reportOnce(&c.mem.lastReason, reason, msg, logMsg) }
+
+// reportOnce is report with the last message kept in *last, so that concerns that
+// report side by side do not reset each other's.
+func (c *cycle) reportOnce(last *string, reason, msg, logMsg string) {
 	c.r.mu.Lock()
-	same := c.mem.lastReason == msg
-	c.mem.lastReason = msg
+	same := *last == msg
+	*last = msg
 	c.r.mu.Unlock()
 	if msg == "" || same {
 		return

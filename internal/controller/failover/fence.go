@@ -147,9 +147,6 @@ func notFenced(instances []Instance, rec primarylease.Record) []Instance {
 func (c *cycle) fence(ctx context.Context, rec primarylease.Record) error {
 	d := DecideFencing(FencingInput{Requested: c.cluster.Annotations[dbv1.AnnotationFencedInstances], Lease: rec,
 		Instances: c.instances, Cluster: c.cluster.Name, Replicas: int(c.cluster.Spec.Replicas)})
-	if len(d.Ignored) > 0 {
-		c.report(dbv1.ReasonFenceIgnored, fmt.Sprintf("%s names no instance of this cluster: %s", dbv1.AnnotationFencedInstances, strings.Join(d.Ignored, ", ")), "Fencing ignored")
-	}
 	if !slices.Equal(d.Fenced, rec.Fenced) {
 		l, err := c.apply(ctx, primarylease.SetFenced(rec.Holder, rec.Term, d.Fenced))
 		if err != nil {
@@ -169,13 +166,25 @@ func (c *cycle) fence(ctx context.Context, rec primarylease.Record) error {
 			}
 		}
 	}
-	switch {
-	case d.Waiting != "":
-		c.report(dbv1.ReasonFenceWaiting, d.Waiting, "Fencing waiting")
-	case d.SwitchoverTo != "" && c.cluster.Annotations[dbv1.AnnotationSwitchoverTo] == "":
+	c.reportFencing(d)
+	if d.SwitchoverTo != "" && c.cluster.Annotations[dbv1.AnnotationSwitchoverTo] == "" {
 		c.log("Switching over before fencing the primary", "from", rec.Holder, "to", d.SwitchoverTo)
 		c.r.recorder.Eventf(c.cluster, corev1.EventTypeNormal, dbv1.ReasonFenceWaiting, "The primary %s is fenced: switching over to %s first", rec.Holder, d.SwitchoverTo)
 		return client.IgnoreNotFound(RequestSwitchover(ctx, c.r.client, c.cluster, d.SwitchoverTo))
 	}
 	return nil
+}
+
+// reportFencing says, once per distinct message, why the user's fencing cannot be
+// carried out as asked: names that are no instance, a primary that cannot hand over yet.
+func (c *cycle) reportFencing(d FencingDecision) {
+	var notes []string
+	reason := dbv1.ReasonFenceIgnored
+	if len(d.Ignored) > 0 {
+		notes = append(notes, fmt.Sprintf("%s names no instance of this cluster: %s", dbv1.AnnotationFencedInstances, strings.Join(d.Ignored, ", ")))
+	}
+	if d.Waiting != "" {
+		notes, reason = append(notes, d.Waiting), dbv1.ReasonFenceWaiting
+	}
+	c.reportOnce(&c.mem.fenceNote, reason, strings.Join(notes, "; "), "Fencing held")
 }
