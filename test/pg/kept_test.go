@@ -20,7 +20,6 @@ import (
 // and rejoins when unfenced.
 func TestLeaseKeepsInstancesDown(t *testing.T) {
 	c := newCluster(t, 2)
-	c.setLease(c.instances[0].pod, true)
 	c.startAll()
 	primary, standby := c.instances[0], c.instances[1]
 	primary.mustExec("CREATE TABLE t (id int PRIMARY KEY)")
