@@ -50,7 +50,9 @@ func (a *Agent) stopPostgres(mode StopMode) {
 		a.stopGate()
 		return
 	}
-	p.Stop(a.cfg.ShutdownTimeout, mode)
+	if sig := p.Stop(a.cfg.ShutdownTimeout, mode); sig != 0 {
+		a.log.Info("Postgres did not stop in time: escalated", "signal", sig.String(), "timeout", a.cfg.ShutdownTimeout.String())
+	}
 	a.db.Reset()
 	a.stopGate()
 	a.setState(nil, agentapi.RoleStopped, "")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,5 +161,19 @@ func TestSingleInstanceStopsCleanly(t *testing.T) {
 	if !cd.ShutDown() {
 		t.Errorf("the only instance's stop left its data directory %q, not shut down cleanly", cd.State)
 	}
+	if log := p.log.String(); strings.Contains(log, "escalated") {
+		t.Errorf("the only instance's fast shutdown did not end by itself: the agent escalated it (%s)", lastLine(log, "escalated"))
+	}
 	c.checkHolder(p.pod, c.lease().Term)
+}
+
+// lastLine is the last line of log that contains s.
+func lastLine(log, s string) string {
+	lines := strings.Split(log, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], s) {
+			return lines[i]
+		}
+	}
+	return ""
 }
