@@ -8,8 +8,8 @@
 # the image ID, and prints two lines: the tarball's path and the image reference
 # pgpilot:<id>. The tarball also tags the image pgpilot:dev. Load it with
 #   ctr -n k8s.io images import <tarball>      (or docker load -i <tarball>)
-# The build is reproducible: the same sources give the same file, so an unchanged tree
-# gives the same tag.
+# The build is reproducible: the same sources give the same image ID (and layers), so an
+# unchanged tree gives the same tag.
 #
 # Environment: VERSION and REVISION (the image's labels; default the Dockerfile's ARG
 # default and `git rev-parse HEAD`), SOURCE_DATE_EPOCH (the files' and the image's time;

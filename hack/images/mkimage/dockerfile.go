@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 // The Dockerfile subset: the image's last stage, FROM scratch, is built as a builder
@@ -195,7 +197,7 @@ type dockerBuild struct {
 }
 
 // scratchStage builds the Dockerfile's last stage into l and cfg.
-func (b *dockerBuild) scratchStage(dockerfile string, l *layer, cfg *runConfig, plat platform) error {
+func (b *dockerBuild) scratchStage(dockerfile string, l *layer, cfg *v1.Config, plat v1.Platform) error {
 	data, err := os.ReadFile(dockerfile)
 	if err != nil {
 		return err
