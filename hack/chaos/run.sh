@@ -54,7 +54,7 @@ bin=$REPO_ROOT/bin/chaos.test
 build_images
 up=1
 fresh_cluster_up
-load_images
+push_images
 deploy_operator
 step "Running the chaos suite (faults: ${CHAOS_FAULTS:-all}, ${CHAOS_ROUNDS:-3} rounds each; $((SECONDS - begin))s so far)"
 # In the background, so that an interrupt reaches the teardown at once.

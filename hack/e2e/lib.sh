@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # What `make demo` and `make e2e` share: build the images, bring up the local cluster,
-# load the images into it, and deploy pgpilot with config/default (sourced, not run).
+# push the images to its registry, and deploy pgpilot with config/default (sourced, not
+# run).
 
 E2E_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PGPILOT_CACHE=${PGPILOT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pgpilot}
@@ -96,9 +97,12 @@ _teardown() {
   exit "$status"
 }
 
-load_images() {
-  step "Loading the images into the cluster's containerd"
-  bash "$LC/load-image.sh" "$OPERATOR_TAR" "$POSTGRES_TAR"
+# push_images pushes the operator and PostgreSQL images to the local cluster's registry,
+# where the node pulls them from under their own names.
+push_images() {
+  step "Pushing the images to the cluster's registry"
+  bash "$LC/push-image.sh" "$OPERATOR_TAR" "$OPERATOR_IMAGE"
+  bash "$LC/push-image.sh" "$POSTGRES_TAR" "$POSTGRES_IMAGE"
 }
 
 # deploy_operator applies config/default with the local images, and waits until the

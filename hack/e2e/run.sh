@@ -31,8 +31,8 @@ build_images
 build_s3_image
 up=1
 fresh_cluster_up
-load_images
-bash "$LC/load-image.sh" "$S3_TAR"
+push_images
+bash "$LC/push-image.sh" "$S3_TAR" "$S3_IMAGE"
 deploy_operator
 
 what=tests

@@ -281,6 +281,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   BinaryName = "/usr/sbin/runc"
   Root = "$LC_RUN/containerd/runc"
 
+[plugins."io.containerd.grpc.v1.cri".registry]
+  config_path = "$CFG/certs.d"
+
 [plugins."io.containerd.grpc.v1.cri".cni]
   bin_dir = "/usr/lib/cni"
   conf_dir = "$LC_RUN/cni/net.d"
@@ -314,12 +317,56 @@ EOF
   wait_for containerd 30 ctr_lc version || fail containerd
 }
 
-import_images() {
-  log "importing the pause and busybox images"
-  bash "$LC_DIR/load-image.sh" "$PAUSE_IMAGE_TAR" >/dev/null
-  bash "$LC_DIR/load-image.sh" "$BUSYBOX_IMAGE_TAR" >/dev/null
-  grep -qx "$PAUSE_IMAGE" <<<"$(ctr_lc images ls -q)" ||
-    die "$PAUSE_IMAGE_TAR does not hold the image $PAUSE_IMAGE (set PAUSE_IMAGE to the name inside it)"
+# start_registry runs the registry server on the node address. containerd pulls every
+# image from it, through its mirrors (containerd_registry_hosts), kubelet's pause image
+# included; tests and tools push to it and read it at $LC_REGISTRY.
+start_registry() {
+  log "starting the registry on $LC_REGISTRY (storage $LC_REGISTRY_DATA)"
+  mkdir -p "$LC_REGISTRY_DATA"
+  cat >"$CFG/registry.yml" <<EOF
+version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: $LC_REGISTRY_DATA
+  delete:
+    enabled: true
+http:
+  addr: $LC_REGISTRY
+  # Signs upload state between requests; one registry, so any random value will do.
+  secret: $(openssl rand -hex 16)
+EOF
+  chmod 600 "$CFG/registry.yml"
+  # The registry reports its traces nowhere.
+  OTEL_TRACES_EXPORTER=none start_daemon registry "$LC_REGISTRY_BIN/registry" serve "$CFG/registry.yml"
+  wait_for registry 30 in_netns curl --noproxy "*" -fsS "http://$LC_REGISTRY/v2/" || fail registry
+}
+
+# containerd_registry_hosts writes containerd's registry configuration (config_path): the
+# local registry is a mirror of each of $LC_MIRRORED, and itself a plain-HTTP registry.
+containerd_registry_hosts() {
+  local h
+  for h in "${LC_MIRRORED[@]}" "$LC_REGISTRY"; do
+    mkdir -p "$CFG/certs.d/$h"
+    cat >"$CFG/certs.d/$h/hosts.toml" <<EOF
+# The node has no route off the machine: $h's images come from the local registry.
+server = "http://$LC_REGISTRY"
+
+[host."http://$LC_REGISTRY"]
+  capabilities = ["pull", "resolve"]
+EOF
+  done
+}
+
+# push_base_images pushes the pause and busybox images, which kubelet and the smoke test
+# pull, the ordinary way.
+push_base_images() {
+  log "pushing the pause and busybox images to the registry"
+  bash "$LC_DIR/push-image.sh" "$PAUSE_IMAGE_TAR" "$PAUSE_IMAGE" >/dev/null
+  bash "$LC_DIR/push-image.sh" "$BUSYBOX_IMAGE_TAR" "$BUSYBOX_IMAGE" >/dev/null
 }
 
 start_kubelet() {
@@ -546,8 +593,10 @@ main() {
   start_apiserver
   start_controllers
   make_cgroups
+  start_registry
+  push_base_images
+  containerd_registry_hosts
   start_containerd
-  import_images
   start_kubelet
   start_kube_proxy
   start_coredns
