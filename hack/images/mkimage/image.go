@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
@@ -45,23 +44,23 @@ func parseRef(s string) (name.Tag, error) {
 	return t, nil
 }
 
-// assemble makes the image: the layers in order, each with its history entry, and the
-// configuration.
-func assemble(layers []v1.Layer, hist []v1.History, cfg v1.ConfigFile) (v1.Image, error) {
+// assemble makes the image: base's layers, then the layers in order, each with its
+// history entry, and the configuration.
+func assemble(base v1.Image, layers []v1.Layer, hist []v1.History, cfg v1.ConfigFile) (v1.Image, error) {
 	adds := make([]mutate.Addendum, len(layers))
 	for i, l := range layers {
 		adds[i] = mutate.Addendum{Layer: l, History: hist[i]}
 	}
-	img, err := mutate.Append(empty.Image, adds...)
+	img, err := mutate.Append(base, adds...)
 	if err != nil {
 		return nil, err
 	}
-	base, err := img.ConfigFile()
+	appended, err := img.ConfigFile()
 	if err != nil {
 		return nil, err
 	}
 	// Keep what Append recorded (the diff IDs and the history), set the rest.
-	cfg.RootFS, cfg.History = base.RootFS, base.History
+	cfg.RootFS, cfg.History = appended.RootFS, appended.History
 	return mutate.ConfigFile(img, &cfg)
 }
 

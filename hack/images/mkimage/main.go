@@ -3,7 +3,8 @@
 // it to a registry (-push), or both. The image format, the tarball and the push are
 // go-containerregistry's; what the layers and the configuration hold is mkimage's.
 //
-// Each -rootfs (a directory, or a tar or tar.gz file) is one layer, in order; with
+// The image starts from -base (an image tarball) or from nothing. Each -rootfs (a
+// directory, or a tar or tar.gz file) is one layer, in order; with
 // -dockerfile, the Dockerfile's last stage (FROM scratch; COPY, ENV, LABEL, USER,
 // WORKDIR, ENTRYPOINT, CMD, EXPOSE, STOPSIGNAL, ARG) is one more layer and the image's
 // settings, and its COPY --from sources are host directories given with -from. The
@@ -33,6 +34,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
@@ -53,7 +55,7 @@ type options struct {
 	push                           bool
 	refs, rootfs, owners, from     listFlag
 	buildArgs                      listFlag
-	dockerfile, contextDir         string
+	dockerfile, contextDir, base   string
 	defaultOwner                   string
 	entrypoint, cmd                string
 	user, workdir, stopSignal      string
@@ -69,6 +71,7 @@ func run(args []string, stdout io.Writer) error {
 	fs.Var(&o.refs, "ref", "An image reference name[:tag] to record, repeatable (required); {id} is replaced.")
 	fs.BoolVar(&o.push, "push", false, "Push the image to the registry of every -ref (plain HTTP for local and private addresses).")
 	fs.StringVar(&o.platform, "platform", "linux/"+runtime.GOARCH, "The platform of the image's files: os/arch[/variant].")
+	fs.StringVar(&o.base, "base", "", "An image tarball (docker save's format) the image starts from: its layers first, its settings the defaults.")
 	fs.Var(&o.rootfs, "rootfs", "A root file system directory, or a tar or tar.gz file, as a layer; repeatable, in order.")
 	fs.StringVar(&o.defaultOwner, "chown", "", "UID:GID owning every file of the -rootfs directories (default: the files' own).")
 	fs.Var(&o.owners, "owner", "PATH=UID:GID: the owner of PATH and everything under it in the -rootfs directories; repeatable.")
@@ -115,6 +118,16 @@ func build(o options) (string, error) {
 	}
 	if len(o.rootfs) == 0 && o.dockerfile == "" {
 		return "", errors.New("give at least one -rootfs or a -dockerfile")
+	}
+	if o.base != "" && o.dockerfile != "" {
+		return "", errors.New("-base and -dockerfile: the Dockerfile's last stage is FROM scratch")
+	}
+	base := empty.Image
+	if o.base != "" {
+		var err error
+		if base, err = tarball.ImageFromPath(o.base, nil); err != nil {
+			return "", fmt.Errorf("-base: %w", err)
+		}
 	}
 	plat, err := parsePlatform(o.platform)
 	if err != nil {
@@ -228,6 +241,13 @@ func build(o options) (string, error) {
 	}
 
 	cfg := v1.ConfigFile{Created: stamp, Architecture: plat.Architecture, OS: plat.OS, Variant: plat.Variant}
+	if o.base != "" {
+		bc, err := base.ConfigFile()
+		if err != nil {
+			return "", fmt.Errorf("-base: %w", err)
+		}
+		cfg.Config = *bc.Config.DeepCopy()
+	}
 	if o.dockerfile != "" {
 		db := &dockerBuild{contextDir: o.contextDir, from: map[string]string{}, buildArgs: map[string]string{}}
 		for _, s := range o.from {
@@ -257,7 +277,7 @@ func build(o options) (string, error) {
 		return "", err
 	}
 
-	img, err := assemble(layers, hist, cfg)
+	img, err := assemble(base, layers, hist, cfg)
 	if err != nil {
 		return "", err
 	}

@@ -544,3 +544,42 @@ func TestBadArguments(t *testing.T) {
 		t.Errorf("failed runs left %d files", len(entries))
 	}
 }
+
+// -base starts from an image tarball: its layers come first and its settings are the
+// defaults the flags change, as a Dockerfile's FROM <image> would give.
+func TestBase(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "base.tar")
+	baseID := mkimage(t, "-rootfs", tinyRootfs(t), "-chown", "0:0", "-epoch", "0", "-ref", "base:1", "-o", base,
+		"-entrypoint", `["/bin/hello"]`, "-env", "PATH=/bin", "-label", "from=base", "-user", "1001")
+	extra := t.TempDir()
+	write(t, filepath.Join(extra, "configs/pkg/catalog.yaml"), "schema: olm.package\n", 0o644)
+	chmodDirs(t, extra)
+	out := filepath.Join(dir, "derived.tar")
+	id := mkimage(t, "-base", base, "-rootfs", extra, "-chown", "0:0", "-epoch", "0", "-ref", "derived:1", "-o", out,
+		"-cmd", `["serve", "/configs"]`, "-label", "index=/configs")
+	if id == baseID {
+		t.Fatal("the derived image is the base image")
+	}
+	rb := readTarball(t, out)
+	brb := readTarball(t, base)
+	if len(rb.layers) != 2 || !bytes.Equal(rb.layers[0], brb.layers[0]) {
+		t.Fatalf("the derived image has %d layers, want the base's then the new one", len(rb.layers))
+	}
+	if second, _ := listLayer(t, rb.layers[1]); second["configs/pkg/catalog.yaml"].Content == "" {
+		t.Errorf("the second layer is not the directory given: %v", second)
+	}
+	want := v1.Config{
+		User: "1001", Env: []string{"PATH=/bin"}, Entrypoint: []string{"/bin/hello"}, Cmd: []string{"serve", "/configs"},
+		Labels: map[string]string{"from": "base", "index": "/configs"},
+	}
+	if diff := cmp.Diff(want, rb.config.Config); diff != "" {
+		t.Errorf("config (-want +got):\n%s", diff)
+	}
+	if len(rb.config.History) != 2 {
+		t.Errorf("history has %d entries, want the base's and the new layer's", len(rb.config.History))
+	}
+	if err := run([]string{"-base", filepath.Join(dir, "none.tar"), "-rootfs", extra, "-ref", "x", "-o", filepath.Join(dir, "x.tar")}, io.Discard); err == nil {
+		t.Error("a missing -base was accepted")
+	}
+}
