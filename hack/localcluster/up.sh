@@ -88,7 +88,7 @@ EOF
 # --- certificates and kubeconfigs -----------------------------------------------------
 
 # issue NAME SUBJECT EXTENDED_KEY_USAGE [SUBJECT_ALT_NAMES]: a key and a certificate
-# signed by the cluster CA.
+# signed by the cluster CA (or by pki/$LC_ISSUER.{crt,key} when LC_ISSUER is set).
 issue() {
   local name=$1 subject=$2 eku=$3 sans=${4:-}
   openssl genrsa -out "$LC_PKI/$name.key" 2048 2>/dev/null
@@ -99,7 +99,8 @@ issue() {
     echo "extendedKeyUsage = $eku"
     [[ -n $sans ]] && echo "subjectAltName = $sans"
   } >"$LC_PKI/$name.ext"
-  openssl x509 -req -in "$LC_PKI/$name.csr" -CA "$LC_PKI/ca.crt" -CAkey "$LC_PKI/ca.key" \
+  local ca=${LC_ISSUER:-ca}
+  openssl x509 -req -in "$LC_PKI/$name.csr" -CA "$LC_PKI/$ca.crt" -CAkey "$LC_PKI/$ca.key" \
     -set_serial "0x$(openssl rand -hex 12)" -days 365 -extfile "$LC_PKI/$name.ext" \
     -out "$LC_PKI/$name.crt" 2>/dev/null
   rm -f "$LC_PKI/$name.csr" "$LC_PKI/$name.ext"
@@ -122,6 +123,14 @@ make_pki() {
   issue kubelet-serving "/CN=$LC_NODE" serverAuth "DNS:$LC_NODE,IP:$LC_NODE_IP"
   issue kube-proxy "/CN=system:kube-proxy" clientAuth
   issue coredns "/CN=$LC_NAME:coredns" clientAuth
+  # The aggregation layer (OLM's packageserver is an aggregated API server): the API
+  # server proxies to it with this client certificate, of a CA of its own, and the
+  # aggregated server trusts the user headers of requests that present it.
+  openssl genrsa -out "$LC_PKI/front-proxy-ca.key" 2048 2>/dev/null
+  openssl req -x509 -new -key "$LC_PKI/front-proxy-ca.key" -subj "/CN=$LC_NAME-front-proxy-ca" -days 3650 \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
+    -out "$LC_PKI/front-proxy-ca.crt"
+  LC_ISSUER=front-proxy-ca issue front-proxy-client "/CN=front-proxy-client" clientAuth
   # Service-account tokens are signed with this pair.
   openssl genrsa -out "$LC_PKI/sa.key" 2048 2>/dev/null
   openssl rsa -in "$LC_PKI/sa.key" -pubout -out "$LC_PKI/sa.pub" 2>/dev/null
@@ -188,6 +197,11 @@ start_apiserver() {
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$LC_PKI/sa.pub" --service-account-signing-key-file "$LC_PKI/sa.key" \
     --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+    --requestheader-client-ca-file "$LC_PKI/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$LC_PKI/front-proxy-client.crt" --proxy-client-key-file "$LC_PKI/front-proxy-client.key" \
+    --enable-aggregator-routing \
     --allow-privileged --profiling=false --cert-dir "$LC_RUN/apiserver"
   wait_for "kube-apiserver /readyz" 90 kubectl_lc get --raw /readyz || fail kube-apiserver
 }
