@@ -165,6 +165,12 @@ chaos-short: ## The fault suite's CI subset: graceful delete, container kill, fr
 localcluster: ## Build (once) and start the local cluster alone; prints its kubeconfig (use it through hack/localcluster/exec.sh).
 	@bash hack/localcluster/up.sh
 
+##@ OLM on the local cluster (root)
+
+.PHONY: olm
+olm: $(OPM) ## Install OLM (built from source, its images pushed to the node's registry) into the local cluster, started when not up; make demo-down removes it.
+	@OPM=$(OPM) OPM_VERSION=$(OPM_VERSION) bash hack/olm/up.sh
+
 ##@ Bundle and catalog
 
 .PHONY: bundle
