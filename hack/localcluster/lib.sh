@@ -29,6 +29,9 @@ LC_RUN=${PGPILOT_LC_RUN:-$LC_CACHE/run}
 LC_LOGS=$LC_RUN/logs
 LC_PKI=$LC_RUN/pki
 LC_KUBECONFIG=$LC_RUN/kubeconfig
+# The cluster CA alone, for SSL_CERT_DIR: Go programs (crane, operator-sdk, opm, tests)
+# then trust the registry's certificate.
+LC_TRUST=$LC_RUN/trust
 # Records that must outlive a teardown (the sysctls before up.sh, what existed before).
 LC_STATE=$LC_CACHE/state
 
@@ -44,8 +47,8 @@ LC_APISERVER_SVC_IP=10.96.0.1
 LC_BRIDGE=pgpilot-br0
 LC_CGROUP=$LC_NAME
 LC_CONTAINERD_SOCK=$LC_RUN/containerd/containerd.sock
-# The node's image registry, a daemon on the node address (plain HTTP: nothing outside the
-# namespace reaches it). Its storage outlives a cluster, as the image tarballs do, so a
+# The node's image registry, a daemon on the node address (HTTPS, a certificate of the
+# cluster CA; nothing outside the namespace reaches it). Its storage outlives a cluster, as the image tarballs do, so a
 # push of an image it already holds only compares digests; build.sh empties it when it
 # grows past PGPILOT_REGISTRY_MAX_MB.
 LC_REGISTRY=$LC_NODE_IP:5000
@@ -88,6 +91,10 @@ require_root() { [[ $(id -u) == 0 ]] || die "must run as root (network namespace
 in_netns() { nsenter --net="$LC_NETNS_PATH" -- "$@"; }
 
 netns_exists() { [[ -e $LC_NETNS_PATH ]] && ip netns list 2>/dev/null | grep -qw "^$LC_NETNS"; }
+
+# registry_trust exports SSL_CERT_DIR so that Go programs trust the cluster CA besides
+# the system's roots.
+registry_trust() { export SSL_CERT_DIR=$LC_TRUST:${SSL_CERT_DIR:-/etc/ssl/certs}; }
 
 kubectl_lc() { in_netns "$LC_K8S_BIN/kubectl" --kubeconfig "$LC_KUBECONFIG" "$@"; }
 

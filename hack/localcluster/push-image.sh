@@ -19,6 +19,7 @@ require_root
 [[ -s $tarball ]] || die "$tarball: no such image tarball"
 { netns_exists && daemon_pid registry >/dev/null; } || die "the local cluster's registry is not running: run hack/localcluster/up.sh"
 crane=$(lc_tools_dir)/crane
+registry_trust
 for ref in "$@"; do
   dest=$(registry_ref "$ref")
   log "pushing $ref ($dest)"

@@ -123,6 +123,10 @@ make_pki() {
   issue kubelet-serving "/CN=$LC_NODE" serverAuth "DNS:$LC_NODE,IP:$LC_NODE_IP"
   issue kube-proxy "/CN=system:kube-proxy" clientAuth
   issue coredns "/CN=$LC_NAME:coredns" clientAuth
+  issue registry "/CN=$LC_NAME-registry" serverAuth "IP:$LC_NODE_IP"
+  # What clients of the registry trust (SSL_CERT_DIR, exec.sh and push-image.sh): the CA.
+  mkdir -p "$LC_TRUST"
+  cp "$LC_PKI/ca.crt" "$LC_TRUST/$LC_NAME-ca.crt"
   # The aggregation layer (OLM's packageserver is an aggregated API server): the API
   # server proxies to it with this client certificate, of a CA of its own, and the
   # aggregated server trusts the user headers of requests that present it.
@@ -331,9 +335,11 @@ EOF
   wait_for containerd 30 ctr_lc version || fail containerd
 }
 
-# start_registry runs the registry server on the node address. containerd pulls every
-# image from it, through its mirrors (containerd_registry_hosts), kubelet's pause image
-# included; tests and tools push to it and read it at $LC_REGISTRY.
+# start_registry runs the registry server on the node address, over TLS with a
+# certificate of the cluster CA: clients that ask for HTTPS (operator-sdk's and opm's
+# image pulls do, for any host) work as they would with a real registry. containerd pulls
+# every image from it, through its mirrors (containerd_registry_hosts), kubelet's pause
+# image included; tests and tools push to it and read it at $LC_REGISTRY.
 start_registry() {
   log "starting the registry on $LC_REGISTRY (storage $LC_REGISTRY_DATA)"
   mkdir -p "$LC_REGISTRY_DATA"
@@ -350,27 +356,31 @@ storage:
     enabled: true
 http:
   addr: $LC_REGISTRY
+  tls:
+    certificate: $LC_PKI/registry.crt
+    key: $LC_PKI/registry.key
   # Signs upload state between requests; one registry, so any random value will do.
   secret: $(openssl rand -hex 16)
 EOF
   chmod 600 "$CFG/registry.yml"
   # The registry reports its traces nowhere.
   OTEL_TRACES_EXPORTER=none start_daemon registry "$LC_REGISTRY_BIN/registry" serve "$CFG/registry.yml"
-  wait_for registry 30 in_netns curl --noproxy "*" -fsS "http://$LC_REGISTRY/v2/" || fail registry
+  wait_for registry 30 in_netns curl --noproxy "*" --cacert "$LC_PKI/ca.crt" -fsS "https://$LC_REGISTRY/v2/" || fail registry
 }
 
 # containerd_registry_hosts writes containerd's registry configuration (config_path): the
-# local registry is a mirror of each of $LC_MIRRORED, and itself a plain-HTTP registry.
+# local registry is a mirror of each of $LC_MIRRORED, and a registry of its own name.
 containerd_registry_hosts() {
   local h
   for h in "${LC_MIRRORED[@]}" "$LC_REGISTRY"; do
     mkdir -p "$CFG/certs.d/$h"
     cat >"$CFG/certs.d/$h/hosts.toml" <<EOF
 # The node has no route off the machine: $h's images come from the local registry.
-server = "http://$LC_REGISTRY"
+server = "https://$LC_REGISTRY"
 
-[host."http://$LC_REGISTRY"]
+[host."https://$LC_REGISTRY"]
   capabilities = ["pull", "resolve"]
+  ca = "$LC_PKI/ca.crt"
 EOF
   done
 }

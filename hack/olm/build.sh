@@ -6,7 +6,9 @@
 #   images/olm-<version>.tar  quay.io/operator-framework/olm:<version>: those commands and
 #                       busybox's cp (bundle unpack jobs copy cpb with /bin/cp), user 1001
 #   images/opm-<version>.tar  quay.io/operator-framework/opm:<version>: opm (the Makefile's,
-#                       hack/olm-tool.sh) and grpc_health_probe, the catalog pods' probe
+#                       hack/olm-tool.sh), grpc_health_probe (the catalog pods' probe) and
+#                       busybox's sh (operator-sdk run bundle's catalog pod runs opm
+#                       through sh -c), as the released image has them
 #
 # The images use the local cluster's image tools (hack/localcluster/build.sh). A second
 # run finds everything and returns at once.
@@ -81,6 +83,8 @@ build_images() {
     chmod 1777 "$root/tmp"
     install -m 0755 "$OPM" "$root/bin/opm"
     install -m 0755 "$PROBE" "$root/bin/grpc_health_probe"
+    install -m 0755 /bin/busybox "$root/bin/busybox"
+    ln -s busybox "$root/bin/sh"
     pack "$root" "$OPM_IMAGE_TAR" "$OPM_IMAGE" -user 1001 -env PATH=/bin -entrypoint '["/bin/opm"]'
   fi
 }

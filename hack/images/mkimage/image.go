@@ -94,7 +94,8 @@ func writeTarball(out string, img v1.Image, refs []name.Tag) (err error) {
 }
 
 // push writes img to the registry of every ref, the ordinary way (a registry's HTTP API;
-// plain HTTP for local and private addresses, as name.Registry.Scheme decides).
+// HTTPS, or plain HTTP for local and private addresses that do not answer HTTPS, as
+// go-containerregistry decides).
 func push(img v1.Image, refs []name.Tag) error {
 	for _, r := range refs {
 		if err := remote.Write(r, img); err != nil {

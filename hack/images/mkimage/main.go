@@ -69,7 +69,7 @@ func run(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("mkimage", flag.ContinueOnError)
 	fs.StringVar(&o.out, "o", "", "The image tarball to write (docker save's format); {id} is replaced.")
 	fs.Var(&o.refs, "ref", "An image reference name[:tag] to record, repeatable (required); {id} is replaced.")
-	fs.BoolVar(&o.push, "push", false, "Push the image to the registry of every -ref (plain HTTP for local and private addresses).")
+	fs.BoolVar(&o.push, "push", false, "Push the image to the registry of every -ref (HTTPS; plain HTTP for local and private addresses without it).")
 	fs.StringVar(&o.platform, "platform", "linux/"+runtime.GOARCH, "The platform of the image's files: os/arch[/variant].")
 	fs.StringVar(&o.base, "base", "", "An image tarball (docker save's format) the image starts from: its layers first, its settings the defaults.")
 	fs.Var(&o.rootfs, "rootfs", "A root file system directory, or a tar or tar.gz file, as a layer; repeatable, in order.")
