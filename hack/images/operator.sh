@@ -34,8 +34,9 @@ chmod 1777 "$work/tmp" # the builder's /rootfs/tmp
 
 start=$SECONDS
 log "building ./cmd/... for linux/$arch"
-# The Dockerfile's builder stage's command.
-CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags "-s -w" -o "$work/out/" ./cmd/...
+# The Dockerfile's builder stage's command (VERSION's default is its ARG's).
+CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath \
+  -ldflags "-s -w -X github.com/pgpilot/pgpilot/internal/version.Version=${VERSION:-dev}" -o "$work/out/" ./cmd/...
 go build -o "$work/mkimage" ./hack/images/mkimage
 
 args=(-dockerfile Dockerfile -context .

@@ -51,6 +51,9 @@ type Observed struct {
 	// PendingRestart is what waits for a restart as the restart controller last
 	// recorded it; nil when it has not yet.
 	PendingRestart *restart.Record
+	// OperatorVersion is this operator's version (internal/version); "" keeps the
+	// recorded one.
+	OperatorVersion string
 }
 
 // ArchivingHealth is whether the primary archives WAL, and what it last said.
@@ -65,6 +68,9 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 	c := o.Cluster
 	st := *c.Status.DeepCopy()
 	st.ObservedGeneration = c.Generation
+	if o.OperatorVersion != "" {
+		st.OperatorVersion = o.OperatorVersion
+	}
 	st.CurrentPrimary = o.Primary
 	if o.DataVersion != "" {
 		st.DataVersion = o.DataVersion
