@@ -9,6 +9,9 @@
 #                       hack/olm-tool.sh), grpc_health_probe (the catalog pods' probe) and
 #                       busybox's sh (operator-sdk run bundle's catalog pod runs opm
 #                       through sh -c), as the released image has them
+#   images/scorecard-test-<version>.tar  quay.io/operator-framework/scorecard-test:<version>:
+#                       scorecard-test built from operator-sdk at $OPERATOR_SDK_VERSION
+#                       (the scorecard basic and olm suites), user 1001
 #
 # The images use the local cluster's image tools (hack/localcluster/build.sh). A second
 # run finds everything and returns at once.
@@ -43,6 +46,12 @@ build_opm() {
   [[ -x $OPM ]] && return 0
   log "building opm $OPM_VERSION (once)"
   bash "$REPO_ROOT/hack/olm-tool.sh" opm "$OPM_VERSION" "$(dirname "$OPM")"
+}
+
+build_scorecard() {
+  [[ -x $SCORECARD_TEST ]] && return 0
+  log "building scorecard-test $OPERATOR_SDK_VERSION (once)"
+  bash "$REPO_ROOT/hack/olm-tool.sh" scorecard-test "$OPERATOR_SDK_VERSION" "$(dirname "$SCORECARD_TEST")"
 }
 
 build_probe() {
@@ -87,6 +96,16 @@ build_images() {
     ln -s busybox "$root/bin/sh"
     pack "$root" "$OPM_IMAGE_TAR" "$OPM_IMAGE" -user 1001 -env PATH=/bin -entrypoint '["/bin/opm"]'
   fi
+  if [[ ! -s $SCORECARD_IMAGE_TAR ]]; then
+    log "packing $SCORECARD_IMAGE"
+    root=$WORK/scorecard-root
+    mkdir -p "$root/usr/local/bin" "$root/opt/scorecard-test" "$root/tmp"
+    chmod 1777 "$root/tmp"
+    install -m 0755 "$SCORECARD_TEST" "$root/usr/local/bin/scorecard-test"
+    pack "$root" "$SCORECARD_IMAGE_TAR" "$SCORECARD_IMAGE" -owner /opt/scorecard-test=1001:0 -user 1001 \
+      -env PATH=/usr/local/bin -env HOME=/opt/scorecard-test -workdir /opt/scorecard-test \
+      -entrypoint '["/usr/local/bin/scorecard-test"]'
+  fi
 }
 
 main() {
@@ -97,6 +116,7 @@ main() {
   build_olm
   build_opm
   build_probe
+  build_scorecard
   build_images
 }
 

@@ -104,6 +104,7 @@ bash "$push" "$next_bundle_tar" "$BASE-bundle:v$NEXT" >/dev/null
 bash "$push" "$catalog_tar" "$BASE-catalog:v$VERSION" >/dev/null
 bash "$push" "$next_catalog_tar" "$BASE-catalog:v$NEXT" >/dev/null
 bash "$push" "$index_tar" "pgpilot.local/empty-index:$OPM_VERSION" >/dev/null
+bash "$push" "$SCORECARD_IMAGE_TAR" "$SCORECARD_IMAGE" >/dev/null
 
 step "Installing OLM (make olm)"
 olm_begin=$SECONDS

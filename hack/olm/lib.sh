@@ -25,6 +25,7 @@ OLM_IMAGES=$OLM_CACHE/images
 OLM_MANIFESTS=$OLM_CACHE/$OLM_VERSION/manifests
 OPM=${OPM:-$PGPILOT_CACHE/tools/opm-$OPM_VERSION/opm}
 OPERATOR_SDK=${OPERATOR_SDK:-$PGPILOT_CACHE/tools/operator-sdk-$OPERATOR_SDK_VERSION/operator-sdk}
+SCORECARD_TEST=$PGPILOT_CACHE/tools/scorecard-test-$OPERATOR_SDK_VERSION/scorecard-test
 
 # The released names: the chart's images and the bundle's scorecard config need no
 # rewriting, containerd's mirror of quay.io serves them from the local registry.
@@ -32,6 +33,9 @@ OLM_IMAGE=quay.io/operator-framework/olm:$OLM_VERSION
 OPM_IMAGE=quay.io/operator-framework/opm:$OPM_VERSION
 OLM_IMAGE_TAR=$OLM_IMAGES/olm-$OLM_VERSION.tar
 OPM_IMAGE_TAR=$OLM_IMAGES/opm-$OPM_VERSION.tar
+# The image bundle/tests/scorecard/config.yaml names for the basic and olm suites.
+SCORECARD_IMAGE=quay.io/operator-framework/scorecard-test:$OPERATOR_SDK_VERSION
+SCORECARD_IMAGE_TAR=$OLM_IMAGES/scorecard-test-$OPERATOR_SDK_VERSION.tar
 
 # OLM's namespace (the upstream chart values') and the CRDs' group.
 OLM_NAMESPACE=olm

@@ -11,6 +11,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	scapiv1alpha3 "github.com/operator-framework/api/pkg/apis/scorecard/v1alpha3"
 	operatorsv1 "github.com/operator-framework/api/pkg/operators/v1"
 	"github.com/operator-framework/api/pkg/operators/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -181,16 +183,20 @@ func (d *db) deleteCluster(timeout time.Duration) {
 	})
 }
 
-// operatorSDK runs operator-sdk with args and fails the test when it fails.
-func operatorSDK(t *testing.T, args ...string) {
+// operatorSDK runs operator-sdk with args, logs what it wrote and fails the test when it
+// fails; it returns what it wrote on its standard output.
+func operatorSDK(t *testing.T, args ...string) []byte {
 	t.Helper()
 	cmd := exec.Command(olmEnv(t, "E2E_OPERATOR_SDK"), args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
 	start := time.Now()
-	out, err := cmd.CombinedOutput()
-	t.Logf("operator-sdk %s (%s):\n%s", strings.Join(args, " "), time.Since(start).Round(time.Second), out)
+	out, err := cmd.Output()
+	t.Logf("operator-sdk %s (%s):\n%s%s", strings.Join(args, " "), time.Since(start).Round(time.Second), stderr.String(), out)
 	if err != nil {
 		t.Fatalf("operator-sdk %s: %v", args[0], err)
 	}
+	return out
 }
 
 // `operator-sdk run bundle <bundle image>` installs the bundle through OLM (a catalog of
@@ -487,4 +493,40 @@ func (d *db) waitOperatorVersion(v string, timeout time.Duration) {
 		}
 		return nil
 	})
+}
+
+// operator-sdk scorecard runs the bundle's scorecard configuration
+// (bundle/tests/scorecard/config.yaml): the basic and olm suites, each test a pod on the
+// cluster with the scorecard-test image built from operator-sdk. Every test passes.
+func TestOLMScorecard(t *testing.T) {
+	c := olmClient(t)
+	// The scorecard's pods set no security context: a namespace of its own, without the
+	// restricted profile pgpilot's namespaces enforce.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "pgpilot-scorecard"}}
+	if err := c.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), ns) })
+	for _, suite := range []string{"basic", "olm"} {
+		out := operatorSDK(t, "scorecard", olmEnv(t, "E2E_OLM_BUNDLE"), "--namespace", ns.Name,
+			"--selector", "suite="+suite, "--output", "json", "--wait-time", "300s",
+			// The bundle's contents reach each test pod through an init container that
+			// untars them: busybox built here instead of operator-sdk's UBI image.
+			"--untar-image", olmEnv(t, "E2E_OLM_BUSYBOX"))
+		var list scapiv1alpha3.TestList
+		if err := json.Unmarshal(out, &list); err != nil {
+			t.Fatalf("scorecard %s: %v", suite, err)
+		}
+		if len(list.Items) == 0 {
+			t.Fatalf("scorecard %s ran no test", suite)
+		}
+		for _, item := range list.Items {
+			for _, r := range item.Status.Results {
+				t.Logf("scorecard %s: %s %s %v", suite, r.Name, r.State, r.Errors)
+				if r.State != scapiv1alpha3.PassState {
+					t.Errorf("scorecard %s: %s is %s: %v %s", suite, r.Name, r.State, r.Errors, r.Log)
+				}
+			}
+		}
+	}
 }
