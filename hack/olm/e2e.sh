@@ -62,15 +62,18 @@ bundle_image() {
 # catalog at /configs and opm's serving cache, built here with the same opm (the
 # Dockerfile's RUN). An empty CATALOG_DIR gives an empty index image.
 catalog_image() {
-  local root=$WORK/catalog-root-$RANDOM tar
+  local root=$WORK/catalog-root-$RANDOM tar owner=()
   tar=$WORK/$(basename "${2//:/-}").tar
   mkdir -p "$root/configs" "$root/tmp"
   chmod 1777 "$root/tmp"
   cp -R "$1/." "$root/configs/"
   if [[ -n $(ls -A "$root/configs") ]]; then
     "$OPM" serve "$root/configs" --cache-dir "$root/tmp/cache" --cache-only >/dev/null
+    # The RUN of catalog.Dockerfile runs as the opm image's user, 1001, which the
+    # catalog pod runs as: opm writes its cache readable by its owner only.
+    owner=(-owner /tmp/cache=1001:0)
   fi
-  "$mkimage" -base "$OPM_IMAGE_TAR" -rootfs "$root" -chown 0:0 -epoch 0 \
+  "$mkimage" -base "$OPM_IMAGE_TAR" -rootfs "$root" -chown 0:0 "${owner[@]}" -epoch 0 \
     -entrypoint '["/bin/opm"]' -cmd '["serve", "/configs", "--cache-dir=/tmp/cache"]' \
     -label operators.operatorframework.io.index.configs.v1=/configs -ref "$2" -o "$tar" >/dev/null
   echo "$tar"
