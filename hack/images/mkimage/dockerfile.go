@@ -377,6 +377,10 @@ func (b *dockerBuild) copy(l *layer, ws []string, workdir string) error {
 		if err != nil {
 			return err
 		}
+		if stage == "" && l.ignore != nil && l.ignore(host) {
+			// As a builder would: the file is not in the context it sends.
+			return fmt.Errorf("%s: excluded from the build context by .dockerignore", src)
+		}
 		info, err := os.Stat(host)
 		if err != nil {
 			return err

@@ -445,6 +445,7 @@ CMD ["--serve"]
 		"wildcard":  "FROM scratch\nCOPY *.yaml /\n",
 		"from":      "FROM scratch\nCOPY --from=other /x /x\n",
 		"user name": "FROM scratch\nCOPY --chown=app config.yaml /\n",
+		"ignored":   "FROM scratch\nCOPY charts/demo/notes.bak /\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			write(t, filepath.Join(ctx, "Dockerfile.bad"), df, 0o644)
