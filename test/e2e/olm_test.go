@@ -512,6 +512,10 @@ func TestOLMScorecard(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), ns) })
+	// The tests' pods run as the namespace's default ServiceAccount.
+	testutil.Eventually(t, time.Minute, func() error {
+		return c.Get(context.Background(), client.ObjectKey{Namespace: ns.Name, Name: "default"}, &corev1.ServiceAccount{})
+	})
 	for _, suite := range []string{"basic", "olm"} {
 		out := operatorSDK(t, "scorecard", olmEnv(t, "E2E_OLM_BUNDLE"), "--namespace", ns.Name,
 			"--selector", "suite="+suite, "--output", "json", "--wait-time", "300s",
