@@ -68,7 +68,8 @@ catalog_image() {
   chmod 1777 "$root/tmp"
   cp -R "$1/." "$root/configs/"
   if [[ -n $(ls -A "$root/configs") ]]; then
-    "$OPM" serve "$root/configs" --cache-dir "$root/tmp/cache" --cache-only >/dev/null
+    "$OPM" serve "$root/configs" --cache-dir "$root/tmp/cache" --cache-only >"$WORK/opm.log" 2>&1 ||
+      { cat "$WORK/opm.log" >&2; die "opm could not build the serving cache of $1"; }
     # The RUN of catalog.Dockerfile runs as the opm image's user, 1001, which the
     # catalog pod runs as: opm writes its cache readable by its owner only.
     owner=(-owner /tmp/cache=1001:0)

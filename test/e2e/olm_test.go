@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	scapiv1alpha3 "github.com/operator-framework/api/pkg/apis/scorecard/v1alpha3"
 	operatorsv1 "github.com/operator-framework/api/pkg/operators/v1"
 	"github.com/operator-framework/api/pkg/operators/v1alpha1"
@@ -29,6 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/sidecar"
@@ -70,6 +72,8 @@ func olmClient(t *testing.T) client.Client {
 	if err := operatorsv1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
+	// controller-runtime's client logs nothing the tests read.
+	ctrllog.SetLogger(logr.Discard())
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
@@ -459,6 +463,12 @@ func TestOLMUpgrade(t *testing.T) {
 		t.Logf("operator replaced by %s after %s", newImage, time.Since(began).Round(time.Second))
 		// Every instance restarted once, with the new operator's agent.
 		testutil.Eventually(t, 15*time.Minute, func() error {
+			seen := len(order)
+			defer func() {
+				for _, name := range order[seen:] {
+					t.Logf("%s restarted (seen %s after the approval)", name, time.Since(began).Round(100*time.Millisecond))
+				}
+			}()
 			return d.rolledOut(uids, &order, func(p corev1.Pod) error {
 				if agent := p.Spec.InitContainers[0].Image; agent != newImage {
 					return fmt.Errorf("pod %s has the agent %s", p.Name, agent)
@@ -468,8 +478,10 @@ func TestOLMUpgrade(t *testing.T) {
 		})
 	})
 	seen := primaries()
-	t.Logf("upgrade %s -> %s: instances restarted in the order %v, primaries %v, in %s; longest time without an acknowledged write %s",
-		current, next, order, seen, time.Since(began).Round(time.Second), gap.Round(10*time.Millisecond))
+	from, to := longestGap(w.attempts)
+	t.Logf("upgrade %s -> %s: instances restarted in the order %v, primaries %v, in %s; longest time without an acknowledged write %s (from %s to %s after the approval)",
+		current, next, order, seen, time.Since(began).Round(time.Second), gap.Round(10*time.Millisecond),
+		from.Sub(began).Round(100*time.Millisecond), to.Sub(began).Round(100*time.Millisecond))
 	if order[2] != primary {
 		t.Errorf("restart order %v: the primary %s was not last", order, primary)
 	}
@@ -538,4 +550,21 @@ func TestOLMScorecard(t *testing.T) {
 			}
 		}
 	}
+}
+
+// longestGap is the longest time between two acknowledged attempts, as the two ends.
+func longestGap(attempts []testutil.Attempt) (from, to time.Time) {
+	var acked []time.Time
+	for _, a := range attempts {
+		if a.Acked() {
+			acked = append(acked, a.End)
+		}
+	}
+	slices.SortFunc(acked, func(a, b time.Time) int { return a.Compare(b) })
+	for i := 1; i < len(acked); i++ {
+		if acked[i].Sub(acked[i-1]) > to.Sub(from) {
+			from, to = acked[i-1], acked[i]
+		}
+	}
+	return from, to
 }
