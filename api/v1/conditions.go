@@ -58,6 +58,10 @@ const (
 	// one pgpilot manages) waits for postgres to restart on some instance, with the
 	// settings, the instances and the step under way or what blocks it.
 	ConditionPendingRestart = "PendingRestart"
+	// ConditionHibernated is True while spec.stopped has stopped every instance, False
+	// while they stop or resume (reason Stopping, Resuming, Resumed); absent on a
+	// cluster never stopped.
+	ConditionHibernated = "Hibernated"
 )
 
 // Condition types the Helm manager owns.
@@ -149,6 +153,18 @@ const (
 	ReasonSwitchingOverForRestart = "SwitchingOverForRestart"
 	// ReasonPendingRestartApplied: every instance runs with the settings.
 	ReasonPendingRestartApplied = "PendingRestartApplied"
+
+	// Hibernation (spec.stopped): the Hibernated condition's reasons and the failover
+	// controller's events.
+	ReasonStopping = "Stopping"
+	ReasonStopped  = "Stopped"
+	ReasonResuming = "Resuming"
+	ReasonResumed  = "Resumed"
+	// ReasonFenceWaiting: a fenced primary waits for an instance that can take over
+	// before it stops; ReasonFenceIgnored: the annotation names no instance of the
+	// cluster. ReasonFenced and ReasonUnfenced name an instance fenced or back.
+	ReasonFenceWaiting = "FenceWaiting"
+	ReasonFenceIgnored = "FenceIgnored"
 )
 
 // Phases of a cluster.
@@ -158,6 +174,9 @@ const (
 	PhaseDegraded    Phase = "Degraded"
 	PhaseUnavailable Phase = "Unavailable"
 	PhaseFailed      Phase = "Failed"
+	// PhaseStopping and PhaseStopped: spec.stopped (hibernation).
+	PhaseStopping Phase = "Stopping"
+	PhaseStopped  Phase = "Stopped"
 )
 
 // FindCondition returns the condition of type t, or nil.

@@ -186,6 +186,29 @@ func (a *Agent) handover(ctx context.Context, immediate bool) (h agentapi.Handov
 	return h, done
 }
 
+// stopKept stops postgres because the Lease keeps this instance down (why): a primary
+// the way a switchover does, its commit gate drained and postgres stopped fast so that
+// every connected standby receives its WAL up to the shutdown checkpoint, but keeping
+// the Lease: it is still the primary, and starts as one when the Lease lets it. Its
+// final position is in its status (Handover). A standby simply stops fast.
+func (a *Agent) stopKept(ctx context.Context, why string) {
+	a.mu.Lock()
+	primary := a.role == agentapi.RolePrimary
+	a.mu.Unlock()
+	a.log.Info("Stopping postgres: the primary Lease keeps this instance down", "reason", why)
+	if !primary {
+		a.stopPostgres(StopFast)
+		return
+	}
+	_, stopped := a.handover(ctx, false)
+	<-stopped
+	// Down for as long as the Lease says, not for the term: the view decides.
+	a.mu.Lock()
+	a.fenced, a.role = false, agentapi.RoleStopped
+	a.mu.Unlock()
+	a.handingOver.Store(false)
+}
+
 // handedOver records a handover's outcome.
 func (a *Agent) handedOver(h agentapi.Handover, how string, start time.Time) {
 	a.mu.Lock()
@@ -298,9 +321,10 @@ func (a *Agent) shutdown() {
 	a.mu.Lock()
 	alone := len(a.peers()) == 0
 	a.mu.Unlock()
-	if view.Holder != a.cfg.PodName || alone {
-		// A standby, or a primary with nobody to hand over to: it keeps the Lease and
-		// starts again as the primary.
+	if view.Holder != a.cfg.PodName || alone || view.KeepsDown(a.cfg.PodName) != "" {
+		// A standby, a primary with nobody to hand over to, or one the Lease keeps
+		// down (hibernating, fenced): it keeps the Lease and starts again as the
+		// primary.
 		a.handingOver.Store(true)
 		a.stopPostgres(StopFast)
 		return

@@ -117,6 +117,9 @@ func (r *StatusReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster)
 		rec := primarylease.Parse(&lease)
 		obs.Primary, obs.FailoverBlocked, obs.LastFailover = rec.Holder, rec.FailoverBlocked, rec.LastFailover
 		obs.DataGuard, obs.DataVersion = rec.DataGuard, rec.DataVersion
+		if h := rec.Hibernation; h != nil && h.Holder == rec.Holder && h.Term == rec.Term {
+			obs.Hibernation = h
+		}
 		if rec.PendingRestart != "" {
 			var pr restart.Record
 			if json.Unmarshal([]byte(rec.PendingRestart), &pr) == nil {
