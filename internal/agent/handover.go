@@ -186,25 +186,36 @@ func (a *Agent) handover(ctx context.Context, immediate bool) (h agentapi.Handov
 	return h, done
 }
 
-// stopKept stops postgres because the Lease keeps this instance down (why): a primary
-// the way a switchover does, its commit gate drained and postgres stopped fast so that
-// every connected standby receives its WAL up to the shutdown checkpoint, but keeping
-// the Lease: it is still the primary, and starts as one when the Lease lets it. Its
-// final position is in its status (Handover). A standby simply stops fast.
+// stopKept stops postgres because the Lease keeps this instance down (why): cleanly
+// (stopCleanly), keeping the Lease: a primary is still the primary, and starts as one
+// when the Lease lets it. Its final position is in its status (Handover).
 func (a *Agent) stopKept(ctx context.Context, why string) {
+	a.log.Info("Stopping postgres: the primary Lease keeps this instance down", "reason", why)
+	a.stopCleanly(ctx)
+	a.mu.Lock()
+	a.role = agentapi.RoleStopped
+	a.mu.Unlock()
+}
+
+// stopCleanly stops postgres fast, keeping the Lease. A primary stops the way a
+// switchover does: its commit gate drains first, so that nothing more is acknowledged
+// and the gate's walsender can end the shutdown (a gate that merely withholds keeps
+// it waiting: a single-instance primary took three quarters of the shutdown timeout to
+// stop, then an immediate shutdown), and every connected standby receives its WAL up
+// to the shutdown checkpoint. The instance is not fenced afterwards: what starts it
+// again is the caller's or the Lease's business.
+func (a *Agent) stopCleanly(ctx context.Context) {
 	a.mu.Lock()
 	primary := a.role == agentapi.RolePrimary
 	a.mu.Unlock()
-	a.log.Info("Stopping postgres: the primary Lease keeps this instance down", "reason", why)
 	if !primary {
 		a.stopPostgres(StopFast)
 		return
 	}
 	_, stopped := a.handover(ctx, false)
 	<-stopped
-	// Down for as long as the Lease says, not for the term: the view decides.
 	a.mu.Lock()
-	a.fenced, a.role = false, agentapi.RoleStopped
+	a.fenced = false
 	a.mu.Unlock()
 	a.handingOver.Store(false)
 }
@@ -326,7 +337,7 @@ func (a *Agent) shutdown() {
 		// down (hibernating, fenced): it keeps the Lease and starts again as the
 		// primary.
 		a.handingOver.Store(true)
-		a.stopPostgres(StopFast)
+		a.stopCleanly(ctx)
 		return
 	}
 	a.checkpointBeforeStop(ctx)

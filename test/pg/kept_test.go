@@ -8,6 +8,7 @@ import (
 	"time"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/agent"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 	"github.com/pgpilot/pgpilot/test/testutil"
@@ -136,4 +137,28 @@ func (in *instance) staysDown(d time.Duration) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// A primary with nobody to hand over to stops cleanly at its SIGTERM, as fast as
+// PostgreSQL's fast shutdown goes: its commit gate drains, so that the gate's walsender
+// ends the shutdown. A gate that merely withheld kept the walsender waiting for three
+// quarters of the shutdown timeout, then the agent escalated to an immediate shutdown,
+// which leaves crash recovery to the next start.
+func TestSingleInstanceStopsCleanly(t *testing.T) {
+	c := newCluster(t, 1)
+	c.startAll()
+	p := c.instances[0]
+	p.mustExec("CREATE TABLE t (id int)")
+	start := time.Now()
+	p.stop()
+	took := time.Since(start)
+	cd, err := (&agent.Postgres{BinDir: PGBin, PGData: p.pgdata}).ControlData(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the only instance stopped in %s; its control file says %q", took.Round(time.Millisecond), cd.State)
+	if !cd.ShutDown() {
+		t.Errorf("the only instance's stop left its data directory %q, not shut down cleanly", cd.State)
+	}
+	c.checkHolder(p.pod, c.lease().Term)
 }

@@ -360,7 +360,9 @@ func (c *cycle) hold(ctx context.Context, d Decision, waitMsg string) (time.Dura
 }
 
 // report emits reason's event and log line once per distinct message ("" resets).
-func (c *cycle) report(reason, msg, logMsg string) { c.reportOnce(&c.mem.lastReason, reason, msg, logMsg) }
+func (c *cycle) report(reason, msg, logMsg string) {
+	c.reportOnce(&c.mem.lastReason, reason, msg, logMsg)
+}
 
 // reportOnce is report with the last message kept in *last, so that concerns that
 // report side by side do not reset each other's.
