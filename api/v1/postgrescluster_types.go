@@ -363,6 +363,12 @@ type PostgresClusterStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
+	// operatorVersion is the version of the pgpilot operator that manages the cluster
+	// now: the one whose sidecar last wrote this status. An operator upgrade changes it
+	// as soon as the new operator runs; its rolling update of the instances follows.
+	// +optional
+	OperatorVersion string `json:"operatorVersion,omitempty"`
+
 	// deployedRelease is written by the Helm manager: the Helm release that renders
 	// this cluster.
 	// +optional

@@ -24,6 +24,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/controller/rollout"
 	"github.com/pgpilot/pgpilot/internal/controller/status"
 	"github.com/pgpilot/pgpilot/internal/controller/storage"
+	"github.com/pgpilot/pgpilot/internal/version"
 )
 
 // EventSource is the component name on the sidecar's events.
@@ -90,5 +91,5 @@ func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
 	if err := roles.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, store, nil).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return status.NewStatusReconciler(mgr.GetClient(), mgr.GetAPIReader(), clk, store).SetupWithManager(mgr)
+	return status.NewStatusReconciler(mgr.GetClient(), mgr.GetAPIReader(), clk, store, version.Version).SetupWithManager(mgr)
 }

@@ -54,6 +54,9 @@ type Observed struct {
 	// Hibernation is where spec.stopped stands as the failover controller recorded it
 	// for the Lease's holder and term; nil while the cluster runs.
 	Hibernation *primarylease.Hibernation
+	// OperatorVersion is this operator's version (internal/version); "" keeps the
+	// recorded one.
+	OperatorVersion string
 }
 
 // ArchivingHealth is whether the primary archives WAL, and what it last said.
@@ -68,6 +71,9 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 	c := o.Cluster
 	st := *c.Status.DeepCopy()
 	st.ObservedGeneration = c.Generation
+	if o.OperatorVersion != "" {
+		st.OperatorVersion = o.OperatorVersion
+	}
 	st.CurrentPrimary = o.Primary
 	if o.DataVersion != "" {
 		st.DataVersion = o.DataVersion

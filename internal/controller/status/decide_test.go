@@ -764,3 +764,24 @@ func TestDecideHibernated(t *testing.T) {
 		})
 	}
 }
+
+// status.operatorVersion is the running operator's version: a new operator writes its
+// own over the old one's; an Observed without a version (none known) keeps the record.
+func TestDecideOperatorVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name, recorded, running, want string
+	}{
+		{"first write", "", "0.1.0", "0.1.0"},
+		{"same operator", "0.1.0", "0.1.0", "0.1.0"},
+		{"after an upgrade", "0.1.0", "0.2.0", "0.2.0"},
+		{"no version known", "0.1.0", "", "0.1.0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(func(c *dbv1.PostgresCluster) { c.Status.OperatorVersion = tc.recorded })
+			st := status.Decide(status.Observed{Cluster: c, OperatorVersion: tc.running}, now)
+			if st.OperatorVersion != tc.want {
+				t.Errorf("operatorVersion %q, want %q", st.OperatorVersion, tc.want)
+			}
+		})
+	}
+}

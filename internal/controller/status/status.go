@@ -1,5 +1,6 @@
 // Package status writes the sidecar's part of a PostgresCluster's status: phase,
-// currentPrimary, readyInstances, instances, roles, databases and its conditions. It is the only writer of
+// currentPrimary, readyInstances, instances, roles, databases, operatorVersion and its
+// conditions. It is the only writer of
 // those fields, and writes them back whenever the Helm manager's status write drops them.
 package status
 
@@ -40,11 +41,14 @@ type StatusReconciler struct {
 	clock  clock.PassiveClock
 	// roles are the roles controller's outcomes; nil when it does not run.
 	roles *roles.Store
+	// operatorVersion is this operator's version, written to status.operatorVersion.
+	operatorVersion string
 }
 
-// NewStatusReconciler returns a StatusReconciler; rolesStore may be nil.
-func NewStatusReconciler(c client.Client, reader client.Reader, clk clock.PassiveClock, rolesStore *roles.Store) *StatusReconciler {
-	return &StatusReconciler{client: c, reader: reader, clock: clk, roles: rolesStore}
+// NewStatusReconciler returns a StatusReconciler; rolesStore may be nil. operatorVersion
+// is this operator's version (internal/version.Version).
+func NewStatusReconciler(c client.Client, reader client.Reader, clk clock.PassiveClock, rolesStore *roles.Store, operatorVersion string) *StatusReconciler {
+	return &StatusReconciler{client: c, reader: reader, clock: clk, roles: rolesStore, operatorVersion: operatorVersion}
 }
 
 // +kubebuilder:rbac:groups=db.example.com,resources=postgresclusters,verbs=get;list;watch
@@ -91,7 +95,7 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 }
 
 func (r *StatusReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster) (Observed, error) {
-	obs := Observed{Cluster: c}
+	obs := Observed{Cluster: c, OperatorVersion: r.operatorVersion}
 	if r.roles != nil {
 		if o, ok := r.roles.Get(client.ObjectKeyFromObject(c)); ok {
 			obs.Roles = &o
