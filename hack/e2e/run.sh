@@ -10,7 +10,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # Every test cluster takes local volumes that are released, not reused, after it goes.
-export PGPILOT_LC_PVS=${PGPILOT_LC_PVS:-24}
+export PGPILOT_LC_PVS=${PGPILOT_LC_PVS:-36}
 
 teardown_on_exit E2E_KEEP
 
