@@ -175,6 +175,7 @@ func Decide(cluster Cluster, v Values, observed Observed) (*Plan, error) {
 			return nil, err
 		}
 	}
+	mountCustomQueries(p, v.Monitoring.CustomQueries)
 	return p, nil
 }
 
