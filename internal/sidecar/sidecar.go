@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/controller/backup"
@@ -24,6 +25,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/controller/rollout"
 	"github.com/pgpilot/pgpilot/internal/controller/status"
 	"github.com/pgpilot/pgpilot/internal/controller/storage"
+	"github.com/pgpilot/pgpilot/internal/opmetrics"
 )
 
 // EventSource is the component name on the sidecar's events.
@@ -86,6 +88,8 @@ func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
 	if err := storage.NewReconciler(mgr.GetClient(), recorder, nil).SetupWithManager(mgr); err != nil {
 		return err
 	}
+	// The operator's own series, served with controller-runtime's reconcile metrics.
+	opmetrics.Register(metrics.Registry, mgr.GetClient(), mgr.GetLogger().WithName("metrics"))
 	store := roles.NewStore()
 	if err := roles.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, store, nil).SetupWithManager(mgr); err != nil {
 		return err
