@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -94,5 +95,11 @@ func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
 	if err := roles.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, store, nil).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return status.NewStatusReconciler(mgr.GetClient(), mgr.GetAPIReader(), clk, store).SetupWithManager(mgr)
+	disco, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	return status.NewStatusReconciler(mgr.GetClient(), mgr.GetAPIReader(), clk, store).
+		WithMonitoringAPIs(&status.DiscoveryMonitoringAPIs{Client: disco, Now: clk.Now}).
+		SetupWithManager(mgr)
 }
