@@ -124,6 +124,12 @@ bench-quick: control-plane postgres s3server ## Print the benchmarks' figures of
 build: ## Build the manager, sidecar and agent into bin/.
 	go build -o bin/ ./cmd/...
 
+.PHONY: plugin
+plugin: ## Build the kubectl plugin into bin/: kubectl-pgpilot, and kubectl_complete-pgpilot for kubectl's completion of it; put bin/ on PATH.
+	go build -trimpath -ldflags "-s -w" -o bin/kubectl-pgpilot ./cmd/kubectl-pgpilot
+	printf '#!/bin/sh\n# kubectl (1.26 and later) completes kubectl pgpilot through this.\nexec kubectl-pgpilot __complete "$$@"\n' > bin/kubectl_complete-pgpilot
+	chmod +x bin/kubectl_complete-pgpilot
+
 .PHONY: run
 run: build ## Run the operator against the current kubeconfig, or an embedded local control plane when none is reachable.
 	@bash hack/run.sh
