@@ -167,6 +167,10 @@ demo-down: ## Stop the local cluster and remove everything it made (make demo's 
 e2e: ## Run test/e2e on a fresh local cluster, then tear it down and check nothing is left (E2E_RUN=regexp, E2E_KEEP=1).
 	@bash hack/e2e/run.sh
 
+.PHONY: e2e-monitoring
+e2e-monitoring: $(PROMETHEUS) ## The monitoring proof on a fresh local cluster: a real Prometheus scrapes it with the PodMonitor's settings and evaluates the PrometheusRule; kubectl pgpilot status (about 20 minutes; not in make test).
+	@E2E_TAGS=monitoring E2E_RUN='^TestMonitoring$$' bash hack/e2e/run.sh
+
 .PHONY: chaos
 chaos: ## Run the fault suite on a fresh local cluster: every fault on the primary, async and sync, CHAOS_ROUNDS (3) each (CHAOS_FAULTS=regexp, CHAOS_KEEP=1).
 	@bash hack/chaos/run.sh

@@ -1,0 +1,458 @@
+//go:build e2e && monitoring
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/cli"
+	"github.com/pgpilot/pgpilot/internal/dashboard"
+	"github.com/pgpilot/pgpilot/internal/devenv"
+	"github.com/pgpilot/pgpilot/test/testutil"
+)
+
+// The monitoring proof on the local node (make e2e-monitoring): the chart renders the
+// PodMonitor and PrometheusRule (the Prometheus Operator's CRDs are installed, not the
+// operator itself); a real Prometheus scrapes the instances with exactly the
+// PodMonitor's settings (its token Secret, its CA, its relabeling) and the operator,
+// and evaluates the PrometheusRule's groups. Its /api/v1/query returns a series of each
+// group for the example cluster, every dashboard query runs, the archiving alert fires
+// when the store breaks and resolves when it is back, and kubectl pgpilot status shows
+// the primary, both standbys with lag and the last backup.
+func TestMonitoring(t *testing.T) {
+	prometheusBin := os.Getenv("PROMETHEUS")
+	if prometheusBin == "" {
+		t.Fatal("PROMETHEUS is not set: run make e2e-monitoring, which builds it")
+	}
+	installMonitoringCRDs(t)
+	const bucket = "pgpilot"
+	ctx := context.Background()
+	d := newDB(t, 3, func(c *dbv1.PostgresCluster) {
+		// Before the cluster, so the pods find it at once.
+		if err := k8s.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: "queries"}, Data: map[string]string{"queries.yaml": `
+pg_database_count:
+  query: SELECT count(*) AS total FROM pg_database
+  metrics:
+    - total: {usage: GAUGE, description: Databases}
+`}}); err != nil {
+			t.Fatal(err)
+		}
+		c.Spec.Monitoring = dbv1.MonitoringSpec{Enabled: true, CustomQueries: &dbv1.CustomQueriesSource{Name: "queries"}}
+		c.Spec.Backup = &dbv1.BackupSpec{Store: dbv1.BackupStore{Path: "e2e", S3: &dbv1.S3Store{
+			Endpoint: "http://s3:7070", Bucket: bucket, Credentials: dbv1.S3Credentials{SecretName: "s3-credentials"},
+		}}}
+		c.Spec.PostgreSQL.SuperuserNetworkAccess = true // switchWAL
+	})
+	s3 := startS3(t, d.ns)
+	if err := s3.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
+		t.Fatal(err)
+	}
+	pgc := d.waitHealthy(3, 10*time.Minute)
+	d.waitStreaming(2, 2*time.Minute)
+
+	prom := startPrometheus(t, prometheusBin, d)
+
+	// kubectl pgpilot backup, then a series of every group.
+	if out, err := runPlugin(d.ns, "backup", d.name, "--wait", "5m"); err != nil {
+		t.Fatalf("kubectl pgpilot backup: %v\n%s", err, out)
+	}
+	w := d.newTable()
+	w.insert(50)
+	sel := fmt.Sprintf(`namespace=%q, cluster=%q`, d.ns, d.name)
+	for _, q := range []struct{ group, query string }{
+		{"instance role", `pgpilot_instance_role{` + sel + `, role="primary"} == 1`},
+		{"databases", `pgpilot_database_xact_commit_total{` + sel + `, datname="app"}`},
+		{"database size", `pgpilot_database_size_bytes{` + sel + `, datname="app"}`},
+		{"connections", `pgpilot_backends{` + sel + `}`},
+		{"locks and transactions", `pgpilot_oldest_transaction_seconds{` + sel + `}`},
+		{"checkpointer", `pgpilot_checkpoints_total{` + sel + `, kind="timed"}`},
+		{"WAL", `rate(pgpilot_wal_bytes_total{` + sel + `}[1m]) > 0`},
+		{"replication bytes", `pgpilot_replica_lag_bytes{` + sel + `}`},
+		{"replication seconds", `pgpilot_replica_lag_seconds{` + sel + `, kind="replay"}`},
+		{"slots", `pgpilot_replication_slot_retained_bytes{` + sel + `}`},
+		{"archiver", `pgpilot_wal_archived_total{` + sel + `} > 0`},
+		{"xid age", `pgpilot_database_xid_age{` + sel + `, datname="template0"}`},
+		{"volume", `pgpilot_volume_free_bytes{` + sel + `}`},
+		{"custom query", `pg_database_count_total{` + sel + `, datname="postgres"} >= 3`},
+		{"operator: phase", `pgpilot_cluster_phase{` + sel + `, phase="Healthy"} == 1`},
+		{"operator: reconciles", `controller_runtime_reconcile_total{controller="failover"}`},
+		{"operator: Helm reconciles", `controller_runtime_reconcile_total{controller="postgrescluster-controller"}`},
+		{"backups", `pgpilot_backup_last_success_timestamp_seconds{` + sel + `}`},
+		{"backup size", `pgpilot_backup_last_size_bytes{` + sel + `} > 0`},
+	} {
+		testutil.Eventually(t, 2*time.Minute, func() error {
+			n, err := prom.count(q.query)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return fmt.Errorf("%s: no series for %s", q.group, q.query)
+			}
+			return nil
+		})
+	}
+	n, err := prom.count(`pgpilot_replica_lag_bytes{` + sel + `}`)
+	if err != nil || n != 2 {
+		t.Errorf("pgpilot_replica_lag_bytes: %d series (%v), want one per standby", n, err)
+	}
+
+	// Every dashboard query runs; say which are empty (a failover, for one, has not
+	// happened).
+	exprs, err := dashboard.Exprs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty := 0
+	for _, e := range exprs {
+		q := strings.NewReplacer("$namespace", d.ns, "$cluster", d.name).Replace(e)
+		n, err := prom.count(q)
+		if err != nil {
+			t.Errorf("dashboard query %s: %v", q, err)
+		}
+		if n == 0 {
+			empty++
+			t.Logf("dashboard query with no data yet: %s", q)
+		}
+	}
+	t.Logf("%d of %d dashboard queries have data", len(exprs)-empty, len(exprs))
+
+	// kubectl pgpilot status: the primary, both standbys with their lag, the backup.
+	out, err := runPlugin(d.ns, "status", d.name)
+	if err != nil {
+		t.Fatalf("kubectl pgpilot status: %v\n%s", err, out)
+	}
+	t.Logf("kubectl pgpilot status %s:\n%s", d.name, out)
+	if !strings.Contains(out, "Primary:       "+pgc.Status.CurrentPrimary+" (timeline ") || !strings.Contains(out, "Last backup:   "+d.name+"-manual-") ||
+		strings.Count(out, "streaming (async)") != 2 || strings.Contains(out, "Replication:   unknown") {
+		t.Errorf("kubectl pgpilot status does not show the primary, two streaming standbys and the backup:\n%s", out)
+	}
+
+	// The archiving alert: the store goes away (its Service), WAL is switched, the
+	// alert fires after its 5 minutes; the store comes back and it resolves.
+	var svc corev1.Service
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: "s3"}, &svc); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(ctx, &svc); err != nil {
+		t.Fatal(err)
+	}
+	broke := time.Now()
+	testutil.Eventually(t, 2*time.Minute, func() error {
+		d.switchWAL()
+		n, err := prom.count(`pgpilot_wal_archive_failing{` + sel + `} == 1`)
+		if err == nil && n == 0 {
+			err = fmt.Errorf("archiving is not failing yet")
+		}
+		return err
+	})
+	testutil.Eventually(t, 8*time.Minute, func() error { return prom.alert("PgpilotWALArchiveFailing", d.ns, "firing") })
+	t.Logf("PgpilotWALArchiveFailing fired %s after the store went away", time.Since(broke).Round(time.Second))
+	svc.ResourceVersion, svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", "", nil
+	if err := k8s.Create(ctx, &svc); err != nil {
+		t.Fatal(err)
+	}
+	fixed := time.Now()
+	testutil.Eventually(t, 5*time.Minute, func() error {
+		d.switchWAL()
+		if err := prom.alert("PgpilotWALArchiveFailing", d.ns, ""); err != nil {
+			return err
+		}
+		return nil
+	})
+	t.Logf("PgpilotWALArchiveFailing resolved %s after the store came back", time.Since(fixed).Round(time.Second))
+}
+
+// installMonitoringCRDs installs the PodMonitor and PrometheusRule CRDs (schemas of
+// their own that accept any spec: the chart's capability checks and the API server's
+// storage are what matter here), unless the Prometheus Operator's are there.
+func installMonitoringCRDs(t *testing.T) {
+	root, err := devenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, f := range []string{"monitoring.coreos.com_podmonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml"} {
+		b, err := os.ReadFile(filepath.Join(root, "test", "testdata", "crds", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := yaml.Unmarshal(b, &crd); err != nil {
+			t.Fatal(err)
+		}
+		if err := k8s.Create(ctx, &crd); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+}
+
+// switchWAL writes a row and switches the primary to a new WAL segment, as the
+// superuser, so the archiver has a segment to archive.
+func (d *db) switchWAL() {
+	d.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn, err := d.superuserConn(ctx)
+	if err != nil {
+		d.t.Log(err)
+		return
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS wal_switches (at timestamptz); INSERT INTO wal_switches VALUES (now()); SELECT pg_switch_wal()"); err != nil {
+		d.t.Log(err)
+	}
+}
+
+// runPlugin runs kubectl pgpilot in this process against the local cluster.
+func runPlugin(ns string, args ...string) (string, error) {
+	var out bytes.Buffer
+	cmd := cli.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out})
+	cmd.SetArgs(append([]string{"--kubeconfig", os.Getenv("KUBECONFIG"), "-n", ns}, args...))
+	err := cmd.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+// prometheus is a Prometheus server of the test.
+type prometheus struct {
+	t    *testing.T
+	base string
+}
+
+// startPrometheus runs Prometheus with the rendered PodMonitor as a scrape job, the
+// operator's metrics as another, and the rendered PrometheusRule's groups.
+func startPrometheus(t *testing.T, bin string, d *db) *prometheus {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	pm := &unstructured.Unstructured{}
+	pm.SetAPIVersion("monitoring.coreos.com/v1")
+	pm.SetKind("PodMonitor")
+	pr := pm.DeepCopy()
+	pr.SetKind("PrometheusRule")
+	testutil.Eventually(t, 2*time.Minute, func() error {
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: d.name}, pm); err != nil {
+			return err
+		}
+		return k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: d.name}, pr)
+	})
+	job, err := scrapeJob(ctx, d.ns, pm, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := yaml.Marshal(map[string]any{"groups": pr.Object["spec"].(map[string]any)["groups"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "rules.yaml"), groups)
+	config := map[string]any{
+		"global":         map[string]any{"scrape_interval": "5s", "evaluation_interval": "5s"},
+		"rule_files":     []string{filepath.Join(dir, "rules.yaml")},
+		"scrape_configs": []any{job, operatorJob()},
+	}
+	b, err := yaml.Marshal(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "prometheus.yml"), b)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	logFile, err := os.Create(filepath.Join(dir, "prometheus.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			b, _ := os.ReadFile(logFile.Name())
+			t.Logf("Prometheus's log:\n%s", tail(string(b), 60))
+		}
+	})
+	p := &prometheus{t: t, base: "http://" + addr}
+	testutil.Eventually(t, time.Minute, func() error {
+		_, err := p.count("up")
+		return err
+	})
+	return p
+}
+
+// scrapeJob is the scrape configuration the Prometheus Operator makes of a PodMonitor
+// with one endpoint: pods by the selector and port name, HTTPS with the token and CA
+// Secrets as files, and the PodMonitor's relabelings after the standard ones.
+func scrapeJob(ctx context.Context, ns string, pm *unstructured.Unstructured, dir string) (map[string]any, error) {
+	spec := pm.Object["spec"].(map[string]any)
+	ep := spec["podMetricsEndpoints"].([]any)[0].(map[string]any)
+	secret := func(ref map[string]any, file string) (string, error) {
+		var s corev1.Secret
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref["name"].(string)}, &s); err != nil {
+			return "", err
+		}
+		path := filepath.Join(dir, file)
+		return path, os.WriteFile(path, s.Data[ref["key"].(string)], 0o600)
+	}
+	token, err := secret(ep["bearerTokenSecret"].(map[string]any), "token")
+	if err != nil {
+		return nil, err
+	}
+	tlsConfig := ep["tlsConfig"].(map[string]any)
+	ca, err := secret(tlsConfig["ca"].(map[string]any)["secret"].(map[string]any), "ca.crt")
+	if err != nil {
+		return nil, err
+	}
+	relabel := []any{}
+	for k, v := range spec["selector"].(map[string]any)["matchLabels"].(map[string]any) {
+		relabel = append(relabel, map[string]any{"source_labels": []string{"__meta_kubernetes_pod_label_" + sanitize(k)}, "regex": v, "action": "keep"})
+	}
+	relabel = append(relabel,
+		map[string]any{"source_labels": []string{"__meta_kubernetes_pod_container_port_name"}, "regex": ep["port"], "action": "keep"},
+		map[string]any{"source_labels": []string{"__meta_kubernetes_namespace"}, "target_label": "namespace"},
+		map[string]any{"source_labels": []string{"__meta_kubernetes_pod_name"}, "target_label": "pod"})
+	for _, r := range ep["relabelings"].([]any) {
+		r := r.(map[string]any)
+		relabel = append(relabel, map[string]any{"source_labels": r["sourceLabels"], "target_label": r["targetLabel"]})
+	}
+	return map[string]any{
+		"job_name":              "podMonitor/" + ns + "/" + pm.GetName(),
+		"scheme":                ep["scheme"],
+		"metrics_path":          ep["path"],
+		"authorization":         map[string]any{"credentials_file": token},
+		"tls_config":            map[string]any{"ca_file": ca, "server_name": tlsConfig["serverName"]},
+		"kubernetes_sd_configs": []any{map[string]any{"role": "pod", "kubeconfig_file": os.Getenv("KUBECONFIG"), "namespaces": map[string]any{"names": []string{ns}}}},
+		"relabel_configs":       relabel,
+	}, nil
+}
+
+// operatorJob scrapes both operator containers' metrics, keeping their own namespace
+// and cluster labels (docs/monitoring.md: honorLabels).
+func operatorJob() map[string]any {
+	return map[string]any{
+		"job_name":     "pgpilot-operator",
+		"honor_labels": true,
+		"kubernetes_sd_configs": []any{map[string]any{"role": "pod", "kubeconfig_file": os.Getenv("KUBECONFIG"),
+			"namespaces": map[string]any{"names": []string{"pgpilot-system"}}}},
+		"relabel_configs": []any{
+			map[string]any{"source_labels": []string{"__meta_kubernetes_pod_container_port_name"}, "regex": ".*-metrics", "action": "keep"},
+		},
+	}
+}
+
+func sanitize(label string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '_'
+	}, label)
+}
+
+// count is how many series query returns now.
+func (p *prometheus) count(query string) (int, error) {
+	var r struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			Result []json.RawMessage `json:"result"`
+		} `json:"data"`
+	}
+	if err := p.get("/api/v1/query?query="+url.QueryEscape(query), &r); err != nil {
+		return 0, err
+	}
+	if r.Status != "success" {
+		return 0, fmt.Errorf("%s: %s", query, r.Error)
+	}
+	return len(r.Data.Result), nil
+}
+
+// alert checks alert name of namespace ns is in state ("firing", "pending"), or absent
+// when state is "".
+func (p *prometheus) alert(name, ns, state string) error {
+	var r struct {
+		Data struct {
+			Alerts []struct {
+				Labels map[string]string `json:"labels"`
+				State  string            `json:"state"`
+			} `json:"alerts"`
+		} `json:"data"`
+	}
+	if err := p.get("/api/v1/alerts", &r); err != nil {
+		return err
+	}
+	for _, a := range r.Data.Alerts {
+		if a.Labels["alertname"] != name || a.Labels["namespace"] != ns {
+			continue
+		}
+		if state == "" {
+			return fmt.Errorf("%s is %s", name, a.State)
+		}
+		if a.State == state {
+			return nil
+		}
+		return fmt.Errorf("%s is %s, not %s", name, a.State, state)
+	}
+	if state == "" {
+		return nil
+	}
+	return fmt.Errorf("%s is not %s", name, state)
+}
+
+func (p *prometheus) get(path string, v any) error {
+	resp, err := http.Get(p.base + path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+func writeFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
+}
