@@ -38,6 +38,23 @@ type customQueries struct {
 	err     error
 	// roleMade: this agent made sure MonitorUser exists, as a primary.
 	roleMade bool
+	// reported is the last failure logged per query and database ("" for the file):
+	// a failure is logged when it starts or changes, not at every scrape.
+	reported map[string]string
+}
+
+// changed records msg as key's last failure ("" for none) and reports whether it is new.
+func (c *customQueries) changed(key, msg string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reported == nil {
+		c.reported = map[string]string{}
+	}
+	if c.reported[key] == msg {
+		return false
+	}
+	c.reported[key] = msg
+	return msg != ""
 }
 
 func (c *customQueries) load(path string) ([]customquery.Query, error) {
@@ -73,9 +90,12 @@ func (a *Agent) customStats(ctx context.Context, st *agentapi.Stats, primary boo
 	queries, err := a.custom.load(a.cfg.CustomQueriesPath)
 	if err != nil {
 		st.CustomConfigError = err.Error()
-		a.log.Info("Custom queries not run", "file", a.cfg.CustomQueriesPath, "reason", err.Error())
+		if a.custom.changed("", err.Error()) {
+			a.log.Info("Custom queries not run", "file", a.cfg.CustomQueriesPath, "reason", err.Error())
+		}
 		return
 	}
+	a.custom.changed("", "")
 	if st.Error != "" && st.Databases == nil {
 		return // postgres does not answer
 	}
@@ -98,6 +118,8 @@ func (a *Agent) customStats(ctx context.Context, st *agentapi.Stats, primary boo
 			run := agentapi.CustomQueryRun{Query: q.Name, Database: db, OK: err == nil, Duration: time.Since(start)}
 			if err != nil {
 				run.Error = err.Error()
+			}
+			if a.custom.changed(q.Name+"\x00"+db, run.Error) {
 				a.log.Info("Custom query failed", "query", q.Name, "database", db, "reason", run.Error)
 			}
 			st.CustomQueries = append(st.CustomQueries, run)
@@ -172,18 +194,18 @@ func (d *DB) customQuery(ctx context.Context, q customquery.Query, db string) ([
 // collectSamples turns a custom query's rows into samples: one per value column and
 // row, labelled by its label columns and the database.
 func collectSamples(rows pgx.Rows, q customquery.Query, db string) ([]agentapi.CustomSample, error) {
-	pos := map[string]int{}
-	for i, f := range rows.FieldDescriptions() {
-		pos[f.Name] = i
-	}
-	for _, c := range q.Columns {
-		if _, ok := pos[c.Name]; !ok && c.Usage != customquery.Discard {
-			return nil, fmt.Errorf("the result has no column %s", c.Name)
-		}
-	}
 	labelNames := q.LabelNames()
 	var out []agentapi.CustomSample
+	var pos map[string]int
 	for rows.Next() {
+		if pos == nil {
+			// The columns are known once a row came: an error of the query comes
+			// instead of one, from rows.Err.
+			var err error
+			if pos, err = columns(rows, q); err != nil {
+				return nil, err
+			}
+		}
 		vals, err := rows.Values()
 		if err != nil {
 			return nil, err
@@ -212,6 +234,20 @@ func collectSamples(rows pgx.Rows, q customquery.Query, db string) ([]agentapi.C
 		}
 	}
 	return out, rows.Err()
+}
+
+// columns maps the columns q uses to their positions in the result.
+func columns(rows pgx.Rows, q customquery.Query) (map[string]int, error) {
+	pos := map[string]int{}
+	for i, f := range rows.FieldDescriptions() {
+		pos[f.Name] = i
+	}
+	for _, c := range q.Columns {
+		if _, ok := pos[c.Name]; !ok && c.Usage != customquery.Discard {
+			return nil, fmt.Errorf("the result has no column %s", c.Name)
+		}
+	}
+	return pos, nil
 }
 
 func labelValue(v any) string {
