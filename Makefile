@@ -167,6 +167,10 @@ demo-down: ## Stop the local cluster and remove everything it made (make demo's 
 e2e: ## Run test/e2e on a fresh local cluster, then tear it down and check nothing is left (E2E_RUN=regexp, E2E_KEEP=1).
 	@bash hack/e2e/run.sh
 
+.PHONY: test-monitoring
+test-monitoring: control-plane postgres s3server $(PROMETHEUS) ## A real Prometheus scrapes real agents (test/pg) and PgpilotWALArchiveFailing fires and resolves (about 8 minutes; not in make test).
+	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -tags monitoring -run '^TestPrometheusAlertsOnRealInstances$$' -timeout 20m -v ./test/pg/
+
 .PHONY: e2e-monitoring
 e2e-monitoring: $(PROMETHEUS) ## The monitoring proof on a fresh local cluster: a real Prometheus scrapes it with the PodMonitor's settings and evaluates the PrometheusRule; kubectl pgpilot status (about 20 minutes; not in make test).
 	@E2E_TAGS=monitoring E2E_RUN='^TestMonitoring$$' bash hack/e2e/run.sh

@@ -5,14 +5,8 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -105,7 +99,7 @@ pg_database_count:
 		{"backup size", `pgpilot_backup_last_size_bytes{` + sel + `} > 0`},
 	} {
 		testutil.Eventually(t, 2*time.Minute, func() error {
-			n, err := prom.count(q.query)
+			n, err := prom.Count(q.query)
 			if err != nil {
 				return err
 			}
@@ -115,7 +109,7 @@ pg_database_count:
 			return nil
 		})
 	}
-	n, err := prom.count(`pgpilot_replica_lag_bytes{` + sel + `}`)
+	n, err := prom.Count(`pgpilot_replica_lag_bytes{` + sel + `}`)
 	if err != nil || n != 2 {
 		t.Errorf("pgpilot_replica_lag_bytes: %d series (%v), want one per standby", n, err)
 	}
@@ -129,7 +123,7 @@ pg_database_count:
 	empty := 0
 	for _, e := range exprs {
 		q := strings.NewReplacer("$namespace", d.ns, "$cluster", d.name).Replace(e)
-		n, err := prom.count(q)
+		n, err := prom.Count(q)
 		if err != nil {
 			t.Errorf("dashboard query %s: %v", q, err)
 		}
@@ -166,13 +160,15 @@ pg_database_count:
 	switchNow := throttle(15*time.Second, d.switchWAL)
 	testutil.Eventually(t, 2*time.Minute, func() error {
 		switchNow()
-		n, err := prom.count(`pgpilot_wal_archive_failing{` + sel + `} == 1`)
+		n, err := prom.Count(`pgpilot_wal_archive_failing{` + sel + `} == 1`)
 		if err == nil && n == 0 {
 			err = fmt.Errorf("archiving is not failing yet")
 		}
 		return err
 	})
-	testutil.Eventually(t, 8*time.Minute, func() error { return prom.alert("PgpilotWALArchiveFailing", d.ns, "firing") })
+	testutil.Eventually(t, 8*time.Minute, func() error {
+		return prom.Alert("PgpilotWALArchiveFailing", map[string]string{"namespace": d.ns}, "firing")
+	})
 	t.Logf("PgpilotWALArchiveFailing fired %s after the store went away", time.Since(broke).Round(time.Second))
 	svc.ResourceVersion, svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", "", nil
 	if err := k8s.Create(ctx, &svc); err != nil {
@@ -184,7 +180,7 @@ pg_database_count:
 	switchNow = throttle(15*time.Second, d.switchWAL)
 	testutil.Eventually(t, 5*time.Minute, func() error {
 		switchNow()
-		if err := prom.alert("PgpilotWALArchiveFailing", d.ns, ""); err != nil {
+		if err := prom.Alert("PgpilotWALArchiveFailing", map[string]string{"namespace": d.ns}, ""); err != nil {
 			return err
 		}
 		return nil
@@ -253,18 +249,11 @@ func runPlugin(ns string, args ...string) (string, error) {
 	return out.String(), err
 }
 
-// prometheus is a Prometheus server of the test.
-type prometheus struct {
-	t    *testing.T
-	base string
-}
-
 // startPrometheus runs Prometheus with the rendered PodMonitor as a scrape job, the
 // operator's metrics as another, and the rendered PrometheusRule's groups.
-func startPrometheus(t *testing.T, bin string, d *db) *prometheus {
+func startPrometheus(t *testing.T, bin string, d *db) *testutil.Prometheus {
 	t.Helper()
 	ctx := context.Background()
-	dir := t.TempDir()
 	pm := &unstructured.Unstructured{}
 	pm.SetAPIVersion("monitoring.coreos.com/v1")
 	pm.SetKind("PodMonitor")
@@ -276,55 +265,15 @@ func startPrometheus(t *testing.T, bin string, d *db) *prometheus {
 		}
 		return k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: d.name}, pr)
 	})
-	job, err := scrapeJob(ctx, d.ns, pm, dir)
+	job, err := scrapeJob(ctx, d.ns, pm, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	groups, err := yaml.Marshal(map[string]any{"groups": pr.Object["spec"].(map[string]any)["groups"]})
+	rules, err := yaml.Marshal(map[string]any{"groups": pr.Object["spec"].(map[string]any)["groups"]})
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, filepath.Join(dir, "rules.yaml"), groups)
-	config := map[string]any{
-		"global":         map[string]any{"scrape_interval": "5s", "evaluation_interval": "5s"},
-		"rule_files":     []string{filepath.Join(dir, "rules.yaml")},
-		"scrape_configs": []any{job, operatorJob()},
-	}
-	b, err := yaml.Marshal(config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, filepath.Join(dir, "prometheus.yml"), b)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	logFile, err := os.Create(filepath.Join(dir, "prometheus.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			b, _ := os.ReadFile(logFile.Name())
-			t.Logf("Prometheus's log:\n%s", tail(string(b), 60))
-		}
-	})
-	p := &prometheus{t: t, base: "http://" + addr}
-	testutil.Eventually(t, time.Minute, func() error {
-		_, err := p.count("up")
-		return err
-	})
-	return p
+	return testutil.StartPrometheus(t, bin, []any{job, operatorJob()}, rules)
 }
 
 // scrapeJob is the scrape configuration the Prometheus Operator makes of a PodMonitor
@@ -394,82 +343,4 @@ func sanitize(label string) string {
 		}
 		return '_'
 	}, label)
-}
-
-// count is how many series query returns now.
-func (p *prometheus) count(query string) (int, error) {
-	var r struct {
-		Status string `json:"status"`
-		Error  string `json:"error"`
-		Data   struct {
-			Result []json.RawMessage `json:"result"`
-		} `json:"data"`
-	}
-	if err := p.get("/api/v1/query?query="+url.QueryEscape(query), &r); err != nil {
-		return 0, err
-	}
-	if r.Status != "success" {
-		return 0, fmt.Errorf("%s: %s", query, r.Error)
-	}
-	return len(r.Data.Result), nil
-}
-
-// alert checks alert name of namespace ns is in state ("firing", "pending"), or absent
-// when state is "".
-func (p *prometheus) alert(name, ns, state string) error {
-	var r struct {
-		Data struct {
-			Alerts []struct {
-				Labels map[string]string `json:"labels"`
-				State  string            `json:"state"`
-			} `json:"alerts"`
-		} `json:"data"`
-	}
-	if err := p.get("/api/v1/alerts", &r); err != nil {
-		return err
-	}
-	for _, a := range r.Data.Alerts {
-		if a.Labels["alertname"] != name || a.Labels["namespace"] != ns {
-			continue
-		}
-		if state == "" {
-			return fmt.Errorf("%s is %s", name, a.State)
-		}
-		if a.State == state {
-			return nil
-		}
-		return fmt.Errorf("%s is %s, not %s", name, a.State, state)
-	}
-	if state == "" {
-		return nil
-	}
-	return fmt.Errorf("%s is not %s", name, state)
-}
-
-func (p *prometheus) get(path string, v any) error {
-	resp, err := http.Get(p.base + path)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(b, v)
-}
-
-func writeFile(t *testing.T, path string, b []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func tail(s string, lines int) string {
-	l := strings.Split(s, "\n")
-	if len(l) > lines {
-		l = l[len(l)-lines:]
-	}
-	return strings.Join(l, "\n")
 }
