@@ -170,8 +170,9 @@ pg_database_count:
 		return prom.Alert("PgpilotWALArchiveFailing", map[string]string{"namespace": d.ns}, "firing")
 	})
 	t.Logf("PgpilotWALArchiveFailing fired %s after the store went away", time.Since(broke).Round(time.Second))
-	svc.ResourceVersion, svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", "", nil
-	if err := k8s.Create(ctx, &svc); err != nil {
+	back := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: d.ns, Name: "s3"},
+		Spec: corev1.ServiceSpec{Selector: svc.Spec.Selector, Ports: svc.Spec.Ports}}
+	if err := k8s.Create(ctx, back); err != nil {
 		t.Fatal(err)
 	}
 	fixed := time.Now()
