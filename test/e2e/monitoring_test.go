@@ -14,7 +14,6 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -203,11 +202,11 @@ func installMonitoringCRDs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var crd apiextensionsv1.CustomResourceDefinition
-		if err := yaml.Unmarshal(b, &crd); err != nil {
+		crd := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(b, &crd.Object); err != nil {
 			t.Fatal(err)
 		}
-		if err := k8s.Create(ctx, &crd); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := k8s.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
 	}
