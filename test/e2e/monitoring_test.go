@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -210,6 +211,34 @@ func installMonitoringCRDs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The operator learns which kinds the API server serves when it starts (Helm's
+	// capabilities): restart it, as installing the Prometheus Operator after pgpilot
+	// would need too.
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace("pgpilot-system"), client.MatchingLabels{"control-plane": "controller-manager"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range pods.Items {
+		if err := k8s.Delete(ctx, &pods.Items[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 3*time.Minute, func() error {
+		var now corev1.PodList
+		if err := k8s.List(ctx, &now, client.InNamespace("pgpilot-system"), client.MatchingLabels{"control-plane": "controller-manager"}); err != nil {
+			return err
+		}
+		for _, p := range now.Items {
+			ready := false
+			for _, c := range p.Status.Conditions {
+				ready = ready || c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+			}
+			if ready && p.DeletionTimestamp == nil && !slices.ContainsFunc(pods.Items, func(o corev1.Pod) bool { return o.UID == p.UID }) {
+				return nil
+			}
+		}
+		return fmt.Errorf("the operator's new pod is not ready")
+	})
 }
 
 // switchWAL writes a row and switches the primary to a new WAL segment, as the
