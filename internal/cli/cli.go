@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 )
@@ -359,6 +361,8 @@ func logsArgs(c *dbv1.PostgresCluster, instance []string, follow bool, since tim
 
 // Main runs kubectl pgpilot with os.Args and returns the exit code.
 func Main() int {
+	// controller-runtime's client logs nothing a user of the plugin needs.
+	ctrllog.SetLogger(logr.Discard())
 	cmd := NewCommand(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
 	if err := cmd.Execute(); err != nil {
 		return 1

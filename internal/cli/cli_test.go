@@ -59,7 +59,8 @@ func observed() Observed {
 	c.Spec.Replicas, c.Spec.Version = 3, "15"
 	c.Status = dbv1.PostgresClusterStatus{Phase: dbv1.PhaseDegraded, CurrentPrimary: "db-1", ReadyInstances: 2,
 		LastFailover: &dbv1.FailoverRecord{From: "db-0", To: "db-1", Time: metav1.NewTime(now.Add(-time.Hour)), Duration: "3.2s", Reason: "db-0 was not ready"},
-		Conditions:   []dbv1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "InstancesNotReady", Message: "2 of 3 instances are ready"}}}
+		Conditions: []dbv1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "InstancesNotReady", Message: "2 of 3 instances are ready"},
+			{Type: "Deployed", Status: metav1.ConditionTrue, Reason: "InstallSuccessful", Message: "PostgreSQL cluster db.\n\nRead-write: db-rw"}}}
 	pod := func(name, role string, ready bool) corev1.Pod {
 		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{dbv1.LabelRole: role}}, Spec: corev1.PodSpec{NodeName: "n1"}}
 		st := corev1.ConditionFalse
@@ -99,7 +100,11 @@ func TestStatus(t *testing.T) {
 	if err := printStatus(&out, st, time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)); err != nil {
 		t.Fatal(err)
 	}
+	if strings.Contains(out.String(), "Read-write") {
+		t.Errorf("a condition's message printed beyond its first line:\n%s", out.String())
+	}
 	for _, want := range []string{
+		"Deployed   True    InstallSuccessful  PostgreSQL cluster db.",
 		"Cluster db in ns: Degraded, PostgreSQL 15, 2 of 3 instances ready",
 		"Primary:       db-1 (timeline 4)",
 		"Last failover: db-0 → db-1, 1h0m0s ago, took 3.2s: db-0 was not ready",

@@ -259,7 +259,9 @@ func printStatus(w io.Writer, st Status, now time.Time) error {
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONDITION\tSTATUS\tREASON\tMESSAGE")
 	for _, c := range st.Conditions {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Type, c.Status, orDash(c.Reason), c.Message)
+		// One line each: the Helm manager's Deployed message carries the chart's notes.
+		msg, _, _ := strings.Cut(c.Message, "\n")
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Type, c.Status, orDash(c.Reason), msg)
 	}
 	return tw.Flush()
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/minio/minio-go/v7"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
@@ -268,6 +270,10 @@ func throttle(period time.Duration, fn func()) func() {
 		}
 	}
 }
+
+// The plugin's controller-runtime client logs nothing the test needs (cli.Main does
+// the same).
+func init() { ctrllog.SetLogger(logr.Discard()) }
 
 // runPlugin runs kubectl pgpilot in this process against the local cluster.
 func runPlugin(ns string, args ...string) (string, error) {
