@@ -19,9 +19,11 @@ RUN go mod download
 COPY api/ api/
 COPY cmd/ cmd/
 COPY internal/ internal/
-# Every command under cmd/ (manager, sidecar, agent): static, no paths or symbols.
+# Every command under cmd/ (manager, sidecar, agent): static, no paths or symbols, and
+# the operator's version (status.operatorVersion).
+ARG VERSION=dev
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags "-s -w" -o /out/ ./cmd/...
+    go build -trimpath -ldflags "-s -w -X github.com/pgpilot/pgpilot/internal/version.Version=${VERSION}" -o /out/ ./cmd/...
 
 # scratch has no /tmp; the manager's Helm client writes its cache there.
 RUN mkdir -p /rootfs/tmp && chmod 1777 /rootfs/tmp

@@ -187,6 +187,18 @@ chaos-short: ## The fault suite's CI subset: graceful delete, container kill, fr
 localcluster: ## Build (once) and start the local cluster alone; prints its kubeconfig (use it through hack/localcluster/exec.sh).
 	@bash hack/localcluster/up.sh
 
+##@ OLM on the local cluster (root)
+
+.PHONY: olm
+olm: $(OPM) ## Install OLM (built from source, its images pushed to the node's registry) into the local cluster, started when not up; make demo-down removes it.
+	@OPM=$(OPM) OPM_VERSION=$(OPM_VERSION) bash hack/olm/up.sh
+
+.PHONY: olm-e2e
+olm-e2e: $(OPM) $(OPERATOR_SDK) $(KUSTOMIZE) ## On a fresh local cluster with OLM: operator-sdk run bundle, a Subscription, an upgrade, scorecard; the example cluster fails over after each (OLM_E2E_RUN=regexp, OLM_E2E_KEEP=1).
+	@OPM=$(OPM) OPM_VERSION=$(OPM_VERSION) OPERATOR_SDK=$(OPERATOR_SDK) OPERATOR_SDK_VERSION=$(OPERATOR_SDK_VERSION) \
+		KUSTOMIZE=$(KUSTOMIZE) VERSION=$(VERSION) IMAGE_TAG_BASE=$(IMAGE_TAG_BASE) CHANNELS=$(CHANNELS) \
+		DEFAULT_CHANNEL=$(DEFAULT_CHANNEL) bash hack/olm/e2e.sh
+
 ##@ Bundle and catalog
 
 .PHONY: bundle

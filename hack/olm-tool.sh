@@ -3,6 +3,8 @@
 # Go module proxy, into a directory (the Makefile caches it under $PGPILOT_CACHE/tools):
 #
 #   hack/olm-tool.sh operator-sdk v1.34.1 <dir>   # <dir>/operator-sdk
+#   hack/olm-tool.sh scorecard-test v1.34.1 <dir> # <dir>/scorecard-test (the scorecard
+#                                                 # basic and olm suites' test image's binary)
 #   hack/olm-tool.sh opm v1.35.0 <dir>            # <dir>/opm
 #
 # `go install <module>@<version>` cannot build either here: it asks the module proxy for
@@ -11,14 +13,16 @@
 # refuses. So each tool is built in a scratch module that requires it at that version.
 set -euo pipefail
 
-tool=${1:?usage: olm-tool.sh operator-sdk|opm <version> <dir>}
-version=${2:?usage: olm-tool.sh operator-sdk|opm <version> <dir>}
-out=${3:?usage: olm-tool.sh operator-sdk|opm <version> <dir>}
+usage="usage: olm-tool.sh operator-sdk|scorecard-test|opm <version> <dir>"
+tool=${1:?$usage}
+version=${2:?$usage}
+out=${3:?$usage}
 
 case "$tool" in
-operator-sdk)
+operator-sdk | scorecard-test)
   module=github.com/operator-framework/operator-sdk
   pkg=$module/cmd/operator-sdk
+  [ "$tool" = scorecard-test ] && pkg=$module/images/scorecard-test
   # The version is recorded in every bundle it generates
   # (operators.operatorframework.io.metrics.builder); without it, "unknown".
   ldflags="-X $module/internal/version.Version=$version -X $module/internal/version.GitVersion=$version"

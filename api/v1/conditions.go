@@ -62,6 +62,11 @@ const (
 	// Prometheus Operator's PodMonitor and PrometheusRule kinds exist), False with what
 	// is missing; absent while monitoring is not enabled.
 	ConditionMonitoringReady = "MonitoringReady"
+
+	// ConditionHibernated is True while spec.stopped has stopped every instance, False
+	// while they stop or resume (reason Stopping, Resuming, Resumed); absent on a
+	// cluster never stopped.
+	ConditionHibernated = "Hibernated"
 )
 
 // Condition types the Helm manager owns.
@@ -157,6 +162,18 @@ const (
 	// Reasons of the MonitoringReady condition (docs/monitoring.md).
 	ReasonPrometheusOperatorFound   = "PrometheusOperatorFound"
 	ReasonPrometheusOperatorMissing = "PrometheusOperatorMissing"
+
+	// Hibernation (spec.stopped): the Hibernated condition's reasons and the failover
+	// controller's events.
+	ReasonStopping = "Stopping"
+	ReasonStopped  = "Stopped"
+	ReasonResuming = "Resuming"
+	ReasonResumed  = "Resumed"
+	// ReasonFenceWaiting: a fenced primary waits for an instance that can take over
+	// before it stops; ReasonFenceIgnored: the annotation names no instance of the
+	// cluster. ReasonFenced and ReasonUnfenced name an instance fenced or back.
+	ReasonFenceWaiting = "FenceWaiting"
+	ReasonFenceIgnored = "FenceIgnored"
 )
 
 // Phases of a cluster.
@@ -166,6 +183,9 @@ const (
 	PhaseDegraded    Phase = "Degraded"
 	PhaseUnavailable Phase = "Unavailable"
 	PhaseFailed      Phase = "Failed"
+	// PhaseStopping and PhaseStopped: spec.stopped (hibernation).
+	PhaseStopping Phase = "Stopping"
+	PhaseStopped  Phase = "Stopped"
 )
 
 // FindCondition returns the condition of type t, or nil.

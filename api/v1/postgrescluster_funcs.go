@@ -23,6 +23,13 @@ const (
 	// (kubectl pgpilot restart sets it to the time).
 	AnnotationRestartedAt = "db.example.com/restartedAt"
 
+	// AnnotationFencedInstances on a cluster fences instances: a comma-separated list
+	// of pod names, or "*" for every instance. A fenced instance's postgres is stopped
+	// and kept stopped (its pod stays, for inspection), and it is left out of the
+	// Services and of every election; a fenced primary hands over to an instance that
+	// is not fenced first. Removing a name unfences it (docs/operations.md, "Fencing").
+	AnnotationFencedInstances = "db.example.com/fenced-instances"
+
 	// AnnotationLastFailover on the primary Lease records the last failover (JSON of a
 	// FailoverRecord); AnnotationFailoverBlocked says why a failover cannot happen now.
 	// The failover controller writes them, the status controller shows them.
@@ -52,6 +59,15 @@ const (
 	// postgres (JSON: pending, blocked, message), which the restart controller records
 	// and the status controller shows as the PendingRestart condition.
 	AnnotationPendingRestart = "db.example.com/pending-restart"
+	// AnnotationHibernation on the primary Lease is where hibernation stands (JSON of a
+	// primarylease.Hibernation: stopping, stopped or resuming, and the primary that
+	// keeps its role), written by the failover controller and read by the agents and
+	// the plan (docs/operations.md, "Hibernation").
+	AnnotationHibernation = "db.example.com/hibernation"
+	// AnnotationFenced on the primary Lease lists the instances whose postgres must
+	// stay stopped (JSON array of pod names): the failover controller's reading of the
+	// cluster's AnnotationFencedInstances, once a fenced primary has handed over.
+	AnnotationFenced = "db.example.com/fenced"
 
 	// LabelScheduledAt on a PostgresBackup the sidecar created for a schedule tick is
 	// the tick's time, as a Unix timestamp.

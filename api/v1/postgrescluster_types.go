@@ -94,6 +94,14 @@ type PostgresClusterSpec struct {
 	// +optional
 	Failover FailoverSpec `json:"failover,omitempty"`
 
+	// stopped hibernates the cluster: the primary stops first, cleanly, and keeps the
+	// primary role; once the standbys have its final WAL every pod goes. The volumes,
+	// the Secrets, the Services and the primary Lease stay. Set it back to false to
+	// resume: the same primary starts again and the replicas follow it, nothing
+	// replayed or cloned (docs/operations.md, "Hibernation").
+	// +optional
+	Stopped bool `json:"stopped,omitempty"`
+
 	// monitoring configures Prometheus scraping of the instances.
 	// +kubebuilder:default={}
 	// +optional
@@ -328,7 +336,8 @@ type PostgresClusterStatus struct {
 	// +optional
 	Conditions []Condition `json:"conditions,omitempty"`
 
-	// phase is a one-word summary: Creating, Healthy, Degraded, Unavailable or Failed.
+	// phase is a one-word summary: Creating, Healthy, Degraded, Unavailable, Failed,
+	// Stopping or Stopped (spec.stopped).
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
 
@@ -378,6 +387,12 @@ type PostgresClusterStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
+	// operatorVersion is the version of the pgpilot operator that manages the cluster
+	// now: the one whose sidecar last wrote this status. An operator upgrade changes it
+	// as soon as the new operator runs; its rolling update of the instances follows.
+	// +optional
+	OperatorVersion string `json:"operatorVersion,omitempty"`
+
 	// deployedRelease is written by the Helm manager: the Helm release that renders
 	// this cluster.
 	// +optional
@@ -388,7 +403,9 @@ type PostgresClusterStatus struct {
 type InstanceStatus struct {
 	// name of the pod.
 	Name string `json:"name"`
-	// role is primary, replica, fenced, or empty before the sidecar assigned one.
+	// role is primary, replica, fenced (a former primary not yet rejoined, or an
+	// instance fenced by the annotation db.example.com/fenced-instances), or empty
+	// before the sidecar assigned one.
 	// +optional
 	Role string `json:"role,omitempty"`
 	// ready is the pod's Ready condition.

@@ -27,15 +27,8 @@ export PGPILOT_LC_PVS=${PGPILOT_LC_PVS:-24}
 REPORT=$REPO_ROOT/bin/chaos-report.md
 begin=$SECONDS
 
-status=0
-test_pid=
 # The teardown runs on every exit, an interrupted run's included, so that no cluster, no
 # frozen pod and no test process is left behind.
-on_exit() {
-  if [[ -n $test_pid ]] && kill -0 "$test_pid" 2>/dev/null; then
-    kill -TERM "$test_pid" 2>/dev/null || true
-  fi
-}
 after_teardown() {
   if [[ -s $REPORT ]]; then
     echo
@@ -54,12 +47,8 @@ bin=$REPO_ROOT/bin/chaos.test
 build_images
 up=1
 fresh_cluster_up
-load_images
+push_images
 deploy_operator
 step "Running the chaos suite (faults: ${CHAOS_FAULTS:-all}, ${CHAOS_ROUNDS:-3} rounds each; $((SECONDS - begin))s so far)"
-# In the background, so that an interrupt reaches the teardown at once.
-E2E_PG_MAJOR=$E2E_PG_MAJOR CHAOS_REPORT=$REPORT bash "$LC/exec.sh" "$bin" -test.v -test.count 1 \
-  -test.timeout "${CHAOS_TIMEOUT:-6h}" -test.run '^TestChaos$' &
-test_pid=$!
-wait "$test_pid" || status=$?
-test_pid=
+E2E_PG_MAJOR=$E2E_PG_MAJOR CHAOS_REPORT=$REPORT run_tests "$bin" -test.v -test.count 1 \
+  -test.timeout "${CHAOS_TIMEOUT:-6h}" -test.run '^TestChaos$'

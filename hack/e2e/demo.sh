@@ -6,7 +6,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 build_images
 cluster_up
-load_images
+push_images
 deploy_operator
 
 step "Applying the example PostgresCluster (3 instances; version $E2E_PG_MAJOR, the local image's)"
@@ -30,7 +30,7 @@ pgpilot runs in a local cluster inside the network namespace pgpilot-lc.
 
   kubectl:   hack/localcluster/exec.sh kubectl get pgc,pods,svc
   psql:      hack/localcluster/exec.sh kubectl run psql --rm -it --restart=Never \\
-               --image=$POSTGRES_IMAGE --image-pull-policy=Never \\
+               --image=$POSTGRES_IMAGE --image-pull-policy=IfNotPresent \\
                --env=PGPASSWORD=\$(hack/localcluster/exec.sh kubectl get secret my-db-app -o jsonpath='{.data.password}' | base64 -d) \\
                -- psql -h my-db-rw -U app app
   failover:  hack/localcluster/exec.sh kubectl delete pod \$(hack/localcluster/exec.sh kubectl get pgc my-db -o jsonpath='{.status.currentPrimary}')

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # What `make demo` and `make e2e` share: build the images, bring up the local cluster,
-# load the images into it, and deploy pgpilot with config/default (sourced, not run).
+# push the images to its registry, and deploy pgpilot with config/default (sourced, not
+# run).
 
 E2E_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PGPILOT_CACHE=${PGPILOT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pgpilot}
@@ -68,9 +69,31 @@ fresh_cluster_up() {
   cluster_up
 }
 
+# The tests run in the background (run_tests), so that an interrupt reaches the teardown
+# at once, which stops them first.
+status=0
+test_pid=
+
+# run_tests ARGS...: runs `exec.sh ARGS` (a test binary inside the cluster's namespace)
+# and waits for it; its failure becomes the script's exit status.
+run_tests() {
+  bash "$LC/exec.sh" "$@" &
+  test_pid=$!
+  wait "$test_pid" || status=$?
+  test_pid=
+}
+
+stop_tests() {
+  if [[ -n $test_pid ]] && kill -0 "$test_pid" 2>/dev/null; then
+    kill -TERM "$test_pid" 2>/dev/null || true
+    wait "$test_pid" 2>/dev/null || true
+  fi
+}
+
 # teardown_on_exit KEEP_VAR tears the cluster down when the script exits, interrupted or
 # not, unless $KEEP_VAR is 1; the exit status is the script's (in $status), or the
-# teardown's when that was 0. on_exit, when set, runs first (before the teardown).
+# teardown's when that was 0. Running tests are stopped first, then on_exit, when set,
+# runs (before the teardown).
 teardown_on_exit() {
   keep_var=$1 up=0
   trap _teardown EXIT
@@ -82,6 +105,7 @@ _teardown() {
   local rc=$?
   trap - EXIT INT TERM
   ((${status:-0} == 0)) && status=$rc
+  stop_tests
   if declare -F on_exit >/dev/null; then on_exit || true; fi
   if ((up)); then
     if [[ ${!keep_var:-} == 1 ]]; then
@@ -96,9 +120,12 @@ _teardown() {
   exit "$status"
 }
 
-load_images() {
-  step "Loading the images into the cluster's containerd"
-  bash "$LC/load-image.sh" "$OPERATOR_TAR" "$POSTGRES_TAR"
+# push_images pushes the operator and PostgreSQL images to the local cluster's registry,
+# where the node pulls them from under their own names.
+push_images() {
+  step "Pushing the images to the cluster's registry"
+  bash "$LC/push-image.sh" "$OPERATOR_TAR" "$OPERATOR_IMAGE"
+  bash "$LC/push-image.sh" "$POSTGRES_TAR" "$POSTGRES_IMAGE"
 }
 
 # deploy_operator applies config/default with the local images, and waits until the

@@ -12,15 +12,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # Every test cluster takes local volumes that are released, not reused, after it goes.
 export PGPILOT_LC_PVS=${PGPILOT_LC_PVS:-24}
 
-status=0
-test_pid=
-# An interrupt stops the tests before the teardown.
-on_exit() {
-  if [[ -n $test_pid ]] && kill -0 "$test_pid" 2>/dev/null; then
-    kill -TERM "$test_pid" 2>/dev/null || true
-    wait "$test_pid" 2>/dev/null || true
-  fi
-}
 teardown_on_exit E2E_KEEP
 
 step "Building the e2e test binary"
@@ -32,8 +23,8 @@ build_images
 build_s3_image
 up=1
 fresh_cluster_up
-load_images
-bash "$LC/load-image.sh" "$S3_TAR"
+push_images
+bash "$LC/push-image.sh" "$S3_TAR" "$S3_IMAGE"
 deploy_operator
 
 what=tests
@@ -46,8 +37,4 @@ if [[ -n ${E2E_BENCH:-} ]]; then
 elif [[ -n ${E2E_RUN:-} ]]; then
   args+=(-test.run "$E2E_RUN")
 fi
-# In the background, so that an interrupt reaches the teardown at once.
-E2E_PG_MAJOR=$E2E_PG_MAJOR E2E_S3_IMAGE=$S3_IMAGE PROMETHEUS=${PROMETHEUS:-} bash "$LC/exec.sh" "$bin" "${args[@]}" &
-test_pid=$!
-wait "$test_pid" || status=$?
-test_pid=
+E2E_PG_MAJOR=$E2E_PG_MAJOR E2E_S3_IMAGE=$S3_IMAGE PROMETHEUS=${PROMETHEUS:-} run_tests "$bin" "${args[@]}"

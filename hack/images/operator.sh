@@ -8,8 +8,8 @@
 # the image ID, and prints two lines: the tarball's path and the image reference
 # pgpilot:<id>. The tarball also tags the image pgpilot:dev. Load it with
 #   ctr -n k8s.io images import <tarball>      (or docker load -i <tarball>)
-# The build is reproducible: the same sources give the same file, so an unchanged tree
-# gives the same tag.
+# The build is reproducible: the same sources give the same image ID (and layers), so an
+# unchanged tree gives the same tag.
 #
 # Environment: VERSION and REVISION (the image's labels; default the Dockerfile's ARG
 # default and `git rev-parse HEAD`), SOURCE_DATE_EPOCH (the files' and the image's time;
@@ -34,8 +34,9 @@ chmod 1777 "$work/tmp" # the builder's /rootfs/tmp
 
 start=$SECONDS
 log "building ./cmd/... for linux/$arch"
-# The Dockerfile's builder stage's command.
-CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags "-s -w" -o "$work/out/" ./cmd/...
+# The Dockerfile's builder stage's command (VERSION's default is its ARG's).
+CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath \
+  -ldflags "-s -w -X github.com/pgpilot/pgpilot/internal/version.Version=${VERSION:-dev}" -o "$work/out/" ./cmd/...
 go build -o "$work/mkimage" ./hack/images/mkimage
 
 args=(-dockerfile Dockerfile -context .

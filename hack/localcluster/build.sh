@@ -5,8 +5,10 @@
 #   k8s-v1.32.0/     kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl
 #   etcd-v3.5.17/    etcd
 #   coredns-v1.11.4/ coredns
-#   images/          pause and busybox image tarballs (built here, no registry)
-#   tools/           mkimage (hack/images/mkimage) and the pause binary (./pause)
+#   registry-v3.0.0/ registry (CNCF Distribution's registry server)
+#   images/          pause and busybox image tarballs (built here; up.sh pushes them)
+#   tools/           mkimage (hack/images/mkimage), crane (go-containerregistry's
+#                    registry client) and the pause binary (./pause)
 #
 # There is no download site for Kubernetes binaries here: they are built from the Go
 # module proxy like hack/control-plane.sh does, whose kube-apiserver, kubectl and etcd
@@ -104,29 +106,69 @@ build_etcd() {
 build_coredns() {
   [[ -x $LC_COREDNS_BIN/coredns ]] && return 0
   log "building CoreDNS v$COREDNS_VERSION (about 90 seconds, once)"
-  local work=$WORK/coredns
-  scratch_module "$work" pgpilot.local/localcluster-coredns
+  build_go_commands "$WORK/coredns" "$LC_COREDNS_BIN" "github.com/coredns/coredns@v$COREDNS_VERSION" "" \
+    github.com/coredns/coredns
+}
+
+# The registry server: distribution's `registry serve`, with the filesystem storage
+# driver alone. Its cmd/registry also links the Azure, GCS and S3 drivers and their SDKs,
+# most of its build time on a cold machine; this command is that one less them.
+build_registry() {
+  [[ -x $LC_REGISTRY_BIN/registry ]] && return 0
+  log "building the registry server v$REGISTRY_VERSION (about a minute, once)"
+  local m=github.com/distribution/distribution/v3 work=$WORK/registry
+  mkdir -p "$work" "$LC_REGISTRY_BIN"
+  cat >"$work/main.go" <<EOF
+// Command registry is CNCF Distribution's registry server with the filesystem driver.
+package main
+
+import (
+	"os"
+
+	"$m/registry"
+	_ "$m/registry/storage/driver/filesystem"
+)
+
+func main() {
+	if err := registry.RootCmd.Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+EOF
   (
     cd "$work"
-    printf '//go:build tools\n\npackage tools\n\nimport _ "github.com/coredns/coredns"\n' >tools.go
-    go get "github.com/coredns/coredns@v$COREDNS_VERSION" >/dev/null 2>&1 || go get "github.com/coredns/coredns@v$COREDNS_VERSION"
+    go mod init pgpilot.local/localcluster-registry >/dev/null 2>&1
+    go get "$m@v$REGISTRY_VERSION" >/dev/null 2>&1 || go get "$m@v$REGISTRY_VERSION"
     go mod tidy >/dev/null 2>&1 || go mod tidy
-    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/coredns" github.com/coredns/coredns
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X $m/version.version=v$REGISTRY_VERSION" -o "$work/registry" .
   )
-  mkdir -p "$LC_COREDNS_BIN"
-  mv -f "$work/coredns" "$LC_COREDNS_BIN/coredns"
+  mv -f "$work/registry" "$LC_REGISTRY_BIN/registry"
+}
+
+# The registry's storage is a cache: every image in it can be pushed again from its
+# tarball or rebuilt. When it outgrows its bound it starts empty.
+bound_registry_data() {
+  local max=${PGPILOT_REGISTRY_MAX_MB:-8192} mb
+  [[ -d $LC_REGISTRY_DATA ]] || return 0
+  mb=$(du -sm "$LC_REGISTRY_DATA" | cut -f1)
+  if ((mb > max)); then
+    log "the registry's storage holds ${mb} MB (more than $max): emptying it"
+    rm -rf --one-file-system "$LC_REGISTRY_DATA"
+  fi
 }
 
 # The image tools: hack/images/mkimage (which also packs the operator and PostgreSQL
-# images) and the pause binary, rebuilt when their sources change.
+# images), crane (go-containerregistry's command, which pushes image tarballs to the
+# registry) and the pause binary, rebuilt when their sources change.
 build_tools() {
   local sum
   sum=$(cat "$REPO_ROOT"/go.sum "$REPO_ROOT"/hack/images/mkimage/*.go "$LC_DIR"/pause/*.go | sha256sum | cut -c1-16)
   TOOLS_DIR=$LC_TOOLS/$sum
-  [[ -x $TOOLS_DIR/mkimage && -x $TOOLS_DIR/pause ]] && return 0
+  [[ -x $TOOLS_DIR/mkimage && -x $TOOLS_DIR/crane && -x $TOOLS_DIR/pause ]] && return 0
   log "building the image tools (seconds)"
   mkdir -p "$TOOLS_DIR"
-  (cd "$REPO_ROOT" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$TOOLS_DIR/" ./hack/images/mkimage ./hack/localcluster/pause)
+  (cd "$REPO_ROOT" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$TOOLS_DIR/" ./hack/images/mkimage \
+    github.com/google/go-containerregistry/cmd/crane ./hack/localcluster/pause)
 }
 
 # pack ROOTFS TARBALL REF MKIMAGE_FLAGS...: a one-layer image of ROOTFS, files owned by root.
@@ -174,6 +216,8 @@ main() {
   build_kubernetes
   build_etcd
   build_coredns
+  build_registry
+  bound_registry_data
   build_tools
   build_images
 }

@@ -76,6 +76,8 @@ kill_leftovers() {
 stop_containerd() {
   stop_daemon containerd 15
   kill_leftovers
+  # The registry served containerd's pulls; its storage stays (a cache, lib.sh).
+  stop_daemon registry
 }
 
 stop_control_plane() {

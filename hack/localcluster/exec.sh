@@ -17,6 +17,8 @@ require_root
 netns_exists || die "the local cluster is not up: run hack/localcluster/up.sh"
 export KUBECONFIG=$LC_KUBECONFIG
 export PATH=$LC_K8S_BIN:$PATH
+# The node's registry ($LC_REGISTRY) has a certificate of the cluster CA.
+registry_trust
 # `ip netns exec` (not nsenter) so /etc/netns/pgpilot-lc/resolv.conf becomes the
 # command's /etc/resolv.conf.
 exec ip netns exec "$LC_NETNS" "$@"

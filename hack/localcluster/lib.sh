@@ -12,12 +12,15 @@ REPO_ROOT=$(cd "$LC_DIR/../.." && pwd)
 K8S_VERSION=1.32.0
 ETCD_VERSION=3.5.17
 COREDNS_VERSION=1.11.4
+# The registry server: distribution's, as CNCF Distribution publishes it.
+REGISTRY_VERSION=3.0.0
 
 PGPILOT_CACHE=${PGPILOT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pgpilot}
 LC_CACHE=$PGPILOT_CACHE/localcluster
 LC_K8S_BIN=$LC_CACHE/k8s-v$K8S_VERSION
 LC_ETCD_BIN=$LC_CACHE/etcd-v$ETCD_VERSION
 LC_COREDNS_BIN=$LC_CACHE/coredns-v$COREDNS_VERSION
+LC_REGISTRY_BIN=$LC_CACHE/registry-v$REGISTRY_VERSION
 LC_IMAGES=$LC_CACHE/images
 LC_TOOLS=$LC_CACHE/tools
 # The running cluster's state: certificates, etcd, containerd, kubelet, volumes and logs.
@@ -26,6 +29,9 @@ LC_RUN=${PGPILOT_LC_RUN:-$LC_CACHE/run}
 LC_LOGS=$LC_RUN/logs
 LC_PKI=$LC_RUN/pki
 LC_KUBECONFIG=$LC_RUN/kubeconfig
+# The cluster CA alone, for SSL_CERT_DIR: Go programs (crane, operator-sdk, opm, tests)
+# then trust the registry's certificate.
+LC_TRUST=$LC_RUN/trust
 # Records that must outlive a teardown (the sysctls before up.sh, what existed before).
 LC_STATE=$LC_CACHE/state
 
@@ -41,6 +47,17 @@ LC_APISERVER_SVC_IP=10.96.0.1
 LC_BRIDGE=pgpilot-br0
 LC_CGROUP=$LC_NAME
 LC_CONTAINERD_SOCK=$LC_RUN/containerd/containerd.sock
+# The node's image registry, a daemon on the node address (HTTPS, a certificate of the
+# cluster CA; nothing outside the namespace reaches it). Its storage outlives a cluster, as the image tarballs do, so a
+# push of an image it already holds only compares digests; build.sh empties it when it
+# grows past PGPILOT_REGISTRY_MAX_MB.
+LC_REGISTRY=$LC_NODE_IP:5000
+LC_REGISTRY_DATA=$LC_CACHE/registry-data
+# Registries whose images containerd pulls from the local registry instead (its mirrors,
+# hosts.toml under config_path): images keep their real names, quay.io/..., example.com/...,
+# and manifests need no rewriting. The local registry holds an image of any of them under
+# the same path without the host (docker.io/library/x:1 as $LC_REGISTRY/library/x:1).
+LC_MIRRORED=(docker.io quay.io example.com pgpilot.local)
 LC_PV_COUNT=${PGPILOT_LC_PVS:-12}
 LC_PV_SIZE=${PGPILOT_LC_PV_SIZE:-2Gi}
 
@@ -61,7 +78,7 @@ LC_SYSCTLS=(
 )
 
 # The daemons in start order; teardown walks them backwards.
-LC_DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy coredns)
+LC_DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler registry containerd kubelet kube-proxy coredns)
 
 log() { echo "localcluster: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -75,11 +92,68 @@ in_netns() { nsenter --net="$LC_NETNS_PATH" -- "$@"; }
 
 netns_exists() { [[ -e $LC_NETNS_PATH ]] && ip netns list 2>/dev/null | grep -qw "^$LC_NETNS"; }
 
+# registry_trust exports SSL_CERT_DIR so that Go programs trust the cluster CA besides
+# the system's roots.
+registry_trust() { export SSL_CERT_DIR=$LC_TRUST:${SSL_CERT_DIR:-/etc/ssl/certs}; }
+
 kubectl_lc() { in_netns "$LC_K8S_BIN/kubectl" --kubeconfig "$LC_KUBECONFIG" "$@"; }
 
 ctr_lc() { ctr --address "$LC_CONTAINERD_SOCK" --namespace k8s.io "$@"; }
 
 pidfile() { echo "$LC_RUN/pids/$1.pid"; }
+
+# registry_ref REF prints where the local registry holds the image REF: the same path
+# under $LC_REGISTRY, as containerd's mirrors ask for it (docker.io/library/ for a name
+# without a registry, as docker and containerd read it). REF's registry must be one of
+# $LC_MIRRORED, or the local registry itself.
+registry_ref() {
+  local ref=$1 host m
+  if [[ $ref != */* ]]; then
+    ref=docker.io/library/$ref
+  elif host=${ref%%/*} && [[ $host != *.* && $host != *:* && $host != localhost ]]; then
+    ref=docker.io/$ref
+  fi
+  host=${ref%%/*}
+  [[ $host == "$LC_REGISTRY" ]] && { echo "$ref"; return 0; }
+  for m in "${LC_MIRRORED[@]}"; do
+    [[ $host == "$m" ]] && { echo "$LC_REGISTRY/${ref#*/}"; return 0; }
+  done
+  die "$1: the node pulls images of ${LC_MIRRORED[*]} and $LC_REGISTRY only (LC_MIRRORED in hack/localcluster/lib.sh)"
+}
+
+# build_go_commands WORK OUT MODULE@VERSION LDFLAGS PACKAGE...: builds another project's
+# commands at a pinned version from the Go module proxy, in a throwaway module in WORK,
+# into OUT (static, -trimpath, -s -w plus LDFLAGS). GO_REPLACES, when set, holds the
+# replace directives (old=new@version, space-separated) that the project's own go.mod
+# carries and a module requiring it does not inherit.
+build_go_commands() {
+  local work=$1 out=$2 modver=$3 ldflags=$4 r
+  shift 4
+  mkdir -p "$work" "$out"
+  (
+    set -e
+    cd "$work" || exit 1
+    go mod init pgpilot.local/build >/dev/null 2>&1
+    for r in ${GO_REPLACES:-}; do go mod edit -replace="$r"; done
+    {
+      printf '//go:build tools\n\npackage tools\n\nimport (\n'
+      printf '\t_ "%s"\n' "$@"
+      printf ')\n'
+    } >tools.go
+    go get "$modver" >/dev/null 2>&1 || go get "$modver"
+    go mod tidy >/dev/null 2>&1 || go mod tidy
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $ldflags" -o "$out/" "$@"
+  )
+}
+
+# The image tools build.sh builds (mkimage, crane, pause), in a directory named after
+# their sources; build.sh records which.
+lc_tools_dir() {
+  local d
+  d=$(cat "$LC_IMAGES/.tools" 2>/dev/null || true)
+  [[ -n $d && -x $d/crane ]] || die "the image tools are not built: run hack/localcluster/build.sh"
+  echo "$d"
+}
 
 # daemon_pid prints the recorded pid of a daemon if that process still runs the binary it
 # was started from (a recycled pid never matches).

@@ -47,7 +47,7 @@ spec:
   containers:
   - name: web
     image: $BUSYBOX_IMAGE
-    imagePullPolicy: Never
+    imagePullPolicy: IfNotPresent
     command: [sh, -c, 'echo hello from \$(hostname) >/data/index.html && exec httpd -f -p 8080 -h /data']
     ports:
     - containerPort: 8080
@@ -80,7 +80,7 @@ spec:
   containers:
   - name: pause
     image: $PAUSE_IMAGE
-    imagePullPolicy: Never
+    imagePullPolicy: IfNotPresent
 YAML
 
 k -n "$NS" wait --for=condition=Ready pod/web pod/pause --timeout=90s >/dev/null

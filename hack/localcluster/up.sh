@@ -88,7 +88,7 @@ EOF
 # --- certificates and kubeconfigs -----------------------------------------------------
 
 # issue NAME SUBJECT EXTENDED_KEY_USAGE [SUBJECT_ALT_NAMES]: a key and a certificate
-# signed by the cluster CA.
+# signed by the cluster CA (or by pki/$LC_ISSUER.{crt,key} when LC_ISSUER is set).
 issue() {
   local name=$1 subject=$2 eku=$3 sans=${4:-}
   openssl genrsa -out "$LC_PKI/$name.key" 2048 2>/dev/null
@@ -99,7 +99,8 @@ issue() {
     echo "extendedKeyUsage = $eku"
     [[ -n $sans ]] && echo "subjectAltName = $sans"
   } >"$LC_PKI/$name.ext"
-  openssl x509 -req -in "$LC_PKI/$name.csr" -CA "$LC_PKI/ca.crt" -CAkey "$LC_PKI/ca.key" \
+  local ca=${LC_ISSUER:-ca}
+  openssl x509 -req -in "$LC_PKI/$name.csr" -CA "$LC_PKI/$ca.crt" -CAkey "$LC_PKI/$ca.key" \
     -set_serial "0x$(openssl rand -hex 12)" -days 365 -extfile "$LC_PKI/$name.ext" \
     -out "$LC_PKI/$name.crt" 2>/dev/null
   rm -f "$LC_PKI/$name.csr" "$LC_PKI/$name.ext"
@@ -122,6 +123,18 @@ make_pki() {
   issue kubelet-serving "/CN=$LC_NODE" serverAuth "DNS:$LC_NODE,IP:$LC_NODE_IP"
   issue kube-proxy "/CN=system:kube-proxy" clientAuth
   issue coredns "/CN=$LC_NAME:coredns" clientAuth
+  issue registry "/CN=$LC_NAME-registry" serverAuth "IP:$LC_NODE_IP"
+  # What clients of the registry trust (SSL_CERT_DIR, exec.sh and push-image.sh): the CA.
+  mkdir -p "$LC_TRUST"
+  cp "$LC_PKI/ca.crt" "$LC_TRUST/$LC_NAME-ca.crt"
+  # The aggregation layer (OLM's packageserver is an aggregated API server): the API
+  # server proxies to it with this client certificate, of a CA of its own, and the
+  # aggregated server trusts the user headers of requests that present it.
+  openssl genrsa -out "$LC_PKI/front-proxy-ca.key" 2048 2>/dev/null
+  openssl req -x509 -new -key "$LC_PKI/front-proxy-ca.key" -subj "/CN=$LC_NAME-front-proxy-ca" -days 3650 \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
+    -out "$LC_PKI/front-proxy-ca.crt"
+  LC_ISSUER=front-proxy-ca issue front-proxy-client "/CN=front-proxy-client" clientAuth
   # Service-account tokens are signed with this pair.
   openssl genrsa -out "$LC_PKI/sa.key" 2048 2>/dev/null
   openssl rsa -in "$LC_PKI/sa.key" -pubout -out "$LC_PKI/sa.pub" 2>/dev/null
@@ -188,6 +201,11 @@ start_apiserver() {
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$LC_PKI/sa.pub" --service-account-signing-key-file "$LC_PKI/sa.key" \
     --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+    --requestheader-client-ca-file "$LC_PKI/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$LC_PKI/front-proxy-client.crt" --proxy-client-key-file "$LC_PKI/front-proxy-client.key" \
+    --enable-aggregator-routing \
     --allow-privileged --profiling=false --cert-dir "$LC_RUN/apiserver"
   wait_for "kube-apiserver /readyz" 90 kubectl_lc get --raw /readyz || fail kube-apiserver
 }
@@ -281,6 +299,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   BinaryName = "/usr/sbin/runc"
   Root = "$LC_RUN/containerd/runc"
 
+[plugins."io.containerd.grpc.v1.cri".registry]
+  config_path = "$CFG/certs.d"
+
 [plugins."io.containerd.grpc.v1.cri".cni]
   bin_dir = "/usr/lib/cni"
   conf_dir = "$LC_RUN/cni/net.d"
@@ -314,12 +335,62 @@ EOF
   wait_for containerd 30 ctr_lc version || fail containerd
 }
 
-import_images() {
-  log "importing the pause and busybox images"
-  bash "$LC_DIR/load-image.sh" "$PAUSE_IMAGE_TAR" >/dev/null
-  bash "$LC_DIR/load-image.sh" "$BUSYBOX_IMAGE_TAR" >/dev/null
-  grep -qx "$PAUSE_IMAGE" <<<"$(ctr_lc images ls -q)" ||
-    die "$PAUSE_IMAGE_TAR does not hold the image $PAUSE_IMAGE (set PAUSE_IMAGE to the name inside it)"
+# start_registry runs the registry server on the node address, over TLS with a
+# certificate of the cluster CA: clients that ask for HTTPS (operator-sdk's and opm's
+# image pulls do, for any host) work as they would with a real registry. containerd pulls
+# every image from it, through its mirrors (containerd_registry_hosts), kubelet's pause
+# image included; tests and tools push to it and read it at $LC_REGISTRY.
+start_registry() {
+  log "starting the registry on $LC_REGISTRY (storage $LC_REGISTRY_DATA)"
+  mkdir -p "$LC_REGISTRY_DATA"
+  cat >"$CFG/registry.yml" <<EOF
+version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: $LC_REGISTRY_DATA
+  delete:
+    enabled: true
+http:
+  addr: $LC_REGISTRY
+  tls:
+    certificate: $LC_PKI/registry.crt
+    key: $LC_PKI/registry.key
+  # Signs upload state between requests; one registry, so any random value will do.
+  secret: $(openssl rand -hex 16)
+EOF
+  chmod 600 "$CFG/registry.yml"
+  # The registry reports its traces nowhere.
+  OTEL_TRACES_EXPORTER=none start_daemon registry "$LC_REGISTRY_BIN/registry" serve "$CFG/registry.yml"
+  wait_for registry 30 in_netns curl --noproxy "*" --cacert "$LC_PKI/ca.crt" -fsS "https://$LC_REGISTRY/v2/" || fail registry
+}
+
+# containerd_registry_hosts writes containerd's registry configuration (config_path): the
+# local registry is a mirror of each of $LC_MIRRORED, and a registry of its own name.
+containerd_registry_hosts() {
+  local h
+  for h in "${LC_MIRRORED[@]}" "$LC_REGISTRY"; do
+    mkdir -p "$CFG/certs.d/$h"
+    cat >"$CFG/certs.d/$h/hosts.toml" <<EOF
+# The node has no route off the machine: $h's images come from the local registry.
+server = "https://$LC_REGISTRY"
+
+[host."https://$LC_REGISTRY"]
+  capabilities = ["pull", "resolve"]
+  ca = "$LC_PKI/ca.crt"
+EOF
+  done
+}
+
+# push_base_images pushes the pause and busybox images, which kubelet and the smoke test
+# pull, the ordinary way.
+push_base_images() {
+  log "pushing the pause and busybox images to the registry"
+  bash "$LC_DIR/push-image.sh" "$PAUSE_IMAGE_TAR" "$PAUSE_IMAGE" >/dev/null
+  bash "$LC_DIR/push-image.sh" "$BUSYBOX_IMAGE_TAR" "$BUSYBOX_IMAGE" >/dev/null
 }
 
 start_kubelet() {
@@ -546,8 +617,10 @@ main() {
   start_apiserver
   start_controllers
   make_cgroups
+  start_registry
+  push_base_images
+  containerd_registry_hosts
   start_containerd
-  import_images
   start_kubelet
   start_kube_proxy
   start_coredns

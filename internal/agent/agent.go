@@ -346,6 +346,8 @@ func (a *Agent) act(ctx context.Context, d Decision, view LeaseView) error {
 		return a.follow(ctx, d.Target)
 	case Freeze:
 		return a.freeze(ctx)
+	case Stop:
+		a.stopKept(ctx, d.Reason)
 	case StepDown:
 		// Stopping a primary is costly: confirm with a fresh read first. When the API
 		// server cannot answer, the last view stands. The gate withholds already.

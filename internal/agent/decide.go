@@ -54,10 +54,13 @@ const (
 	Freeze
 	// StepDown — a running primary the Lease no longer names stops (and later rejoins).
 	StepDown
+	// Stop — the Lease keeps this instance down (fenced, or the holder of a hibernating
+	// cluster): postgres stops cleanly, and a holder keeps the Lease.
+	Stop
 )
 
 func (a Act) String() string {
-	return [...]string{"Idle", "KeepPrimary", "KeepStandby", "StartPrimary", "StartStandby", "Promote", "Follow", "Freeze", "StepDown"}[a]
+	return [...]string{"Idle", "KeepPrimary", "KeepStandby", "StartPrimary", "StartStandby", "Promote", "Follow", "Freeze", "StepDown", "Stop"}[a]
 }
 
 // Decision is an Act with its target and why.
@@ -73,12 +76,19 @@ type Decision struct {
 // final positions; any other holder is followed.
 func Decide(o Observation) Decision {
 	v := o.View
-	switch {
-	case !v.Known:
+	if !v.Known {
 		return Decision{Act: Idle, Reason: "the primary Lease has not been read yet"}
-	case v.Holder == o.Me:
+	}
+	if why := v.KeepsDown(o.Me); why != "" {
+		if o.Running {
+			return Decision{Act: Stop, Reason: why}
+		}
+		return Decision{Act: Idle, Reason: why + ": stays stopped"}
+	}
+	switch v.Holder {
+	case o.Me:
 		return decideHolder(o)
-	case v.Holder == "":
+	case "":
 		return decideVacant(o)
 	}
 	return decideFollower(o)

@@ -20,6 +20,15 @@ func TestDecide(t *testing.T) {
 		}
 		return o
 	}
+	hibernating := func(holder string, term int32, phase string) LeaseView {
+		v := view(holder, term)
+		v.Hibernation = &primarylease.Hibernation{Phase: phase, Holder: holder, Term: term}
+		return v
+	}
+	fenced := func(v LeaseView, pods ...string) LeaseView {
+		v.Fenced = pods
+		return v
+	}
 	cases := []struct {
 		name   string
 		o      Observation
@@ -58,6 +67,21 @@ func TestDecide(t *testing.T) {
 		{"follower, stopped after a freeze in this term: start frozen, never streaming from the old holder",
 			with(stopped(DataStandby), view("db-0", 4), func(o *Observation) { o.Frozen, o.FrozenTerm = true, 4 }), StartStandby, ""},
 		{"follower, stopped old primary: start as standby (rewind)", with(stopped(DataPrimary), view("db-0", 5), nil), StartStandby, "db-0"},
+
+		// Kept down by the Lease: hibernation and the user's fencing.
+		{"holder of a stopping cluster, running primary: stop, keeping the Lease", with(running(agentapi.RolePrimary, ""),
+			hibernating("db-1", 3, primarylease.Stopping), nil), Stop, ""},
+		{"holder of a stopped cluster, stopped: stays down", with(stopped(DataPrimary), hibernating("db-1", 3, primarylease.Stopped), nil), Idle, ""},
+		{"holder of a resuming cluster: starts as primary", with(stopped(DataPrimary), hibernating("db-1", 3, primarylease.Resuming), nil), StartPrimary, ""},
+		{"holder of a hibernation recorded in an earlier term: starts as primary", with(stopped(DataPrimary),
+			LeaseView{Known: true, Holder: "db-1", Term: 4, Hibernation: &primarylease.Hibernation{Phase: primarylease.Stopped, Holder: "db-1", Term: 3}}, nil), StartPrimary, ""},
+		{"standby of a stopping cluster: keeps streaming its final WAL", with(running(agentapi.RoleReplica, "db-0"),
+			hibernating("db-0", 3, primarylease.Stopping), nil), KeepStandby, "db-0"},
+		{"fenced standby, running: stop", with(running(agentapi.RoleReplica, "db-0"), fenced(view("db-0", 5), "db-1"), nil), Stop, ""},
+		{"fenced standby, stopped: stays down", with(stopped(DataStandby), fenced(view("db-0", 5), "db-1"), nil), Idle, ""},
+		{"fenced standby while the Lease is vacant: stays down", with(stopped(DataStandby), fenced(view("", 5), "db-1"), nil), Idle, ""},
+		{"fenced holder, running primary: stop, keeping the Lease", with(running(agentapi.RolePrimary, ""), fenced(view("db-1", 5), "db-1", "db-0"), nil), Stop, ""},
+		{"another instance fenced: follow as usual", with(stopped(DataStandby), fenced(view("db-0", 5), "db-2"), nil), StartStandby, "db-0"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -50,7 +50,9 @@ func (a *Agent) stopPostgres(mode StopMode) {
 		a.stopGate()
 		return
 	}
-	p.Stop(a.cfg.ShutdownTimeout, mode)
+	if sig := p.Stop(a.cfg.ShutdownTimeout, mode); sig != 0 {
+		a.log.Info("Postgres did not stop in time: escalated", "signal", sig.String(), "timeout", a.cfg.ShutdownTimeout.String())
+	}
 	a.db.Reset()
 	a.stopGate()
 	a.setState(nil, agentapi.RoleStopped, "")
@@ -186,6 +188,40 @@ func (a *Agent) handover(ctx context.Context, immediate bool) (h agentapi.Handov
 	return h, done
 }
 
+// stopKept stops postgres because the Lease keeps this instance down (why): cleanly
+// (stopCleanly), keeping the Lease: a primary is still the primary, and starts as one
+// when the Lease lets it. Its final position is in its status (Handover).
+func (a *Agent) stopKept(ctx context.Context, why string) {
+	a.log.Info("Stopping postgres: the primary Lease keeps this instance down", "reason", why)
+	a.stopCleanly(ctx)
+	a.mu.Lock()
+	a.role = agentapi.RoleStopped
+	a.mu.Unlock()
+}
+
+// stopCleanly stops postgres fast, keeping the Lease. A primary stops the way a
+// switchover does: its commit gate drains first, so that nothing more is acknowledged
+// and the gate's walsender can end the shutdown (a gate that merely withholds keeps
+// it waiting: a single-instance primary took three quarters of the shutdown timeout to
+// stop, then an immediate shutdown), and every connected standby receives its WAL up
+// to the shutdown checkpoint. The instance is not fenced afterwards: what starts it
+// again is the caller's or the Lease's business.
+func (a *Agent) stopCleanly(ctx context.Context) {
+	a.mu.Lock()
+	primary := a.role == agentapi.RolePrimary
+	a.mu.Unlock()
+	if !primary {
+		a.stopPostgres(StopFast)
+		return
+	}
+	_, stopped := a.handover(ctx, false)
+	<-stopped
+	a.mu.Lock()
+	a.fenced = false
+	a.mu.Unlock()
+	a.handingOver.Store(false)
+}
+
 // handedOver records a handover's outcome.
 func (a *Agent) handedOver(h agentapi.Handover, how string, start time.Time) {
 	a.mu.Lock()
@@ -298,11 +334,12 @@ func (a *Agent) shutdown() {
 	a.mu.Lock()
 	alone := len(a.peers()) == 0
 	a.mu.Unlock()
-	if view.Holder != a.cfg.PodName || alone {
-		// A standby, or a primary with nobody to hand over to: it keeps the Lease and
-		// starts again as the primary.
+	if view.Holder != a.cfg.PodName || alone || view.KeepsDown(a.cfg.PodName) != "" {
+		// A standby, a primary with nobody to hand over to, or one the Lease keeps
+		// down (hibernating, fenced): it keeps the Lease and starts again as the
+		// primary.
 		a.handingOver.Store(true)
-		a.stopPostgres(StopFast)
+		a.stopCleanly(ctx)
 		return
 	}
 	a.checkpointBeforeStop(ctx)

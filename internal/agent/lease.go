@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -36,6 +37,23 @@ type LeaseView struct {
 	Bootstrapped bool
 	// Handover says why Holder is "", when it is.
 	Handover *primarylease.Handover
+	// Hibernation is where spec.stopped stands (nil while the cluster runs), and
+	// Fenced the instances the user fenced: both keep postgres stopped (KeepsDown).
+	Hibernation *primarylease.Hibernation
+	Fenced      []string
+}
+
+// KeepsDown says why the Lease keeps pod's postgres stopped, "" when it does not: the
+// user fenced it, or it is the holder of a cluster that is stopping or stopped.
+func (v LeaseView) KeepsDown(pod string) string {
+	r := primarylease.Record{Holder: v.Holder, Term: v.Term, Hibernation: v.Hibernation, Fenced: v.Fenced}
+	switch {
+	case !r.KeepsDown(pod):
+		return ""
+	case r.IsFenced(pod):
+		return "fenced (" + dbv1.AnnotationFencedInstances + ")"
+	}
+	return "hibernating (spec.stopped): the primary keeps its role, stopped"
 }
 
 // LeaseFollower keeps the latest view of the primary Lease with get and watch, and
@@ -120,7 +138,8 @@ func (f *LeaseFollower) Refresh(ctx context.Context) (LeaseView, error) {
 // promoted itself on a fresh read and demoted itself a moment later on a stale one.)
 func (f *LeaseFollower) set(l *coordinationv1.Lease) {
 	r := primarylease.Parse(l)
-	v := LeaseView{Known: true, Holder: r.Holder, Term: r.Term, Bootstrapped: r.Bootstrapped, Handover: r.Handover}
+	v := LeaseView{Known: true, Holder: r.Holder, Term: r.Term, Bootstrapped: r.Bootstrapped, Handover: r.Handover,
+		Hibernation: r.Hibernation, Fenced: r.Fenced}
 	version, versioned := resourceVersion(l)
 	f.mu.Lock()
 	old := f.view
@@ -213,7 +232,8 @@ func (f *LeaseFollower) follow(ctx context.Context) error {
 func sameView(a, b LeaseView) bool {
 	ha, hb := a.Handover, b.Handover
 	return a.Known == b.Known && a.Holder == b.Holder && a.Term == b.Term && a.Bootstrapped == b.Bootstrapped &&
-		(ha == nil) == (hb == nil) && (ha == nil || *ha == *hb)
+		(ha == nil) == (hb == nil) && (ha == nil || *ha == *hb) &&
+		a.KeepsDown(a.Holder) == b.KeepsDown(b.Holder) && slices.Equal(a.Fenced, b.Fenced)
 }
 
 // resourceVersion returns the Lease's resourceVersion as a number. Kubernetes calls it

@@ -470,28 +470,33 @@ const (
 )
 
 // Stop shuts the postmaster down in mode within timeout, escalating (fast, then
-// immediate, then SIGKILL of every postgres process).
-func (pr *Process) Stop(timeout time.Duration, mode StopMode) {
+// immediate, then SIGKILL of every postgres process); it returns the signal the
+// postmaster exited after when that is not mode's own (0 when it is).
+func (pr *Process) Stop(timeout time.Duration, mode StopMode) (escalated syscall.Signal) {
 	if mode == StopKill {
 		pr.killAll()
 		<-pr.done
-		return
+		return 0
 	}
 	steps := []struct {
 		sig syscall.Signal
 		d   time.Duration
 	}{{syscall.SIGINT, timeout * 3 / 4}, {syscall.SIGQUIT, timeout / 4}}
 	defer pr.killAll()
-	for _, s := range steps {
+	for i, s := range steps {
 		_ = pr.cmd.Process.Signal(s.sig)
 		select {
 		case <-pr.done:
-			return
+			if i > 0 {
+				return s.sig
+			}
+			return 0
 		case <-time.After(s.d):
 		}
 	}
 	pr.killAll()
 	<-pr.done
+	return syscall.SIGKILL
 }
 
 // killAll kills the postmaster and every process it started. Each of those leads a

@@ -33,11 +33,9 @@ func (a *Agent) restart(ctx context.Context) error {
 		return fmt.Errorf("%w: the primary Lease names %q, not this instance", agentapi.ErrConflict, view.Holder)
 	case role == agentapi.RolePrimary:
 		a.log.Info("Restarting the only instance in place to apply the settings that need a restart: writes stop until it is back")
-		// The gate withholds while postgres stops: no commit is acknowledged that the
-		// stop could cut short.
-		a.handingOver.Store(true)
-		a.stopPostgres(StopFast)
-		a.handingOver.Store(false)
+		// The gate drains while postgres stops: no commit is acknowledged that the stop
+		// could cut short.
+		a.stopCleanly(ctx)
 		return a.startInstance(ctx, Decision{Act: StartPrimary, Reason: "restarted to apply settings"}, view)
 	}
 	return fmt.Errorf("%w: postgres is %s, not a running standby or primary", agentapi.ErrConflict, role)

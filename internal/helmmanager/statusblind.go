@@ -2,6 +2,7 @@ package helmmanager
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -71,7 +72,7 @@ type statusBlindHandler struct {
 }
 
 func (h statusBlindHandler) OnUpdate(oldObj, newObj any) {
-	if statusOnly(oldObj, newObj) && !releasesScaleDown(oldObj, newObj) {
+	if statusOnly(oldObj, newObj) && !releasesScaleDown(oldObj, newObj) && !movesHibernation(oldObj, newObj) {
 		return
 	}
 	h.ResourceEventHandler.OnUpdate(oldObj, newObj)
@@ -99,6 +100,31 @@ func releasesScaleDown(oldObj, newObj any) bool {
 	}
 	instances, _, _ := unstructured.NestedSlice(n.Object, "status", "instances")
 	return was == "" && int64(len(instances)) > replicas
+}
+
+// movesHibernation reports whether an update changed the Hibernated condition's status
+// or reason: once a stopped cluster's primary has stopped (True, Stopped), the plan
+// renders no pod (plan.Stopped), and it must not wait for the reconcile period.
+func movesHibernation(oldObj, newObj any) bool {
+	o, ok1 := oldObj.(*unstructured.Unstructured)
+	n, ok2 := newObj.(*unstructured.Unstructured)
+	if !ok1 || !ok2 {
+		return false
+	}
+	was, is := hibernatedCondition(o), hibernatedCondition(n)
+	return was != is
+}
+
+// hibernatedCondition is the Hibernated condition's status and reason, "" when absent.
+func hibernatedCondition(u *unstructured.Unstructured) string {
+	conditions, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conditions {
+		m, ok := c.(map[string]any)
+		if ok && m["type"] == dbv1.ConditionHibernated {
+			return fmt.Sprint(m["status"], "/", m["reason"])
+		}
+	}
+	return ""
 }
 
 // statusOnly reports whether an update changed nothing of the object but its status

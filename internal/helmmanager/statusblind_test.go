@@ -82,3 +82,35 @@ func TestReleasesScaleDown(t *testing.T) {
 		})
 	}
 }
+
+// A status write reaches the Helm reconciler when the Hibernated condition moves: a
+// stopped cluster's pods go once its primary stopped.
+func TestMovesHibernation(t *testing.T) {
+	cluster := func(conditions ...map[string]any) *unstructured.Unstructured {
+		list := []any{map[string]any{"type": "Deployed", "status": "True"}}
+		for _, c := range conditions {
+			list = append(list, c)
+		}
+		return &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{"conditions": list}}}
+	}
+	hibernated := func(status, reason string) map[string]any {
+		return map[string]any{"type": "Hibernated", "status": status, "reason": reason, "message": "m"}
+	}
+	for _, tc := range []struct {
+		name     string
+		old, new *unstructured.Unstructured
+		want     bool
+	}{
+		{"the primary stopped", cluster(hibernated("False", "Stopping")), cluster(hibernated("True", "Stopped")), true},
+		{"asked to stop", cluster(), cluster(hibernated("False", "Stopping")), true},
+		{"resuming", cluster(hibernated("True", "Stopped")), cluster(hibernated("False", "Resuming")), true},
+		{"only the message changed", cluster(hibernated("False", "Stopping")), cluster(hibernated("False", "Stopping")), false},
+		{"never stopped", cluster(), cluster(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := movesHibernation(tc.old, tc.new); got != tc.want {
+				t.Errorf("movesHibernation = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -29,8 +29,10 @@ import (
 // Plan is what the chart renders besides the values: .Values.plan.
 type Plan struct {
 	Names Names `json:"names"`
-	// Replicas is how many instances run: spec.replicas, unless fewer would remove the
-	// primary before it handed over (Replicas).
+	// Replicas is how many pods the StatefulSet runs: spec.replicas, unless fewer would
+	// remove the primary before it handed over (Replicas); none once a stopped cluster's
+	// primary has stopped (Stopped). Names.Instances and Config keep the instances
+	// while they are stopped.
 	Replicas int `json:"replicas"`
 	// Image is the PostgreSQL container's image; AgentImage the operator's, which holds the
 	// agent the init container copies into the pod.
@@ -152,13 +154,17 @@ func Decide(cluster Cluster, v Values, observed Observed) (*Plan, error) {
 	if v.Operator.AgentImage == "" {
 		return nil, fmt.Errorf("operator.agentImage is required: the operator sets it from RELATED_IMAGE_AGENT")
 	}
-	replicas := Replicas(cluster, int(v.Replicas), observed)
+	instances := Replicas(cluster, int(v.Replicas), observed)
+	replicas := instances
+	if Stopped(v, observed) {
+		replicas = 0
+	}
 	p := &Plan{
-		Names:        namesOf(cluster.Name, replicas, v.TLS),
+		Names:        namesOf(cluster.Name, instances, v.TLS),
 		Replicas:     replicas,
 		Image:        image,
 		AgentImage:   v.Operator.AgentImage,
-		Config:       clusterConfig(cluster.Name, v, replicas),
+		Config:       clusterConfig(cluster.Name, v, instances),
 		Volumes:      []corev1.Volume{},
 		VolumeMounts: []corev1.VolumeMount{},
 		Storage:      storage(v.Storage, observed.StatefulSet),
@@ -219,27 +225,55 @@ func namesOf(cluster string, replicas int, tls dbv1.TLSSpec) Names {
 	}
 }
 
-// Replicas is how many instances cluster runs when the spec asks for want: want, but
+// Replicas is how many instances cluster has when the spec asks for want: want, but
 // never so few that the StatefulSet would delete the primary's pod (the highest
 // ordinals go first). A scale-down that would remove the primary waits here, at the
 // instances that run, until the sidecar has switched over to an instance that stays
 // (failover.ScaleDownTarget); so does any scale-down while no instance holds the
-// primary Lease (a failover under way), or before the Lease can be read.
+// primary Lease (a failover under way), or before the Lease can be read. A cluster
+// that was stopped (a StatefulSet of none) resumes with its primary among them
+// whatever want says: the primary keeps its role through a hibernation.
 func Replicas(cluster Cluster, want int, observed Observed) int {
 	sts := observed.StatefulSet
-	if sts == nil || sts.Spec.Replicas == nil || want >= int(*sts.Spec.Replicas) {
+	if sts == nil || sts.Spec.Replicas == nil {
 		return want
 	}
 	running := int(*sts.Spec.Replicas)
-	if observed.PrimaryLease == nil {
+	if want >= running && running > 0 {
+		return want
+	}
+	keep, known := holderOrdinal(cluster, observed)
+	switch {
+	case running == 0 && known:
+		return max(want, keep+1)
+	case running == 0:
+		return want
+	case !known:
 		return running
+	}
+	return min(running, max(want, keep+1))
+}
+
+// holderOrdinal is the ordinal of the instance the primary Lease names, when it names
+// one of cluster's.
+func holderOrdinal(cluster Cluster, observed Observed) (int, bool) {
+	if observed.PrimaryLease == nil {
+		return 0, false
 	}
 	holder := primarylease.Parse(observed.PrimaryLease).Holder
-	ordinal, ok := dbv1.NamesOf(cluster.Name).Ordinal(holder)
-	if !ok {
-		return running
+	return dbv1.NamesOf(cluster.Name).Ordinal(holder)
+}
+
+// Stopped reports whether the StatefulSet runs no pod: spec.stopped, and the failover
+// controller recorded on the Lease that the primary stopped and the standbys have its
+// final WAL (docs/operations.md, "Hibernation"). Until then the pods stay, so that the
+// primary stops first and alone.
+func Stopped(v Values, observed Observed) bool {
+	if !v.Stopped || observed.PrimaryLease == nil {
+		return false
 	}
-	return min(running, max(want, ordinal+1))
+	r := primarylease.Parse(observed.PrimaryLease)
+	return r.Hibernation.Holds(r.Holder, r.Term) && r.Hibernation.Phase == primarylease.Stopped
 }
 
 // checkVersion refuses a spec.version other than the major version of the cluster's

@@ -16,6 +16,7 @@ import (
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agent"
 	"github.com/pgpilot/pgpilot/internal/plan"
+	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
 
 var cluster = plan.Cluster{Name: "my-db", Namespace: "db"}
@@ -183,6 +184,10 @@ func TestReplicas(t *testing.T) {
 		{name: "a scale-down during a failover", want: 3, observed: plan.Observed{StatefulSet: running(3), PrimaryLease: lease("")}, replicas: 1},
 		{name: "a scale-down with no Lease", want: 3, observed: plan.Observed{StatefulSet: running(3)}, replicas: 2},
 		{name: "a scale-down with a foreign holder", want: 3, observed: plan.Observed{StatefulSet: running(3), PrimaryLease: lease("other-0")}, replicas: 2},
+		{name: "resuming a stopped cluster", want: 3, observed: plan.Observed{StatefulSet: running(0), PrimaryLease: lease("my-db-1")}, replicas: 3},
+		{name: "resuming with fewer instances than the primary's ordinal", want: 3, observed: plan.Observed{StatefulSet: running(0), PrimaryLease: lease("my-db-2")}, replicas: 1},
+		{name: "resuming with more instances", want: 5, observed: plan.Observed{StatefulSet: running(0), PrimaryLease: lease("my-db-2")}, replicas: 5},
+		{name: "resuming with no Lease", want: 2, observed: plan.Observed{StatefulSet: running(0)}, replicas: 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -192,6 +197,40 @@ func TestReplicas(t *testing.T) {
 			}
 			if p.Replicas != int(tt.want) || len(p.Names.Instances) != int(tt.want) || p.Config.Replicas != int(tt.want) {
 				t.Errorf("replicas %d, instances %v, config.json replicas %d; want %d", p.Replicas, p.Names.Instances, p.Config.Replicas, tt.want)
+			}
+		})
+	}
+}
+
+// A stopped cluster's pods go only once its primary stopped and the failover controller
+// recorded it; the instances (names, config.json) stay.
+func TestStopped(t *testing.T) {
+	hibernation := func(phase, holder string, term int32) *coordinationv1.Lease {
+		h, _ := json.Marshal(primarylease.Hibernation{Phase: phase, Holder: holder, Term: term})
+		return &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{dbv1.AnnotationHibernation: string(h)}},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("my-db-1"), LeaseTransitions: ptr.To[int32](4)},
+		}
+	}
+	sts := &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](3)}}
+	tests := []struct {
+		name     string
+		stopped  bool
+		lease    *coordinationv1.Lease
+		replicas int
+	}{
+		{"running", false, hibernation("", "", 0), 3},
+		{"asked to stop, the primary not stopped yet", true, hibernation(primarylease.Stopping, "my-db-1", 4), 3},
+		{"the primary stopped", true, hibernation(primarylease.Stopped, "my-db-1", 4), 0},
+		{"stopped in another term (the record is stale)", true, hibernation(primarylease.Stopped, "my-db-1", 3), 3},
+		{"resumed before the pods went", false, hibernation(primarylease.Stopped, "my-db-1", 4), 3},
+		{"resuming", false, hibernation(primarylease.Resuming, "my-db-1", 4), 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := decide(t, readme(func(v *plan.Values) { v.Stopped = tt.stopped }), plan.Observed{StatefulSet: sts, PrimaryLease: tt.lease}, "")
+			if p.Replicas != tt.replicas || len(p.Names.Instances) != 3 || p.Config.Replicas != 3 {
+				t.Errorf("replicas %d (want %d), instances %v, config.json replicas %d (want 3 of each)", p.Replicas, tt.replicas, p.Names.Instances, p.Config.Replicas)
 			}
 		})
 	}

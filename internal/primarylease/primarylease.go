@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -83,8 +84,53 @@ type Record struct {
 	// knows of, so no two promotions choose the same ID (docs/failover.md, "Timeline
 	// IDs"). 0 when none was recorded.
 	Timeline int64
+	// Hibernation is where spec.stopped stands; nil while the cluster runs.
+	Hibernation *Hibernation
+	// Fenced are the instances whose postgres must stay stopped (the user's fencing);
+	// the holder is among them only when no other instance may serve.
+	Fenced []string
 	// ResourceVersion of the Lease read.
 	ResourceVersion string
+}
+
+// Phases of a hibernation.
+const (
+	// Stopping: the holder stops postgres cleanly and keeps the Lease; the standbys
+	// keep running to receive its final WAL.
+	Stopping = "stopping"
+	// Stopped: every pod may go; the holder stays the primary.
+	Stopped = "stopped"
+	// Resuming: the pods are back; the holder starts as the primary again.
+	Resuming = "resuming"
+)
+
+// Hibernation is a cluster stopped on purpose (spec.stopped), the primary role kept by
+// Holder in Term, so that resuming starts the same primary (docs/operations.md).
+type Hibernation struct {
+	Phase  string `json:"phase"`
+	Holder string `json:"holder"`
+	Term   int32  `json:"term"`
+	// Since is when Phase began.
+	Since metav1.Time `json:"since"`
+	// FinalLSN and Timeline are where the holder's WAL ended when it stopped (its
+	// shutdown checkpoint); empty before it did.
+	FinalLSN string `json:"finalLSN,omitempty"`
+	Timeline int64  `json:"timeline,omitempty"`
+}
+
+// Holds reports whether the hibernation keeps the Lease's holder in term stopped:
+// stopping or stopped, recorded for that holder and term.
+func (h *Hibernation) Holds(holder string, term int32) bool {
+	return h != nil && h.Holder == holder && h.Term == term && (h.Phase == Stopping || h.Phase == Stopped)
+}
+
+// IsFenced reports whether pod is among r.Fenced.
+func (r Record) IsFenced(pod string) bool { return slices.Contains(r.Fenced, pod) }
+
+// KeepsDown reports whether the Lease keeps pod's postgres stopped: fenced, or the
+// holder of a hibernation that is stopping or stopped.
+func (r Record) KeepsDown(pod string) bool {
+	return r.IsFenced(pod) || pod == r.Holder && r.Hibernation.Holds(r.Holder, r.Term)
 }
 
 // Handover is how the Lease came to name no holder.
@@ -157,6 +203,10 @@ func Parse(l *coordinationv1.Lease) Record {
 	r.LastFailover = decode[dbv1.FailoverRecord](a[dbv1.AnnotationLastFailover])
 	r.DataGuard = decode[DataGuard](a[dbv1.AnnotationDataGuard])
 	r.DataVersion = a[dbv1.AnnotationDataVersion]
+	r.Hibernation = decode[Hibernation](a[dbv1.AnnotationHibernation])
+	if fenced := decode[[]string](a[dbv1.AnnotationFenced]); fenced != nil {
+		r.Fenced = *fenced
+	}
 	return r
 }
 
@@ -290,6 +340,39 @@ func ReserveTimeline(holder string, term int32, inUse int64) Change {
 
 func setTimeline(l *coordinationv1.Lease, id int64) {
 	metav1.SetMetaDataAnnotation(&l.ObjectMeta, AnnotationTimeline, strconv.FormatInt(id, 10))
+}
+
+// SetHibernation records h (nil removes the record) when the Lease still names the
+// holder and term h was decided for.
+func SetHibernation(holder string, term int32, h *Hibernation) Change {
+	return func(l *coordinationv1.Lease, _ time.Time) error {
+		r := Parse(l)
+		if r.Holder != holder || r.Term != term {
+			return ErrNotHolder
+		}
+		if h == nil {
+			delete(l.Annotations, dbv1.AnnotationHibernation)
+			return nil
+		}
+		return setJSON(l, dbv1.AnnotationHibernation, h)
+	}
+}
+
+// SetFenced records the instances whose postgres must stay stopped (none removes the
+// record), when the Lease still names holder in term: fencing a holder depends on
+// who else could serve, decided for that holder.
+func SetFenced(holder string, term int32, fenced []string) Change {
+	return func(l *coordinationv1.Lease, _ time.Time) error {
+		r := Parse(l)
+		if r.Holder != holder || r.Term != term {
+			return ErrNotHolder
+		}
+		if len(fenced) == 0 {
+			delete(l.Annotations, dbv1.AnnotationFenced)
+			return nil
+		}
+		return setJSON(l, dbv1.AnnotationFenced, fenced)
+	}
 }
 
 // SetAnnotation sets (or with "" removes) one of the operator's annotations.

@@ -27,6 +27,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/controller/status"
 	"github.com/pgpilot/pgpilot/internal/controller/storage"
 	"github.com/pgpilot/pgpilot/internal/opmetrics"
+	"github.com/pgpilot/pgpilot/internal/version"
 )
 
 // EventSource is the component name on the sidecar's events.
@@ -99,7 +100,7 @@ func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
 	if err != nil {
 		return err
 	}
-	return status.NewStatusReconciler(mgr.GetClient(), mgr.GetAPIReader(), clk, store).
+	return status.NewStatusReconciler(mgr.GetClient(), mgr.GetAPIReader(), clk, store, version.Version).
 		WithMonitoringAPIs(&status.DiscoveryMonitoringAPIs{Client: disco, Now: clk.Now}).
 		SetupWithManager(mgr)
 }

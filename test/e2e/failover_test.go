@@ -44,22 +44,15 @@ func TestPrimaryFailures(t *testing.T) {
 	}
 
 	t.Log("deleting the primary's pod")
-	old := d.cluster().Status.CurrentPrimary
-	deleted := time.Now()
-	if err := k8s.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: d.ns, Name: old}}); err != nil {
-		t.Fatal(err)
-	}
-	took := w.untilWritable(deleted, 2*time.Minute)
-	now := d.waitNewPrimary(old, time.Minute)
-	t.Logf("pod deleted: %s took writes through -rw %s after %s's pod was deleted", now, took.Round(10*time.Millisecond), old)
+	old := d.deletePrimaryPod(w)
 	recovered(old)
 
 	t.Log("killing the primary's postmaster every time it starts")
 	old = d.cluster().Status.CurrentPrimary
 	killed := time.Now()
 	kills := d.killPostgresUntilFailover(old, 2*time.Minute)
-	took = w.untilWritable(killed, 2*time.Minute)
-	now = d.cluster().Status.CurrentPrimary
+	took := w.untilWritable(killed, 2*time.Minute)
+	now := d.cluster().Status.CurrentPrimary
 	t.Logf("postgres killed %d times: %s took writes through -rw %s after the first kill", kills, now, took.Round(10*time.Millisecond))
 	recovered(old)
 
@@ -172,6 +165,21 @@ func (d *db) leaseLostWithAnEmptyInstanceZero(w *writes) {
 	w.check()
 }
 
+// deletePrimaryPod deletes the primary's pod, waits until another instance takes writes
+// through -rw, logs how long that took, and returns the old primary.
+func (d *db) deletePrimaryPod(w *writes) string {
+	d.t.Helper()
+	old := d.cluster().Status.CurrentPrimary
+	deleted := time.Now()
+	if err := k8s.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: d.ns, Name: old}}); err != nil {
+		d.t.Fatal(err)
+	}
+	took := w.untilWritable(deleted, 2*time.Minute)
+	now := d.waitNewPrimary(old, time.Minute)
+	d.t.Logf("pod deleted: %s took writes through -rw %s after %s's pod was deleted", now, took.Round(10*time.Millisecond), old)
+	return old
+}
+
 // waitReplica waits until the cluster is Healthy with n ready instances, name a replica.
 func (d *db) waitReplica(name string, n int32, timeout time.Duration) {
 	d.t.Helper()
@@ -234,6 +242,31 @@ func (d *db) killPostgresUntilFailover(name string, timeout time.Duration) int {
 	}
 }
 
+// rolledOut is nil once every instance of uids (name to UID before the update) was
+// restarted and is what updated accepts, and the cluster is Healthy with all of them
+// ready. It appends the pods it sees restarted to order, in the order it sees them.
+func (d *db) rolledOut(uids map[string]string, order *[]string, updated func(corev1.Pod) error) error {
+	pods := d.pods()
+	for _, p := range pods {
+		if uids[p.Name] != string(p.UID) && !slices.Contains(*order, p.Name) {
+			*order = append(*order, p.Name)
+		}
+	}
+	for _, p := range pods {
+		if err := updated(p); err != nil {
+			return fmt.Errorf("%w; restarted so far: %v", err, *order)
+		}
+	}
+	if len(*order) != len(uids) {
+		return fmt.Errorf("restarted so far: %v", *order)
+	}
+	pgc := d.cluster()
+	if pgc.Status.Phase != dbv1.PhaseHealthy || pgc.Status.ReadyInstances != int32(len(uids)) {
+		return fmt.Errorf("phase %s, %d ready", pgc.Status.Phase, pgc.Status.ReadyInstances)
+	}
+	return nil
+}
+
 // rollingUpdate changes the instances' resources and checks that pgpilot restarts the
 // pods one at a time, the replicas first and the primary (after a switchover) last.
 func (d *db) rollingUpdate(w *writes) {
@@ -251,29 +284,16 @@ func (d *db) rollingUpdate(w *writes) {
 	var order []string
 	start := time.Now()
 	testutil.Eventually(t, 10*time.Minute, func() error {
-		for _, p := range d.pods() {
-			if uids[p.Name] != string(p.UID) && !slices.Contains(order, p.Name) {
-				order = append(order, p.Name)
-			}
-		}
 		var sts appsv1.StatefulSet
 		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: d.ns, Name: d.name}, &sts); err != nil {
 			return err
 		}
-		for _, p := range d.pods() {
+		return d.rolledOut(uids, &order, func(p corev1.Pod) error {
 			if p.Labels[appsv1.ControllerRevisionHashLabelKey] != sts.Status.UpdateRevision {
-				return fmt.Errorf("pod %s runs revision %s, not %s; restarted so far: %v", p.Name,
-					p.Labels[appsv1.ControllerRevisionHashLabelKey], sts.Status.UpdateRevision, order)
+				return fmt.Errorf("pod %s runs revision %s, not %s", p.Name, p.Labels[appsv1.ControllerRevisionHashLabelKey], sts.Status.UpdateRevision)
 			}
-		}
-		if len(order) != 3 {
-			return fmt.Errorf("restarted so far: %v", order)
-		}
-		pgc := d.cluster()
-		if pgc.Status.Phase != dbv1.PhaseHealthy || pgc.Status.ReadyInstances != 3 {
-			return fmt.Errorf("phase %s, %d ready", pgc.Status.Phase, pgc.Status.ReadyInstances)
-		}
-		return nil
+			return nil
+		})
 	})
 	t.Logf("rolling update: pods restarted in the order %v in %s", order, time.Since(start).Round(time.Second))
 	if order[2] != primary {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/primarylease"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
@@ -273,4 +275,152 @@ func (d *db) hasEvent(reason string) bool {
 		}
 	}
 	return false
+}
+
+// Fencing and hibernation on the README's example cluster: a fenced standby stops and
+// stays stopped (its pod recreated too) and rejoins when unfenced; a fenced primary hands
+// over first; a stopped cluster keeps its data, volumes and primary, and resumes on them
+// with every acknowledged row.
+func TestFencingAndHibernation(t *testing.T) {
+	d := newDB(t, 3)
+	d.waitHealthy(3, 10*time.Minute)
+	d.waitStreaming(2, time.Minute)
+	w := d.newTable()
+	w.insert(50)
+	primary := d.cluster().Status.CurrentPrimary
+	standby := ""
+	for _, p := range d.pods() {
+		if p.Name != primary {
+			standby = p.Name
+		}
+	}
+
+	t.Logf("fencing the standby %s", standby)
+	d.fence(standby)
+	d.waitFenced(standby, 2*time.Minute)
+	d.waitStreaming(1, time.Minute)
+	w.insert(10)
+	old := d.pod(standby).UID
+	if err := k8s.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: d.ns, Name: standby}}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 3*time.Minute, func() error {
+		if p := d.pod(standby); p.UID == old || p.Status.PodIP == "" {
+			return fmt.Errorf("%s not recreated yet", standby)
+		}
+		return nil
+	})
+	d.waitFenced(standby, 2*time.Minute) // its new pod's postgres stays down too
+	t.Logf("unfencing %s", standby)
+	d.fence("")
+	d.waitReplica(standby, 3, 3*time.Minute)
+	d.waitStreaming(2, 2*time.Minute)
+	w.check()
+
+	t.Logf("fencing the primary %s", primary)
+	var now string
+	gap := w.continuously(func() {
+		d.fence(primary)
+		now = d.waitNewPrimary(primary, 2*time.Minute)
+		w.untilWritable(time.Now(), time.Minute)
+	})
+	d.waitFenced(primary, 2*time.Minute)
+	t.Logf("the fenced primary %s handed over to %s; writes through -rw unavailable for %s", primary, now, gap.Round(10*time.Millisecond))
+	if d.hasEvent(dbv1.ReasonFailoverStarted) {
+		t.Error("fencing the primary started a failover, not a switchover")
+	}
+	d.fence("")
+	d.waitReplica(primary, 3, 3*time.Minute)
+	d.waitStreaming(2, 2*time.Minute)
+	w.insert(10)
+	w.check()
+
+	holder := d.cluster().Status.CurrentPrimary
+	t.Logf("stopping the cluster (spec.stopped); %s is the primary", holder)
+	stopAt := time.Now()
+	d.update(func(c *dbv1.PostgresCluster) { c.Spec.Stopped = true })
+	testutil.Eventually(t, 3*time.Minute, func() error {
+		pgc := d.cluster()
+		c := dbv1.FindCondition(pgc.Status.Conditions, dbv1.ConditionHibernated)
+		if pgc.Status.Phase != dbv1.PhaseStopped || c == nil || c.Status != metav1.ConditionTrue || len(d.pods()) != 0 {
+			return fmt.Errorf("phase %s, Hibernated %+v, %d pods", pgc.Status.Phase, c, len(d.pods()))
+		}
+		return nil
+	})
+	t.Logf("stopped in %s: %s", time.Since(stopAt).Round(100*time.Millisecond), dbv1.FindCondition(d.cluster().Status.Conditions, dbv1.ConditionHibernated).Message)
+	var claims corev1.PersistentVolumeClaimList
+	if err := k8s.List(context.Background(), &claims, client.InNamespace(d.ns)); err != nil {
+		t.Fatal(err)
+	}
+	if len(claims.Items) != 3 {
+		t.Errorf("%d volume claims while stopped, want the 3 instances'", len(claims.Items))
+	}
+	if lease := d.lease(); primarylease.Parse(&lease).Holder != holder {
+		t.Errorf("while stopped the primary Lease names %q, want %s", primarylease.Parse(&lease).Holder, holder)
+	}
+
+	t.Log("resuming the cluster")
+	resumeAt := time.Now()
+	d.update(func(c *dbv1.PostgresCluster) { c.Spec.Stopped = false })
+	pgc := d.waitHealthy(3, 5*time.Minute)
+	t.Logf("resumed in %s", time.Since(resumeAt).Round(100*time.Millisecond))
+	if pgc.Status.CurrentPrimary != holder {
+		t.Errorf("resumed with %s as the primary, want %s, the primary before the stop", pgc.Status.CurrentPrimary, holder)
+	}
+	if d.hasEvent(dbv1.ReasonFailoverStarted) {
+		t.Error("a failover started while stopping or resuming")
+	}
+	d.waitStreaming(2, 2*time.Minute)
+	testutil.Eventually(t, time.Minute, func() error {
+		c := dbv1.FindCondition(d.cluster().Status.Conditions, dbv1.ConditionHibernated)
+		if c == nil || c.Reason != dbv1.ReasonResumed {
+			return fmt.Errorf("Hibernated %+v", c)
+		}
+		return nil
+	})
+	w.insert(10)
+	w.check()
+}
+
+// fence sets the cluster's fenced instances ("" unfences every one).
+func (d *db) fence(pods string) {
+	d.t.Helper()
+	d.update(func(c *dbv1.PostgresCluster) {
+		if pods == "" {
+			delete(c.Annotations, dbv1.AnnotationFencedInstances)
+			return
+		}
+		if c.Annotations == nil {
+			c.Annotations = map[string]string{}
+		}
+		c.Annotations[dbv1.AnnotationFencedInstances] = pods
+	})
+}
+
+// waitFenced waits until pod is labelled fenced and its agent reports postgres stopped.
+func (d *db) waitFenced(pod string, timeout time.Duration) {
+	d.t.Helper()
+	testutil.Eventually(d.t, timeout, func() error {
+		if role := d.pod(pod).Labels[dbv1.LabelRole]; role != dbv1.RoleFenced {
+			return fmt.Errorf("%s is labelled %q", pod, role)
+		}
+		st, err := d.agentStatus(pod)
+		if err != nil {
+			return err
+		}
+		if st.Running {
+			return fmt.Errorf("%s's postgres runs (%s)", pod, st.Role)
+		}
+		return nil
+	})
+}
+
+// lease is the cluster's primary Lease.
+func (d *db) lease() coordinationv1.Lease {
+	d.t.Helper()
+	var l coordinationv1.Lease
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: d.ns, Name: dbv1.NamesOf(d.name).PrimaryLease()}, &l); err != nil {
+		d.t.Fatal(err)
+	}
+	return l
 }

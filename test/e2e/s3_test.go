@@ -160,7 +160,7 @@ func startS3(t *testing.T, ns string) *minio.Client {
 				SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true),
 					SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 				Containers: []corev1.Container{{
-					Name: "versitygw", Image: s3Image, ImagePullPolicy: corev1.PullNever,
+					Name: "versitygw", Image: s3Image, ImagePullPolicy: corev1.PullIfNotPresent,
 					Args: []string{"--port", ":7070", "--region", "us-east-1", "--health", "/health",
 						"--iam-dir", "/srv/iam", "--quiet", "posix", "--sidecar", "/srv/meta", "/srv/data"},
 					Env: []corev1.EnvVar{

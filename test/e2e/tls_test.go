@@ -142,7 +142,7 @@ func (d *db) runPsql(script string) string {
 			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](999),
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 			Containers: []corev1.Container{{
-				Name: "psql", Image: image, ImagePullPolicy: corev1.PullNever,
+				Name: "psql", Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
 				Command: []string{"sh", "-c", script},
 				Env: []corev1.EnvVar{{Name: "PGPASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 					LocalObjectReference: corev1.LocalObjectReference{Name: n.AppSecret()}, Key: "password"}}}},

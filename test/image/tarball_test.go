@@ -3,6 +3,7 @@ package image
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"io"
@@ -65,7 +66,7 @@ func TestOperatorTarballMatchesTheDockerfile(t *testing.T) {
 	if !slices.Contains(m.RepoTags, ref) || len(m.Layers) != 1 {
 		t.Fatalf("manifest.json: %+v, want one layer and the tag %s", m, ref)
 	}
-	if !strings.HasPrefix(strings.TrimPrefix(m.Config, "blobs/sha256/"), tag) {
+	if !strings.HasPrefix(strings.TrimPrefix(m.Config, "sha256:"), tag) {
 		t.Errorf("the tag %s is not the image ID %s", tag, m.Config)
 	}
 	var config struct {
@@ -187,8 +188,9 @@ func readSmallFiles(t *testing.T, file string) map[string][]byte {
 	}
 }
 
-// readLayer lists the layer tar that is the member layer of an image tarball, with the
-// content of the files but those skipContent names.
+// readLayer lists the layer tar (gzip-compressed, as go-containerregistry writes it)
+// that is the member layer of an image tarball, with the content of the files but those
+// skipContent names.
 func readLayer(t *testing.T, file, layer string, skipContent func(string) bool) map[string]tarballEntry {
 	t.Helper()
 	f, err := os.Open(file)
@@ -207,7 +209,12 @@ func readLayer(t *testing.T, file, layer string, skipContent func(string) bool) 
 		}
 	}
 	out := map[string]tarballEntry{}
-	tr := tar.NewReader(outer)
+	gz, err := gzip.NewReader(outer)
+	if err != nil {
+		t.Fatalf("%s: %v", layer, err)
+	}
+	defer gz.Close()
+	tr := tar.NewReader(gz)
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 // The Dockerfile subset: the image's last stage, FROM scratch, is built as a builder
@@ -195,7 +197,7 @@ type dockerBuild struct {
 }
 
 // scratchStage builds the Dockerfile's last stage into l and cfg.
-func (b *dockerBuild) scratchStage(dockerfile string, l *layer, cfg *runConfig, plat platform) error {
+func (b *dockerBuild) scratchStage(dockerfile string, l *layer, cfg *v1.Config, plat v1.Platform) error {
 	data, err := os.ReadFile(dockerfile)
 	if err != nil {
 		return err
@@ -374,6 +376,10 @@ func (b *dockerBuild) copy(l *layer, ws []string, workdir string) error {
 		host, err := b.source(stage, src)
 		if err != nil {
 			return err
+		}
+		if stage == "" && l.ignore != nil && l.ignore(host) {
+			// As a builder would: the file is not in the context it sends.
+			return fmt.Errorf("%s: excluded from the build context by .dockerignore", src)
 		}
 		info, err := os.Stat(host)
 		if err != nil {

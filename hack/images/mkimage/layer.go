@@ -3,12 +3,8 @@ package main
 import (
 	"archive/tar"
 	"bufio"
-	"compress/gzip"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -19,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/klauspost/compress/gzip"
 	"golang.org/x/sys/unix"
 )
 
@@ -170,50 +167,31 @@ func (d syntheticDir) ModTime() time.Time { return time.Unix(0, 0) }
 func (d syntheticDir) IsDir() bool        { return true }
 func (d syntheticDir) Sys() any           { return nil }
 
-// blob is a file written beside the output while its digest is computed.
-type blob struct {
-	file   string
-	digest string // sha256:<hex>
-	size   int64
-}
-
-type hashWriter struct {
-	w io.Writer
-	h hash.Hash
-	n int64
-}
-
-func (h *hashWriter) Write(p []byte) (int, error) {
-	n, err := h.w.Write(p)
-	h.h.Write(p[:n])
-	h.n += int64(n)
-	return n, err
-}
-
-// writeBlob writes what fill writes to a new temporary file in dir, hashing it.
-func writeBlob(dir string, fill func(io.Writer) error) (b blob, err error) {
-	f, err := os.CreateTemp(dir, ".mkimage-*")
+// writeFile writes the layer as a gzip-compressed tar to a new temporary file in dir (the
+// system's when dir is ""), compressed once here so that go-containerregistry only reads
+// it. It returns the file's name, also with an error when the file was created.
+func (l *layer) writeFile(dir string, epoch *time.Time) (string, error) {
+	f, err := os.CreateTemp(dir, ".mkimage-layer-*.tar.gz")
 	if err != nil {
-		return b, err
+		return "", err
 	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
 	buf := bufio.NewWriterSize(f, 1<<20)
-	hw := &hashWriter{w: buf, h: sha256.New()}
-	if err = fill(hw); err != nil {
-		return b, err
+	gz, err := gzip.NewWriterLevel(buf, gzip.BestSpeed)
+	if err != nil {
+		f.Close()
+		return f.Name(), err
 	}
-	if err = buf.Flush(); err != nil {
-		return b, err
+	err = l.write(gz, epoch)
+	if err == nil {
+		err = gz.Close()
 	}
-	if err = f.Close(); err != nil {
-		return b, err
+	if err == nil {
+		err = buf.Flush()
 	}
-	return blob{file: f.Name(), digest: "sha256:" + hex.EncodeToString(hw.h.Sum(nil)), size: hw.n}, nil
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return f.Name(), err
 }
 
 // write writes the layer as an uncompressed tar. With epoch set, every entry's
@@ -307,15 +285,15 @@ func copyFileInto(w io.Writer, src string, size int64) error {
 	return nil
 }
 
-// copyTarLayer copies an existing layer tar (plain or gzip) as an uncompressed tar,
-// checking that it is one.
-func copyTarLayer(w io.Writer, src string) error {
+// checkTar refuses a -rootfs file that is not a tar (plain or gzip) with at least one
+// entry, rather than packing as a layer what nothing can unpack.
+func checkTar(src string) error {
 	f, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	br := bufio.NewReaderSize(f, 1<<20)
+	br := bufio.NewReader(f)
 	var r io.Reader = br
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		gz, err := gzip.NewReader(br)
@@ -325,36 +303,11 @@ func copyTarLayer(w io.Writer, src string) error {
 		defer gz.Close()
 		r = gz
 	}
-	// Read it through a tar reader while copying, so that a file that is not a tar is
-	// refused rather than packed as a layer nothing can unpack.
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		tr := tar.NewReader(pr)
-		n := 0
-		for {
-			_, err := tr.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				pr.CloseWithError(err)
-				done <- fmt.Errorf("%s is not a tar file: %w", src, err)
-				return
-			}
-			n++
+	if _, err := tar.NewReader(r).Next(); err != nil {
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("%s is an empty tar file", src)
 		}
-		_, _ = io.Copy(io.Discard, pr) // drains the pipe so that its writer ends
-		if n == 0 {
-			done <- fmt.Errorf("%s is an empty tar file", src)
-			return
-		}
-		done <- nil
-	}()
-	_, err = io.Copy(io.MultiWriter(w, pw), r)
-	pw.CloseWithError(err)
-	if checkErr := <-done; checkErr != nil {
-		return checkErr
+		return fmt.Errorf("%s is not a tar file: %w", src, err)
 	}
-	return err
+	return nil
 }

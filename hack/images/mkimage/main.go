@@ -1,7 +1,10 @@
-// Command mkimage builds a container image without a daemon or a registry and writes it
-// as an image tarball that `ctr images import`, `docker load` and `podman load` read.
+// Command mkimage builds a container image without a daemon and writes it as an image
+// tarball that `ctr images import`, `docker load` and `podman load` read (-o), or pushes
+// it to a registry (-push), or both. The image format, the tarball and the push are
+// go-containerregistry's; what the layers and the configuration hold is mkimage's.
 //
-// Each -rootfs (a directory, or a tar or tar.gz file) is one layer, in order; with
+// The image starts from -base (an image tarball) or from nothing. Each -rootfs (a
+// directory, or a tar or tar.gz file) is one layer, in order; with
 // -dockerfile, the Dockerfile's last stage (FROM scratch; COPY, ENV, LABEL, USER,
 // WORKDIR, ENTRYPOINT, CMD, EXPOSE, STOPSIGNAL, ARG) is one more layer and the image's
 // settings, and its COPY --from sources are host directories given with -from. The
@@ -13,6 +16,7 @@
 //
 //	mkimage -rootfs ./rootfs -entrypoint '["/hello"]' -user 65532:65532 \
 //	    -ref example:dev -o example.tar
+//	mkimage -rootfs ./rootfs -ref 10.77.0.1:5000/example:dev -push
 package main
 
 import (
@@ -27,6 +31,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 func main() {
@@ -42,10 +51,11 @@ func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 
 type options struct {
-	out, format, platform          string
+	out, platform                  string
+	push                           bool
 	refs, rootfs, owners, from     listFlag
 	buildArgs                      listFlag
-	dockerfile, contextDir         string
+	dockerfile, contextDir, base   string
 	defaultOwner                   string
 	entrypoint, cmd                string
 	user, workdir, stopSignal      string
@@ -57,10 +67,11 @@ type options struct {
 func run(args []string, stdout io.Writer) error {
 	var o options
 	fs := flag.NewFlagSet("mkimage", flag.ContinueOnError)
-	fs.StringVar(&o.out, "o", "", "The image tarball to write (required); {id} is replaced.")
+	fs.StringVar(&o.out, "o", "", "The image tarball to write (docker save's format); {id} is replaced.")
 	fs.Var(&o.refs, "ref", "An image reference name[:tag] to record, repeatable (required); {id} is replaced.")
-	fs.StringVar(&o.format, "format", "docker", "docker (manifest.json, as docker save writes) or oci (an OCI image layout).")
+	fs.BoolVar(&o.push, "push", false, "Push the image to the registry of every -ref (HTTPS; plain HTTP for local and private addresses without it).")
 	fs.StringVar(&o.platform, "platform", "linux/"+runtime.GOARCH, "The platform of the image's files: os/arch[/variant].")
+	fs.StringVar(&o.base, "base", "", "An image tarball (docker save's format) the image starts from: its layers first, its settings the defaults.")
 	fs.Var(&o.rootfs, "rootfs", "A root file system directory, or a tar or tar.gz file, as a layer; repeatable, in order.")
 	fs.StringVar(&o.defaultOwner, "chown", "", "UID:GID owning every file of the -rootfs directories (default: the files' own).")
 	fs.Var(&o.owners, "owner", "PATH=UID:GID: the owner of PATH and everything under it in the -rootfs directories; repeatable.")
@@ -102,14 +113,21 @@ func run(args []string, stdout io.Writer) error {
 }
 
 func build(o options) (string, error) {
-	if o.out == "" || len(o.refs) == 0 {
-		return "", errors.New("-o and at least one -ref are required")
+	if (o.out == "" && !o.push) || len(o.refs) == 0 {
+		return "", errors.New("-o or -push, and at least one -ref, are required")
 	}
 	if len(o.rootfs) == 0 && o.dockerfile == "" {
 		return "", errors.New("give at least one -rootfs or a -dockerfile")
 	}
-	if o.format != "docker" && o.format != "oci" {
-		return "", fmt.Errorf("-format %q: want docker or oci", o.format)
+	if o.base != "" && o.dockerfile != "" {
+		return "", errors.New("-base and -dockerfile: the Dockerfile's last stage is FROM scratch")
+	}
+	base := empty.Image
+	if o.base != "" {
+		var err error
+		if base, err = tarball.ImageFromPath(o.base, nil); err != nil {
+			return "", fmt.Errorf("-base: %w", err)
+		}
 	}
 	plat, err := parsePlatform(o.platform)
 	if err != nil {
@@ -148,7 +166,7 @@ func build(o options) (string, error) {
 		overrides = append(overrides, ownerOverride{p, own})
 	}
 	// Check the settings and every reference before the slow part.
-	if err := o.applySettings(&runConfig{}); err != nil {
+	if err := o.applySettings(&v1.Config{}); err != nil {
 		return "", err
 	}
 	for _, r := range o.refs {
@@ -157,46 +175,79 @@ func build(o options) (string, error) {
 		}
 	}
 
-	outDir := filepath.Dir(strings.ReplaceAll(o.out, "{id}", "x"))
-	if err := os.MkdirAll(outDir, 0o755); err != nil {
-		return "", err
+	// The layers are written to temporary files, in the output's directory when there is
+	// one (the same file system as the tarball), and removed at the end.
+	tmpDir := ""
+	if o.out != "" {
+		tmpDir = filepath.Dir(strings.ReplaceAll(o.out, "{id}", "x"))
+		if err := os.MkdirAll(tmpDir, 0o755); err != nil {
+			return "", err
+		}
 	}
-	var layers []blob
+	var layers []v1.Layer
+	var tmpFiles []string
 	defer func() {
-		for _, b := range layers {
-			os.Remove(b.file)
+		for _, f := range tmpFiles {
+			os.Remove(f)
 		}
 	}()
-	var hist []history
-	stamp := created.Format(time.RFC3339)
+	var hist []v1.History
+	stamp := v1.Time{Time: created}
+	addLayer := func(l *layer, createdBy string) error {
+		file, err := l.writeFile(tmpDir, epoch)
+		if file != "" {
+			tmpFiles = append(tmpFiles, file)
+		}
+		if err != nil {
+			return err
+		}
+		tl, err := tarball.LayerFromFile(file)
+		if err != nil {
+			return err
+		}
+		layers = append(layers, tl)
+		hist = append(hist, v1.History{Created: stamp, CreatedBy: createdBy})
+		return nil
+	}
 	for _, src := range o.rootfs {
 		info, err := os.Stat(src)
 		if err != nil {
 			return "", err
 		}
-		var b blob
-		if info.IsDir() {
-			l := newLayer()
-			if err := l.addDir(src, "/", defaultOwner, nil); err != nil {
+		if !info.IsDir() {
+			if err := checkTar(src); err != nil {
 				return "", err
 			}
-			for _, ov := range overrides {
-				if !l.chown(ov.path, ov.own) {
-					return "", fmt.Errorf("-owner %s: no such path in %s", ov.path, src)
-				}
+			tl, err := tarball.LayerFromFile(src)
+			if err != nil {
+				return "", err
 			}
-			b, err = writeBlob(outDir, func(w io.Writer) error { return l.write(w, epoch) })
-		} else {
-			b, err = writeBlob(outDir, func(w io.Writer) error { return copyTarLayer(w, src) })
+			layers = append(layers, tl)
+			hist = append(hist, v1.History{Created: stamp, CreatedBy: "mkimage -rootfs " + filepath.Base(src)})
+			continue
 		}
-		if err != nil {
+		l := newLayer()
+		if err := l.addDir(src, "/", defaultOwner, nil); err != nil {
 			return "", err
 		}
-		layers = append(layers, b)
-		hist = append(hist, history{Created: stamp, CreatedBy: "mkimage -rootfs " + filepath.Base(src)})
+		for _, ov := range overrides {
+			if !l.chown(ov.path, ov.own) {
+				return "", fmt.Errorf("-owner %s: no such path in %s", ov.path, src)
+			}
+		}
+		if err := addLayer(l, "mkimage -rootfs "+filepath.Base(src)); err != nil {
+			return "", err
+		}
 	}
 
-	var cfg runConfig
+	cfg := v1.ConfigFile{Created: stamp, Architecture: plat.Architecture, OS: plat.OS, Variant: plat.Variant}
+	if o.base != "" {
+		bc, err := base.ConfigFile()
+		if err != nil {
+			return "", fmt.Errorf("-base: %w", err)
+		}
+		cfg.Config = *bc.Config.DeepCopy()
+	}
 	if o.dockerfile != "" {
 		db := &dockerBuild{contextDir: o.contextDir, from: map[string]string{}, buildArgs: map[string]string{}}
 		for _, s := range o.from {
@@ -215,46 +266,48 @@ func build(o options) (string, error) {
 			db.buildArgs[k] = v
 		}
 		l := newLayer()
-		if err := db.scratchStage(o.dockerfile, l, &cfg, plat); err != nil {
+		if err := db.scratchStage(o.dockerfile, l, &cfg.Config, plat); err != nil {
 			return "", err
 		}
-		b, err := writeBlob(outDir, func(w io.Writer) error { return l.write(w, epoch) })
-		if err != nil {
+		if err := addLayer(l, "mkimage -dockerfile "+filepath.Base(o.dockerfile)); err != nil {
 			return "", err
 		}
-		layers = append(layers, b)
-		hist = append(hist, history{Created: stamp, CreatedBy: "mkimage -dockerfile " + filepath.Base(o.dockerfile)})
 	}
-
-	if err := o.applySettings(&cfg); err != nil {
+	if err := o.applySettings(&cfg.Config); err != nil {
 		return "", err
 	}
-	img := imageConfig{Created: stamp, Architecture: plat.Architecture, OS: plat.OS, Variant: plat.Variant, Config: cfg, History: hist}
-	img.RootFS.Type = "layers"
-	for _, b := range layers {
-		img.RootFS.DiffIDs = append(img.RootFS.DiffIDs, b.digest)
-	}
-	config, err := json.Marshal(img)
+
+	img, err := assemble(base, layers, hist, cfg)
 	if err != nil {
 		return "", err
 	}
-	id := digestOf(config)
-	short := strings.TrimPrefix(id, "sha256:")[:12]
-	a := &archive{config: config, layers: layers, format: o.format, plat: plat, mtime: created}
+	id, err := img.ConfigName()
+	if err != nil {
+		return "", err
+	}
+	short := id.Hex[:12]
+	var refs []name.Tag
 	for _, r := range o.refs {
-		parsed, err := parseRef(strings.ReplaceAll(r, "{id}", short))
+		t, err := parseRef(strings.ReplaceAll(r, "{id}", short))
 		if err != nil {
 			return "", err
 		}
-		a.refs = append(a.refs, parsed)
+		refs = append(refs, t)
 	}
-	if err := a.write(strings.ReplaceAll(o.out, "{id}", short)); err != nil {
-		return "", err
+	if o.out != "" {
+		if err := writeTarball(strings.ReplaceAll(o.out, "{id}", short), img, refs); err != nil {
+			return "", err
+		}
 	}
-	return id, nil
+	if o.push {
+		if err := push(img, refs); err != nil {
+			return "", err
+		}
+	}
+	return id.String(), nil
 }
 
-func (o options) applySettings(cfg *runConfig) error {
+func (o options) applySettings(cfg *v1.Config) error {
 	if o.entrypointSet {
 		if err := json.Unmarshal([]byte(o.entrypoint), &cfg.Entrypoint); err != nil {
 			return fmt.Errorf("-entrypoint %q: want a JSON array of strings: %w", o.entrypoint, err)
@@ -306,12 +359,12 @@ func (o options) applySettings(cfg *runConfig) error {
 	return nil
 }
 
-func parsePlatform(s string) (platform, error) {
+func parsePlatform(s string) (v1.Platform, error) {
 	parts := strings.Split(s, "/")
 	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" {
-		return platform{}, fmt.Errorf("-platform %q: want os/arch[/variant]", s)
+		return v1.Platform{}, fmt.Errorf("-platform %q: want os/arch[/variant]", s)
 	}
-	p := platform{OS: parts[0], Architecture: parts[1]}
+	p := v1.Platform{OS: parts[0], Architecture: parts[1]}
 	if len(parts) == 3 {
 		p.Variant = parts[2]
 	}

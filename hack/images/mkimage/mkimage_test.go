@@ -9,13 +9,20 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
 // The tests read the tarballs back with nothing but archive/tar and encoding/json, as
@@ -25,8 +32,9 @@ type readBack struct {
 	files    map[string][]byte // the tarball's files
 	repoTags []string
 	configID string // sha256:<hex> of the config, as its file name says
-	config   imageConfig
-	layers   [][]byte
+	config   v1.ConfigFile
+	layers   [][]byte // uncompressed
+	blobs    []string // the layers' file names in the tarball
 }
 
 func readTarball(t *testing.T, file string) readBack {
@@ -55,88 +63,56 @@ func readTarball(t *testing.T, file string) readBack {
 		}
 		rb.files[hdr.Name] = data
 	}
-	checkBlob := func(path string) []byte {
-		t.Helper()
-		data, ok := rb.files[path]
-		if !ok {
-			t.Fatalf("the tarball has no %s", path)
-		}
-		if want := "blobs/sha256/" + sha256hex(data); path != want {
-			t.Fatalf("%s holds content whose digest names %s", path, want)
-		}
-		return data
+	var manifests []struct {
+		Config   string
+		RepoTags []string
+		Layers   []string
 	}
-
-	var configPath string
-	var layerPaths []string
-	if m, ok := rb.files["manifest.json"]; ok {
-		var manifests []struct {
-			Config   string
-			RepoTags []string
-			Layers   []string
-		}
-		if err := json.Unmarshal(m, &manifests); err != nil {
-			t.Fatal(err)
-		}
-		if len(manifests) != 1 {
-			t.Fatalf("manifest.json has %d images, want 1", len(manifests))
-		}
-		configPath, layerPaths, rb.repoTags = manifests[0].Config, manifests[0].Layers, manifests[0].RepoTags
-	} else {
-		if got := string(rb.files["oci-layout"]); got != `{"imageLayoutVersion":"1.0.0"}` {
-			t.Fatalf("oci-layout is %q", got)
-		}
-		var index struct{ Manifests []descriptor }
-		if err := json.Unmarshal(rb.files["index.json"], &index); err != nil {
-			t.Fatal(err)
-		}
-		if len(index.Manifests) == 0 {
-			t.Fatal("index.json lists no manifest")
-		}
-		var manifest struct {
-			MediaType string
-			Config    descriptor
-			Layers    []descriptor
-		}
-		for _, d := range index.Manifests {
-			rb.repoTags = append(rb.repoTags, d.Annotations["io.containerd.image.name"])
-			if d.Digest != index.Manifests[0].Digest || d.MediaType != mediaTypeManifest {
-				t.Fatalf("index.json: %+v", index.Manifests)
-			}
-		}
-		mdata := checkBlob(blobPath(index.Manifests[0].Digest))
-		if err := json.Unmarshal(mdata, &manifest); err != nil {
-			t.Fatal(err)
-		}
-		if int64(len(mdata)) != index.Manifests[0].Size || manifest.MediaType != mediaTypeManifest {
-			t.Fatalf("the manifest's size or media type is not what index.json says")
-		}
-		configPath = blobPath(manifest.Config.Digest)
-		if int64(len(rb.files[configPath])) != manifest.Config.Size || manifest.Config.MediaType != mediaTypeConfig {
-			t.Fatalf("the config's size or media type is not what the manifest says")
-		}
-		for _, l := range manifest.Layers {
-			layerPaths = append(layerPaths, blobPath(l.Digest))
-			if int64(len(rb.files[blobPath(l.Digest)])) != l.Size || l.MediaType != mediaTypeLayer {
-				t.Fatalf("layer %s: size or media type is not what the manifest says", l.Digest)
-			}
-		}
+	if err := json.Unmarshal(rb.files["manifest.json"], &manifests); err != nil {
+		t.Fatalf("manifest.json: %v", err)
 	}
+	if len(manifests) != 1 {
+		t.Fatalf("manifest.json has %d images, want 1", len(manifests))
+	}
+	m := manifests[0]
+	rb.repoTags = m.RepoTags
+	sort.Strings(rb.repoTags)
 
-	cdata := checkBlob(configPath)
+	cdata, ok := rb.files[m.Config]
+	if !ok {
+		t.Fatalf("the tarball has no %s", m.Config)
+	}
 	rb.configID = "sha256:" + sha256hex(cdata)
+	if m.Config != rb.configID {
+		t.Fatalf("%s holds a config whose digest is %s", m.Config, rb.configID)
+	}
 	if err := json.Unmarshal(cdata, &rb.config); err != nil {
 		t.Fatal(err)
 	}
-	if len(layerPaths) != len(rb.config.RootFS.DiffIDs) {
-		t.Fatalf("%d layers, %d diff_ids", len(layerPaths), len(rb.config.RootFS.DiffIDs))
+	if len(m.Layers) != len(rb.config.RootFS.DiffIDs) {
+		t.Fatalf("%d layers, %d diff_ids", len(m.Layers), len(rb.config.RootFS.DiffIDs))
 	}
-	for i, p := range layerPaths {
-		data := checkBlob(p)
-		if got := "sha256:" + sha256hex(data); got != rb.config.RootFS.DiffIDs[i] {
+	for i, p := range m.Layers {
+		data, ok := rb.files[p]
+		if !ok {
+			t.Fatalf("the tarball has no %s", p)
+		}
+		if want := sha256hex(data) + ".tar.gz"; p != want {
+			t.Fatalf("%s holds a layer whose digest names %s", p, want)
+		}
+		gz, err := gzip.NewReader(bytes.NewReader(data))
+		if err != nil {
+			t.Fatalf("layer %s: %v", p, err)
+		}
+		plain, err := io.ReadAll(gz)
+		if err != nil {
+			t.Fatalf("layer %s: %v", p, err)
+		}
+		if got := "sha256:" + sha256hex(plain); got != rb.config.RootFS.DiffIDs[i].String() {
 			t.Fatalf("layer %d is %s, the config says %s", i, got, rb.config.RootFS.DiffIDs[i])
 		}
-		rb.layers = append(rb.layers, data)
+		rb.layers = append(rb.layers, plain)
+		rb.blobs = append(rb.blobs, p)
 	}
 	return rb
 }
@@ -260,10 +236,10 @@ func TestImageFromRootfs(t *testing.T) {
 	if rb.configID != id {
 		t.Errorf("the image ID is %s, mkimage printed %s", rb.configID, id)
 	}
-	if diff := cmp.Diff([]string{"hello:dev", "example.com:5000/team/hello:" + short}, rb.repoTags); diff != "" {
+	if diff := cmp.Diff([]string{"example.com:5000/team/hello:" + short, "hello:dev"}, rb.repoTags); diff != "" {
 		t.Errorf("RepoTags (-want +got):\n%s", diff)
 	}
-	wantConfig := runConfig{
+	wantConfig := v1.Config{
 		User: "65532:65532", ExposedPorts: map[string]struct{}{"8080/tcp": {}},
 		Env: []string{"PATH=/bin", "HOME=/home/app"}, Entrypoint: []string{"/bin/hello"}, Cmd: []string{"--loud"},
 		WorkingDir: "/home/app", Labels: map[string]string{"org.opencontainers.image.title": "hello"}, StopSignal: "SIGINT",
@@ -272,7 +248,7 @@ func TestImageFromRootfs(t *testing.T) {
 		t.Errorf("config (-want +got):\n%s", diff)
 	}
 	if rb.config.OS != "linux" || rb.config.Architecture != "arm64" || rb.config.Variant != "v8" ||
-		rb.config.Created != "2023-11-14T22:13:20Z" {
+		!rb.config.Created.Time.Equal(time.Unix(1700000000, 0)) {
 		t.Errorf("platform and creation: %+v", rb.config)
 	}
 	if len(rb.layers) != 1 {
@@ -312,10 +288,8 @@ func TestImageFromRootfs(t *testing.T) {
 		"-entrypoint", `["/bin/hello"]`, "-cmd", `["--loud"]`, "-user", "65532:65532", "-workdir", "/home/app",
 		"-env", "PATH=/bin", "-env", "HOME=/home/app", "-label", "org.opencontainers.image.title=hello",
 		"-expose", "8080", "-stop-signal", "SIGINT", "-platform", "linux/arm64/v8", "-epoch", "1700000000")
-	b1, _ := os.ReadFile(file)
-	b2, _ := os.ReadFile(again)
-	if id2 != id || !bytes.Equal(b1, b2) {
-		t.Error("the same inputs and -epoch gave a different tarball")
+	if rb2 := readTarball(t, again); id2 != id || !cmp.Equal(rb.blobs, rb2.blobs) {
+		t.Error("the same inputs and -epoch gave a different image")
 	}
 	// Nothing is left beside the tarball.
 	entries, _ := os.ReadDir(filepath.Dir(file))
@@ -324,7 +298,7 @@ func TestImageFromRootfs(t *testing.T) {
 	}
 }
 
-func TestOCILayoutAndTarLayers(t *testing.T) {
+func TestTarLayers(t *testing.T) {
 	// A base layer given as a gzip-compressed tar, then a directory on top.
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
@@ -344,15 +318,15 @@ func TestOCILayoutAndTarLayers(t *testing.T) {
 	if err := os.WriteFile(base, buf.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(dir, "oci.tar")
-	id := mkimage(t, "-format", "oci", "-rootfs", base, "-rootfs", tinyRootfs(t), "-chown", "0:0",
+	out := filepath.Join(dir, "tiny.tar")
+	id := mkimage(t, "-rootfs", base, "-rootfs", tinyRootfs(t), "-chown", "0:0",
 		"-o", out, "-ref", "tiny", "-ref", "registry.example.com/tiny:1", "-entrypoint", `["/bin/sh"]`)
 
 	rb := readTarball(t, out)
 	if rb.configID != id {
 		t.Errorf("the image ID is %s, mkimage printed %s", rb.configID, id)
 	}
-	if diff := cmp.Diff([]string{"docker.io/library/tiny:latest", "registry.example.com/tiny:1"}, rb.repoTags); diff != "" {
+	if diff := cmp.Diff([]string{"registry.example.com/tiny:1", "tiny:latest"}, rb.repoTags); diff != "" {
 		t.Errorf("image names (-want +got):\n%s", diff)
 	}
 	if len(rb.layers) != 2 {
@@ -370,8 +344,7 @@ func TestOCILayoutAndTarLayers(t *testing.T) {
 		t.Errorf("entrypoint (-want +got):\n%s", diff)
 	}
 	// Without -epoch: the files' own times, the image made now.
-	created, err := time.Parse(time.RFC3339, rb.config.Created)
-	if err != nil || time.Since(created) > time.Hour {
+	if created := rb.config.Created.Time; time.Since(created) > time.Hour {
 		t.Errorf("created %q, want about now", rb.config.Created)
 	}
 }
@@ -428,7 +401,7 @@ CMD ["--serve"]
 		"-from", "builder:/out/="+out, "-from", "builder:/rootfs/tmp="+tmp, "-build-arg", "REVISION=abc123",
 		"-o", file, "-ref", "app:dev", "-epoch", "0", "-label", "extra=yes")
 	rb := readTarball(t, file)
-	wantConfig := runConfig{
+	wantConfig := v1.Config{
 		User:         "65532:65532",
 		ExposedPorts: map[string]struct{}{"8080/tcp": {}},
 		Env:          []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/tmp", "GREETING=hello world"},
@@ -472,6 +445,7 @@ CMD ["--serve"]
 		"wildcard":  "FROM scratch\nCOPY *.yaml /\n",
 		"from":      "FROM scratch\nCOPY --from=other /x /x\n",
 		"user name": "FROM scratch\nCOPY --chown=app config.yaml /\n",
+		"ignored":   "FROM scratch\nCOPY charts/demo/notes.bak /\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			write(t, filepath.Join(ctx, "Dockerfile.bad"), df, 0o644)
@@ -486,10 +460,9 @@ CMD ["--serve"]
 
 func TestRefs(t *testing.T) {
 	for in, want := range map[string]string{
-		"pgpilot":                        "docker.io/library/pgpilot:latest",
-		"pgpilot-postgres:15":            "docker.io/library/pgpilot-postgres:15",
-		"team/app:v1.2":                  "docker.io/team/app:v1.2",
-		"localhost/app:1":                "localhost/app:1",
+		"pgpilot":                        "index.docker.io/library/pgpilot:latest",
+		"pgpilot-postgres:15":            "index.docker.io/library/pgpilot-postgres:15",
+		"team/app:v1.2":                  "index.docker.io/team/app:v1.2",
 		"localhost:5000/app":             "localhost:5000/app:latest",
 		"registry.example.com/a/b:x_y-z": "registry.example.com/a/b:x_y-z",
 	} {
@@ -498,13 +471,53 @@ func TestRefs(t *testing.T) {
 			t.Errorf("%s: %v", in, err)
 			continue
 		}
-		if got := r.full(); got != want {
+		if got := r.Name(); got != want {
 			t.Errorf("%s: %s, want %s", in, got, want)
 		}
 	}
-	for _, bad := range []string{"", "UPPER:1", "app@sha256:abc", "app:", "app:-x", "a//b"} {
+	for _, bad := range []string{"", "UPPER:1", "app@sha256:abc", "app:", "a b"} {
 		if _, err := parseRef(bad); err == nil {
 			t.Errorf("%q was taken as a reference", bad)
+		}
+	}
+}
+
+// -push writes the image to a registry through its HTTP API, under every -ref, and
+// what is pulled back is the image mkimage reported. The registry is
+// go-containerregistry's in-process one; make e2e pushes to the local cluster's.
+func TestPush(t *testing.T) {
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	id := mkimage(t, "-rootfs", tinyRootfs(t), "-chown", "0:0", "-entrypoint", `["/bin/hello"]`, "-epoch", "0",
+		"-ref", host+"/team/hello:{id}", "-ref", host+"/team/hello:dev", "-push")
+	short := strings.TrimPrefix(id, "sha256:")[:12]
+	for _, tag := range []string{short, "dev"} {
+		ref, err := name.NewTag(host + "/team/hello:" + tag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := remote.Image(ref)
+		if err != nil {
+			t.Fatalf("pulling %s: %v", ref, err)
+		}
+		got, err := img.ConfigName()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.String() != id {
+			t.Errorf("%s has the image %s, mkimage reported %s", ref, got, id)
+		}
+		cfg, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]string{"/bin/hello"}, cfg.Config.Entrypoint); diff != "" {
+			t.Errorf("%s: entrypoint (-want +got):\n%s", ref, diff)
+		}
+		layers, err := img.Layers()
+		if err != nil || len(layers) != 1 {
+			t.Fatalf("%s: %d layers (%v), want 1", ref, len(layers), err)
 		}
 	}
 }
@@ -514,12 +527,11 @@ func TestBadArguments(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "x.tar")
 	for _, args := range [][]string{
 		{"-rootfs", root, "-o", out},   // no -ref
-		{"-rootfs", root, "-ref", "x"}, // no -o
+		{"-rootfs", root, "-ref", "x"}, // no -o, no -push
 		{"-o", out, "-ref", "x"},       // no layer
 		{"-rootfs", root, "-o", out, "-ref", "x", "-entrypoint", "/bin/sh"},
 		{"-rootfs", root, "-o", out, "-ref", "x", "-owner", "/nope=1:1"},
 		{"-rootfs", root, "-o", out, "-ref", "x", "-chown", "app"},
-		{"-rootfs", root, "-o", out, "-ref", "x", "-format", "zip"},
 		{"-rootfs", filepath.Join(root, "etc/hello.conf"), "-o", out, "-ref", "x"}, // not a tar
 	} {
 		if err := run(args, io.Discard); err == nil {
@@ -531,5 +543,44 @@ func TestBadArguments(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(filepath.Dir(out)); len(entries) != 0 {
 		t.Errorf("failed runs left %d files", len(entries))
+	}
+}
+
+// -base starts from an image tarball: its layers come first and its settings are the
+// defaults the flags change, as a Dockerfile's FROM <image> would give.
+func TestBase(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "base.tar")
+	baseID := mkimage(t, "-rootfs", tinyRootfs(t), "-chown", "0:0", "-epoch", "0", "-ref", "base:1", "-o", base,
+		"-entrypoint", `["/bin/hello"]`, "-env", "PATH=/bin", "-label", "from=base", "-user", "1001")
+	extra := t.TempDir()
+	write(t, filepath.Join(extra, "configs/pkg/catalog.yaml"), "schema: olm.package\n", 0o644)
+	chmodDirs(t, extra)
+	out := filepath.Join(dir, "derived.tar")
+	id := mkimage(t, "-base", base, "-rootfs", extra, "-chown", "0:0", "-epoch", "0", "-ref", "derived:1", "-o", out,
+		"-cmd", `["serve", "/configs"]`, "-label", "index=/configs")
+	if id == baseID {
+		t.Fatal("the derived image is the base image")
+	}
+	rb := readTarball(t, out)
+	brb := readTarball(t, base)
+	if len(rb.layers) != 2 || !bytes.Equal(rb.layers[0], brb.layers[0]) {
+		t.Fatalf("the derived image has %d layers, want the base's then the new one", len(rb.layers))
+	}
+	if second, _ := listLayer(t, rb.layers[1]); second["configs/pkg/catalog.yaml"].Content == "" {
+		t.Errorf("the second layer is not the directory given: %v", second)
+	}
+	want := v1.Config{
+		User: "1001", Env: []string{"PATH=/bin"}, Entrypoint: []string{"/bin/hello"}, Cmd: []string{"serve", "/configs"},
+		Labels: map[string]string{"from": "base", "index": "/configs"},
+	}
+	if diff := cmp.Diff(want, rb.config.Config); diff != "" {
+		t.Errorf("config (-want +got):\n%s", diff)
+	}
+	if len(rb.config.History) != 2 {
+		t.Errorf("history has %d entries, want the base's and the new layer's", len(rb.config.History))
+	}
+	if err := run([]string{"-base", filepath.Join(dir, "none.tar"), "-rootfs", extra, "-ref", "x", "-o", filepath.Join(dir, "x.tar")}, io.Discard); err == nil {
+		t.Error("a missing -base was accepted")
 	}
 }

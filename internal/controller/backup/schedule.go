@@ -114,7 +114,9 @@ func (r *ScheduleReconciler) schedule(ctx context.Context, cluster *dbv1.Postgre
 		}
 	}
 	tick, due, next := Due(sched, after, r.clock.Now())
-	if !due {
+	if !due || cluster.Spec.Stopped {
+		// A stopped cluster's data does not change: the tick waits, and is taken once
+		// the cluster runs again.
 		return next, nil
 	}
 	b := &dbv1.PostgresBackup{

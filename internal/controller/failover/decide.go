@@ -118,9 +118,18 @@ func Decide(in Input) Decision {
 	if !in.Lease.Bootstrapped {
 		return Decision{Action: None, Reason: "the cluster's first primary is not up yet"}
 	}
+	if held := heldBy(in.Lease); held != "" {
+		if in.Switchover != "" {
+			return Decision{Action: RefuseSwitchover, Target: in.Switchover, Reason: held}
+		}
+		return Decision{Action: None, Reason: held}
+	}
 	failure := primaryFailure(in)
 	if failure == "" {
 		if in.Switchover != "" {
+			if in.Lease.IsFenced(in.Switchover) {
+				return Decision{Action: RefuseSwitchover, Target: in.Switchover, Reason: fmt.Sprintf("%s is fenced (%s)", in.Switchover, dbv1.AnnotationFencedInstances)}
+			}
 			if why := CheckSwitchover(in.Lease.Holder, in.Switchover, in.Instances); why != "" {
 				return Decision{Action: RefuseSwitchover, Target: in.Switchover, Reason: why}
 			}
@@ -241,7 +250,7 @@ func find(instances []Instance, name string) *Instance {
 // unfit says why no standby could take over even in the best case, "" when one could.
 func unfit(in Input) string {
 	var running []Instance
-	for _, i := range in.Instances {
+	for _, i := range notFenced(in.Instances, in.Lease) {
 		if i.Name != in.Lease.Holder && i.Reachable && !i.Terminating && i.Status.Running && i.Status.Role == agentapi.RoleReplica {
 			running = append(running, i)
 		}
@@ -269,7 +278,7 @@ func DecideVacant(in Input) Decision {
 	}
 	old := find(in.Instances, h.From)
 	oldBack := old != nil && old.Reachable && !old.Terminating && old.Pod != nil
-	candidates := finalStandbys(in.Instances, h)
+	candidates := finalStandbys(notFenced(in.Instances, in.Lease), h)
 	waited := in.Now.Sub(in.VacantSince)
 
 	if h.Clean {
@@ -518,7 +527,7 @@ func scaleDown(in Input) Decision {
 	var why []string
 	for i := range in.Instances {
 		c := &in.Instances[i]
-		if leaving(in, c.Name) || c.Name == in.Lease.Holder {
+		if leaving(in, c.Name) || c.Name == in.Lease.Holder || in.Lease.IsFenced(c.Name) {
 			continue
 		}
 		if reason := CheckSwitchover(in.Lease.Holder, c.Name, in.Instances); reason != "" {

@@ -54,6 +54,8 @@ type FailoverReconciler struct {
 type memory struct {
 	failedSince time.Time
 	lastReason  string
+	// fenceNote is the last message about the user's fencing (reportFencing).
+	fenceNote string
 	// renewTime is the holder's last renewal seen, and renewSeen when it was seen.
 	renewTime time.Time
 	renewSeen time.Time
@@ -304,6 +306,14 @@ func (c *cycle) decideAndAct(ctx context.Context) (time.Duration, error) {
 	if rec.Holder == "" {
 		return c.vacant(ctx)
 	}
+	if held, requeue, err := c.hibernate(ctx, rec); held || err != nil {
+		c.report("", "", "")
+		return requeue, err
+	}
+	if err := c.fence(ctx, primarylease.Parse(c.lease)); err != nil {
+		return 0, err
+	}
+	rec = primarylease.Parse(c.lease)
 	d := Decide(c.input(rec))
 	c.r.mu.Lock()
 	c.mem.failedSince = d.FailedSince
@@ -352,9 +362,15 @@ func (c *cycle) hold(ctx context.Context, d Decision, waitMsg string) (time.Dura
 
 // report emits reason's event and log line once per distinct message ("" resets).
 func (c *cycle) report(reason, msg, logMsg string) {
+	c.reportOnce(&c.mem.lastReason, reason, msg, logMsg)
+}
+
+// reportOnce is report with the last message kept in *last, so that concerns that
+// report side by side do not reset each other's.
+func (c *cycle) reportOnce(last *string, reason, msg, logMsg string) {
 	c.r.mu.Lock()
-	same := c.mem.lastReason == msg
-	c.mem.lastReason = msg
+	same := *last == msg
+	*last = msg
 	c.r.mu.Unlock()
 	if msg == "" || same {
 		return
@@ -586,7 +602,8 @@ func (c *cycle) label(ctx context.Context) error {
 		byName[c.pods[i].Name] = &c.pods[i]
 	}
 	var errs []error
-	for _, l := range Relabels(c.pods, primarylease.Parse(c.lease).Holder, c.instances) {
+	rec := primarylease.Parse(c.lease)
+	for _, l := range Relabels(c.pods, rec.Holder, rec.Fenced, c.instances) {
 		p, role := byName[l.Pod], l.Role
 		if err := clusterpods.Check(c.cluster, p); err != nil {
 			errs = append(errs, err)

@@ -1,6 +1,8 @@
 package failover
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
@@ -17,8 +19,10 @@ import (
 //   - a pod labelled primary that no longer holds the Lease becomes fenced, never
 //     replica: until its agent has rewound it, it is not a replica of anything;
 //   - fenced or unlabelled pods become replica once their agent reports them a ready
-//     standby; an unlabelled pod that is not the holder starts as replica.
-func Label(pod *corev1.Pod, holder string, obs *Instance) (string, bool) {
+//     standby; an unlabelled pod that is not the holder starts as replica;
+//   - a pod the user fenced (fenced: the Lease records it) is fenced, whatever its
+//     role: it is in no Service while it is.
+func Label(pod *corev1.Pod, holder string, obs *Instance, fenced bool) (string, bool) {
 	current := pod.Labels[dbv1.LabelRole]
 	switch current {
 	case dbv1.RolePrimary, dbv1.RoleReplica, dbv1.RoleFenced:
@@ -31,6 +35,8 @@ func Label(pod *corev1.Pod, holder string, obs *Instance) (string, bool) {
 	}
 	want := current
 	switch {
+	case fenced:
+		want = dbv1.RoleFenced
 	case pod.Name == holder && (st.Role == agentapi.RolePrimary || st.Role == agentapi.RoleReplica && st.Running):
 		want = dbv1.RolePrimary
 	case pod.Name == holder && current == "" && st.Role != agentapi.RoleReplica:
@@ -52,8 +58,8 @@ type Relabel struct {
 	Role string
 }
 
-// Relabels lists the role labels to change, given the Lease's holder ("" for none) and
-// the last observations, in the order they must be written: labels that put a pod into
+// Relabels lists the role labels to change, given the Lease's holder ("" for none), the
+// instances it records as fenced and the last observations, in the order they must be written: labels that put a pod into
 // a Service's endpoints (primary, replica) before those that take one out (fenced).
 //
 // The order matters at a handover, where one pass moves -rw from the old primary to
@@ -64,11 +70,11 @@ type Relabel struct {
 // waited a retransmission, 1 s later (make chaos, graceful-delete: 1.0 to 1.2 s of
 // every round). Joining first, the old pod, terminating, is no longer used once the
 // new one is there.
-func Relabels(pods []corev1.Pod, holder string, instances []Instance) []Relabel {
+func Relabels(pods []corev1.Pod, holder string, fenced []string, instances []Instance) []Relabel {
 	var joins, leaves []Relabel
 	for i := range pods {
 		p := &pods[i]
-		role, change := Label(p, holder, find(instances, p.Name))
+		role, change := Label(p, holder, find(instances, p.Name), slices.Contains(fenced, p.Name))
 		switch {
 		case !change:
 		case role == dbv1.RoleFenced:

@@ -46,33 +46,37 @@ func TestLabel(t *testing.T) {
 		pod    *corev1.Pod
 		holder string
 		obs    *Instance
+		fenced bool
 		want   result
 	}{
-		{"a new cluster's holder without a role becomes primary", newPod("db-0"), "db-0", nil, result{dbv1.RolePrimary, true}},
-		{"holder labelled replica: primary while it promotes", newPod("db-1", withRole(dbv1.RoleReplica)), "db-1", seen(agentapi.RoleReplica, true), result{dbv1.RolePrimary, true}},
-		{"holder whose postgres is stopped keeps its label", newPod("db-1", withRole(dbv1.RoleReplica)), "db-1", seen(agentapi.RoleStopped, false), result{dbv1.RoleReplica, false}},
-		{"holder that promoted becomes primary", newPod("db-1", withRole(dbv1.RoleReplica)), "db-1", seen(agentapi.RolePrimary, true), result{dbv1.RolePrimary, true}},
-		{"holder already primary", newPod("db-0", withRole(dbv1.RolePrimary)), "db-0", seen(agentapi.RolePrimary, true), result{dbv1.RolePrimary, false}},
-		{"holder already primary, unreachable, stays primary", newPod("db-0", withRole(dbv1.RolePrimary)), "db-0", nil, result{dbv1.RolePrimary, false}},
-		{"fenced holder serving again becomes primary", newPod("db-2", withRole(dbv1.RoleFenced)), "db-2", seen(agentapi.RolePrimary, true), result{dbv1.RolePrimary, true}},
-		{"fenced holder not serving stays fenced", newPod("db-2", withRole(dbv1.RoleFenced)), "db-2", seen(agentapi.RoleStopped, false), result{dbv1.RoleFenced, false}},
-		{"non-holder without a role becomes replica", newPod("db-1"), "db-0", nil, result{dbv1.RoleReplica, true}},
-		{"former primary is fenced, not a replica", newPod("db-0", withRole(dbv1.RolePrimary)), "db-1", nil, result{dbv1.RoleFenced, true}},
-		{"former primary still running is fenced", newPod("db-0", withRole(dbv1.RolePrimary)), "db-1", seen(agentapi.RolePrimary, false), result{dbv1.RoleFenced, true}},
-		{"primary of a revoked Lease is fenced", newPod("db-0", withRole(dbv1.RolePrimary)), "", seen(agentapi.RoleFenced, false), result{dbv1.RoleFenced, true}},
-		{"non-holder already replica", newPod("db-1", withRole(dbv1.RoleReplica)), "db-0", seen(agentapi.RoleReplica, true), result{dbv1.RoleReplica, false}},
-		{"fenced non-holder stays fenced until it rejoined", newPod("db-1", withRole(dbv1.RoleFenced)), "db-0", seen(agentapi.RoleStarting, false), result{dbv1.RoleFenced, false}},
-		{"fenced non-holder that rejoined is a replica", newPod("db-1", withRole(dbv1.RoleFenced)), "db-0", seen(agentapi.RoleReplica, true), result{dbv1.RoleReplica, true}},
-		{"unknown role is corrected", newPod("db-1", withRole("leader")), "db-0", nil, result{dbv1.RoleReplica, true}},
-		{"no holder: a standby stays a replica", newPod("db-1", withRole(dbv1.RoleReplica)), "", seen(agentapi.RoleReplica, true), result{dbv1.RoleReplica, false}},
-		{"holder with nil labels", newPod("db-0", withoutLabels), "db-0", nil, result{dbv1.RolePrimary, true}},
-		{"non-holder with nil labels", newPod("db-1", withoutLabels), "db-0", nil, result{dbv1.RoleReplica, true}},
+		{"a new cluster's holder without a role becomes primary", newPod("db-0"), "db-0", nil, false, result{dbv1.RolePrimary, true}},
+		{"holder labelled replica: primary while it promotes", newPod("db-1", withRole(dbv1.RoleReplica)), "db-1", seen(agentapi.RoleReplica, true), false, result{dbv1.RolePrimary, true}},
+		{"holder whose postgres is stopped keeps its label", newPod("db-1", withRole(dbv1.RoleReplica)), "db-1", seen(agentapi.RoleStopped, false), false, result{dbv1.RoleReplica, false}},
+		{"holder that promoted becomes primary", newPod("db-1", withRole(dbv1.RoleReplica)), "db-1", seen(agentapi.RolePrimary, true), false, result{dbv1.RolePrimary, true}},
+		{"holder already primary", newPod("db-0", withRole(dbv1.RolePrimary)), "db-0", seen(agentapi.RolePrimary, true), false, result{dbv1.RolePrimary, false}},
+		{"holder already primary, unreachable, stays primary", newPod("db-0", withRole(dbv1.RolePrimary)), "db-0", nil, false, result{dbv1.RolePrimary, false}},
+		{"fenced holder serving again becomes primary", newPod("db-2", withRole(dbv1.RoleFenced)), "db-2", seen(agentapi.RolePrimary, true), false, result{dbv1.RolePrimary, true}},
+		{"fenced holder not serving stays fenced", newPod("db-2", withRole(dbv1.RoleFenced)), "db-2", seen(agentapi.RoleStopped, false), false, result{dbv1.RoleFenced, false}},
+		{"non-holder without a role becomes replica", newPod("db-1"), "db-0", nil, false, result{dbv1.RoleReplica, true}},
+		{"former primary is fenced, not a replica", newPod("db-0", withRole(dbv1.RolePrimary)), "db-1", nil, false, result{dbv1.RoleFenced, true}},
+		{"former primary still running is fenced", newPod("db-0", withRole(dbv1.RolePrimary)), "db-1", seen(agentapi.RolePrimary, false), false, result{dbv1.RoleFenced, true}},
+		{"primary of a revoked Lease is fenced", newPod("db-0", withRole(dbv1.RolePrimary)), "", seen(agentapi.RoleFenced, false), false, result{dbv1.RoleFenced, true}},
+		{"non-holder already replica", newPod("db-1", withRole(dbv1.RoleReplica)), "db-0", seen(agentapi.RoleReplica, true), false, result{dbv1.RoleReplica, false}},
+		{"fenced non-holder stays fenced until it rejoined", newPod("db-1", withRole(dbv1.RoleFenced)), "db-0", seen(agentapi.RoleStarting, false), false, result{dbv1.RoleFenced, false}},
+		{"fenced non-holder that rejoined is a replica", newPod("db-1", withRole(dbv1.RoleFenced)), "db-0", seen(agentapi.RoleReplica, true), false, result{dbv1.RoleReplica, true}},
+		{"unknown role is corrected", newPod("db-1", withRole("leader")), "db-0", nil, false, result{dbv1.RoleReplica, true}},
+		{"no holder: a standby stays a replica", newPod("db-1", withRole(dbv1.RoleReplica)), "", seen(agentapi.RoleReplica, true), false, result{dbv1.RoleReplica, false}},
+		{"holder with nil labels", newPod("db-0", withoutLabels), "db-0", nil, false, result{dbv1.RolePrimary, true}},
+		{"non-holder with nil labels", newPod("db-1", withoutLabels), "db-0", nil, false, result{dbv1.RoleReplica, true}},
+		{"a replica the user fenced is fenced", newPod("db-1", withRole(dbv1.RoleReplica)), "db-0", seen(agentapi.RoleReplica, true), true, result{dbv1.RoleFenced, true}},
+		{"a holder the user fenced is fenced", newPod("db-0", withRole(dbv1.RolePrimary)), "db-0", seen(agentapi.RolePrimary, true), true, result{dbv1.RoleFenced, true}},
+		{"a fenced instance stays fenced", newPod("db-1", withRole(dbv1.RoleFenced)), "db-0", seen(agentapi.RoleStopped, false), true, result{dbv1.RoleFenced, false}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			before := tc.pod.DeepCopy()
 			var got result
-			got.Role, got.Change = Label(tc.pod, tc.holder, tc.obs)
+			got.Role, got.Change = Label(tc.pod, tc.holder, tc.obs, tc.fenced)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("Label(%s, %q) (-want +got):\n%s", tc.pod.Name, tc.holder, diff)
 			}
@@ -99,6 +103,7 @@ func TestRelabelsJoinBeforeTheyLeave(t *testing.T) {
 		name      string
 		pods      []corev1.Pod
 		holder    string
+		fenced    []string
 		instances []Instance
 		want      []Relabel
 	}{
@@ -120,6 +125,14 @@ func TestRelabelsJoinBeforeTheyLeave(t *testing.T) {
 			want:      []Relabel{{Pod: "db-2", Role: dbv1.RoleReplica}, {Pod: "db-0", Role: dbv1.RoleFenced}},
 		},
 		{
+			name:      "a replica the user fenced leaves -ro",
+			pods:      pods(newPod("db-0", withRole(dbv1.RolePrimary)), newPod("db-1", withRole(dbv1.RoleReplica))),
+			holder:    "db-0",
+			fenced:    []string{"db-1"},
+			instances: []Instance{named("db-0", seen(agentapi.RolePrimary, true)), named("db-1", seen(agentapi.RoleReplica, true))},
+			want:      []Relabel{{Pod: "db-1", Role: dbv1.RoleFenced}},
+		},
+		{
 			name:      "nothing to change",
 			pods:      pods(newPod("db-0", withRole(dbv1.RolePrimary)), newPod("db-1", withRole(dbv1.RoleReplica))),
 			holder:    "db-0",
@@ -128,7 +141,7 @@ func TestRelabelsJoinBeforeTheyLeave(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, Relabels(tc.pods, tc.holder, tc.instances)); diff != "" {
+			if diff := cmp.Diff(tc.want, Relabels(tc.pods, tc.holder, tc.fenced, tc.instances)); diff != "" {
 				t.Errorf("Relabels (-want +got):\n%s", diff)
 			}
 		})

@@ -41,6 +41,9 @@ type Input struct {
 	Primary string
 	// Switchover is the switchover requested on the cluster, "" when none.
 	Switchover string
+	// Fenced are the instances the user fenced: stopped, they take their settings at
+	// their next start, and take no part in the plan.
+	Fenced []string
 }
 
 // Action is what the plan says to do now.
@@ -97,6 +100,7 @@ func Plan(in Input) Decision {
 }
 
 func next(in Input) Decision {
+	in = withoutFenced(in)
 	// A single instance has no standby to keep at least its values.
 	if why := lowered(in.Instances); why != "" && in.Replicas > 1 {
 		return Decision{Action: Blocked, Reason: why}
@@ -126,6 +130,15 @@ func next(in Input) Decision {
 }
 
 // unsettled says why no instance may be restarted now, "" when one may.
+// withoutFenced is in without the fenced instances, which it counts as none of the
+// instances it waits for.
+func withoutFenced(in Input) Input {
+	kept := slices.DeleteFunc(slices.Clone(in.Instances), func(i Instance) bool { return slices.Contains(in.Fenced, i.Name) })
+	in.Replicas -= len(in.Instances) - len(kept)
+	in.Instances = kept
+	return in
+}
+
 func unsettled(in Input) string {
 	if in.Switchover != "" {
 		return fmt.Sprintf("a switchover to %s is under way", in.Switchover)

@@ -55,6 +55,8 @@ func TestPlan(t *testing.T) {
 		reason string // a part of the reason
 	}{
 		{"nothing pending", Input{Instances: three(nil, nil, nil), Replicas: 3, Primary: "db-0"}, Done, "", "no setting waits"},
+		{"a fenced standby (stopped) neither waits nor is restarted", Input{Instances: three(all, all, opts(notReady, pending())), Replicas: 3, Primary: "db-0", Fenced: []string{"db-2"}},
+			RestartStandby, "db-1", "restarting standby db-1"},
 		{"every instance pending: the highest-ordinal standby first", Input{Instances: three(all, all, all), Replicas: 3, Primary: "db-0"},
 			RestartStandby, "db-2", "restarting standby db-2 in place to apply shared_buffers"},
 		{"db-2 restarted: db-1 next", Input{Instances: three(all, all, nil), Replicas: 3, Primary: "db-0"},

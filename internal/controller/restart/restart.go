@@ -98,6 +98,9 @@ func (r *RestartReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err != nil {
 		return ctrl.Result{RequeueAfter: idlePeriod}, client.IgnoreNotFound(err)
 	}
+	if rec := primarylease.Parse(lease); rec.Hibernation != nil || cluster.Spec.Stopped {
+		return ctrl.Result{RequeueAfter: idlePeriod}, nil // stopped on purpose: settings apply at the start
+	}
 	in, pods, err := r.observe(ctx, &cluster, lease, access)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -129,7 +132,8 @@ func (r *RestartReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster
 	if sts.Spec.Replicas != nil {
 		replicas = int(*sts.Spec.Replicas)
 	}
-	in := Input{Replicas: replicas, Primary: primarylease.Parse(lease).Holder, Switchover: c.Annotations[dbv1.AnnotationSwitchoverTo]}
+	rec := primarylease.Parse(lease)
+	in := Input{Replicas: replicas, Primary: rec.Holder, Switchover: c.Annotations[dbv1.AnnotationSwitchoverTo], Fenced: rec.Fenced}
 	for _, o := range r.fleet.Observe(ctx, pods, access, statusTimeout) {
 		ordinal, _ := c.Names().Ordinal(o.Name)
 		rev := sts.Status.UpdateRevision

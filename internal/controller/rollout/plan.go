@@ -18,6 +18,10 @@ type Pod struct {
 	Ready, Terminating bool
 	// Ordinal is the StatefulSet ordinal.
 	Ordinal int
+	// Fenced: the user fenced the instance. Its postgres is stopped, so it is never
+	// ready: it is restarted like a replica (and stays fenced), and never given the
+	// primary's role.
+	Fenced bool
 }
 
 // Action is what the plan says to do now.
@@ -63,14 +67,14 @@ func Plan(pods []Pod, replicas int, primary, updateRevision string) Decision {
 		return Decision{Action: Wait, Reason: fmt.Sprintf("%d of %d instances exist", len(pods), replicas)}
 	}
 	for _, p := range pods {
-		if !p.Ready || p.Terminating {
+		if !p.Ready && !p.Fenced || p.Terminating {
 			return Decision{Action: Wait, Reason: fmt.Sprintf("%s is not ready", p.Name)}
 		}
 	}
 	// Replicas first, from the highest ordinal, like a StatefulSet's own rolling update.
 	sort.Slice(outdated, func(i, j int) bool { return outdated[i].Ordinal > outdated[j].Ordinal })
 	for _, p := range outdated {
-		if p.Name != primary {
+		if p.Name != primary || p.Fenced {
 			return Decision{Action: DeleteReplica, Target: p.Name,
 				Reason: fmt.Sprintf("restarting replica %s with the new instance template", p.Name)}
 		}
@@ -78,7 +82,7 @@ func Plan(pods []Pod, replicas int, primary, updateRevision string) Decision {
 	// Only the primary is left: hand its role to an updated replica first.
 	var updated []Pod
 	for _, p := range pods {
-		if p.Name != primary && p.Revision == updateRevision {
+		if p.Name != primary && p.Revision == updateRevision && !p.Fenced {
 			updated = append(updated, p)
 		}
 	}

@@ -11,6 +11,8 @@ func TestPlan(t *testing.T) {
 	}
 	starting := three("b", "b", "a")
 	starting[2].Ready = false
+	// db-2 fenced by the user: stopped, never ready.
+	fenced := func(p []Pod) []Pod { p[2].Fenced, p[2].Ready = true, false; return p }
 	// The update revision is "b" in every case.
 	for _, tc := range []struct {
 		name     string
@@ -28,6 +30,9 @@ func TestPlan(t *testing.T) {
 		{"the old primary is a replica now", three("a", "b", "b"), 3, "db-1", Decision{Action: DeleteReplica, Target: "db-0"}},
 		{"the primary at another ordinal", three("b", "a", "a"), 3, "db-2", Decision{Action: DeleteReplica, Target: "db-1"}},
 		{"one instance", []Pod{pod("db-0", 0, "a")}, 1, "db-0", Decision{Action: DeletePrimary, Target: "db-0"}},
+		{"a fenced instance does not hold the rollout up, and restarts like a replica", fenced(three("a", "a", "a")), 3, "db-0", Decision{Action: DeleteReplica, Target: "db-2"}},
+		{"a fenced instance is not the switchover's target", fenced(three("a", "a", "b")), 3, "db-1", Decision{Action: DeleteReplica, Target: "db-0"}},
+		{"the primary hands over to an instance that is not fenced", fenced(three("b", "a", "b")), 3, "db-1", Decision{Action: Switchover, Target: "db-0"}},
 	} {
 		got := Plan(tc.pods, tc.replicas, tc.primary, "b")
 		if got.Action != tc.want.Action || got.Target != tc.want.Target {

@@ -60,7 +60,11 @@ func (r *RolloutReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.client.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.PrimaryLeaseName()}, &lease); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	primary := primarylease.Parse(&lease).Holder
+	rec := primarylease.Parse(&lease)
+	if rec.Hibernation != nil || cluster.Spec.Stopped {
+		return ctrl.Result{RequeueAfter: checkPeriod}, nil // stopped on purpose: the pods start with the new template
+	}
+	primary := rec.Holder
 	pods, err := clusterpods.List(ctx, r.client, &cluster)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -70,7 +74,7 @@ func (r *RolloutReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		p := &pods[i]
 		ordinal, _ := strconv.Atoi(p.Name[strings.LastIndex(p.Name, "-")+1:])
 		plan = append(plan, Pod{Name: p.Name, Revision: p.Labels[appsv1.ControllerRevisionHashLabelKey],
-			Ready: clusterpods.IsReady(p), Terminating: !p.DeletionTimestamp.IsZero(), Ordinal: ordinal})
+			Ready: clusterpods.IsReady(p), Terminating: !p.DeletionTimestamp.IsZero(), Ordinal: ordinal, Fenced: rec.IsFenced(p.Name)})
 	}
 	replicas := int(cluster.Spec.Replicas)
 	if sts.Spec.Replicas != nil {

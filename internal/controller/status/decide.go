@@ -54,6 +54,12 @@ type Observed struct {
 	// MonitoringAPIs are the Prometheus Operator's kinds the API server serves
 	// (MonitoringKinds); nil when unknown or monitoring is not enabled.
 	MonitoringAPIs map[string]bool
+	// Hibernation is where spec.stopped stands as the failover controller recorded it
+	// for the Lease's holder and term; nil while the cluster runs.
+	Hibernation *primarylease.Hibernation
+	// OperatorVersion is this operator's version (internal/version); "" keeps the
+	// recorded one.
+	OperatorVersion string
 }
 
 // ArchivingHealth is whether the primary archives WAL, and what it last said.
@@ -68,6 +74,9 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 	c := o.Cluster
 	st := *c.Status.DeepCopy()
 	st.ObservedGeneration = c.Generation
+	if o.OperatorVersion != "" {
+		st.OperatorVersion = o.OperatorVersion
+	}
 	st.CurrentPrimary = o.Primary
 	if o.DataVersion != "" {
 		st.DataVersion = o.DataVersion
@@ -152,6 +161,9 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 	if o.PendingRestart != nil {
 		dbv1.SetCondition(&st.Conditions, pendingRestart(*o.PendingRestart, c.Generation), now)
 	}
+	if cond, ok := hibernated(o, st.Conditions); ok {
+		dbv1.SetCondition(&st.Conditions, cond, now)
+	}
 
 	if o.Roles != nil {
 		st.Roles, st.Databases = o.Roles.Roles, o.Roles.Databases
@@ -229,6 +241,31 @@ func pendingRestart(r restart.Record, generation int64) dbv1.Condition {
 	return cond
 }
 
+// hibernated is the Hibernated condition: True once spec.stopped stopped every
+// instance, False while they stop or resume, and False (Resumed) once a cluster that
+// was stopped runs again; none for a cluster never stopped (ok false).
+func hibernated(o Observed, conditions []dbv1.Condition) (dbv1.Condition, bool) {
+	c, h := o.Cluster, o.Hibernation
+	cond := dbv1.Condition{Type: dbv1.ConditionHibernated, Status: metav1.ConditionFalse, ObservedGeneration: c.Generation}
+	switch {
+	case c.Spec.Stopped && h != nil && h.Phase == primarylease.Stopped:
+		cond.Status, cond.Reason = metav1.ConditionTrue, dbv1.ReasonStopped
+		cond.Message = fmt.Sprintf("Every instance is stopped; the volumes, Secrets and primary Lease are kept, and %s resumes as the primary", h.Holder)
+		if h.FinalLSN != "" {
+			cond.Message += fmt.Sprintf(" (its WAL ends at %s, timeline %d)", h.FinalLSN, h.Timeline)
+		}
+	case c.Spec.Stopped:
+		cond.Reason, cond.Message = dbv1.ReasonStopping, "Stopping (spec.stopped): the primary stops first and keeps its role; the pods go once the standbys have its final WAL"
+	case h != nil:
+		cond.Reason, cond.Message = dbv1.ReasonResuming, fmt.Sprintf("Resuming: %s starts again as the primary and the replicas follow it", h.Holder)
+	case dbv1.FindCondition(conditions, dbv1.ConditionHibernated) != nil:
+		cond.Reason, cond.Message = dbv1.ReasonResumed, "Running again after a hibernation (spec.stopped)"
+	default:
+		return cond, false
+	}
+	return cond, true
+}
+
 // phaseOf summarises the cluster. A cluster stays Creating until it has been Healthy
 // once; after that a missing replica makes it Degraded and a missing primary Unavailable.
 func phaseOf(o Observed, primaryReady bool, readyInstances int32) (dbv1.Phase, string, string) {
@@ -242,6 +279,10 @@ func phaseOf(o Observed, primaryReady bool, readyInstances int32) (dbv1.Phase, s
 	creating := !c.Bootstrapped()
 	want := c.Spec.Replicas
 	switch {
+	case c.Spec.Stopped && o.Hibernation != nil && o.Hibernation.Phase == primarylease.Stopped:
+		return dbv1.PhaseStopped, dbv1.ReasonStopped, fmt.Sprintf("Every instance is stopped (spec.stopped); %s resumes as the primary", o.Hibernation.Holder)
+	case c.Spec.Stopped:
+		return dbv1.PhaseStopping, dbv1.ReasonStopping, "Stopping (spec.stopped): the primary stops first, then every pod goes"
 	case o.Primary == "" && creating:
 		return dbv1.PhaseCreating, dbv1.ReasonNoPrimary, "No primary has been designated yet"
 	case o.Primary == "":

@@ -723,3 +723,65 @@ func TestDecidePendingRestart(t *testing.T) {
 		})
 	}
 }
+
+// spec.stopped: the phase and the Hibernated condition follow the failover controller's
+// record, and a cluster that was stopped says it runs again.
+func TestDecideHibernated(t *testing.T) {
+	stopped := func(c *dbv1.PostgresCluster) { c.Spec.Stopped = true }
+	record := func(phase string) *primarylease.Hibernation {
+		return &primarylease.Hibernation{Phase: phase, Holder: "db-1", Term: 4, FinalLSN: "0/6000028", Timeline: 2}
+	}
+	for _, tc := range []struct {
+		name        string
+		cluster     *dbv1.PostgresCluster
+		hibernation *primarylease.Hibernation
+		pods        []corev1.Pod
+		phase       dbv1.Phase
+		status      metav1.ConditionStatus
+		reason      string // of Hibernated; "" for no condition
+	}{
+		{"never stopped", newCluster(), nil, pods("db-0", "db-1", "db-2"), dbv1.PhaseHealthy, "", ""},
+		{"asked to stop", newCluster(stopped), nil, pods("db-0", "db-1", "db-2"), dbv1.PhaseStopping, metav1.ConditionFalse, dbv1.ReasonStopping},
+		{"the primary stopping", newCluster(stopped), record(primarylease.Stopping), pods("db-0", "db-1", "db-2"), dbv1.PhaseStopping, metav1.ConditionFalse, dbv1.ReasonStopping},
+		{"stopped", newCluster(stopped), record(primarylease.Stopped), nil, dbv1.PhaseStopped, metav1.ConditionTrue, dbv1.ReasonStopped},
+		{"resuming", newCluster(), record(primarylease.Resuming), nil, dbv1.PhaseUnavailable, metav1.ConditionFalse, dbv1.ReasonResuming},
+		{"resumed", newCluster(withCondition(dbv1.ConditionHibernated, metav1.ConditionFalse, dbv1.ReasonResuming, "")), nil,
+			pods("db-0", "db-1", "db-2"), dbv1.PhaseHealthy, metav1.ConditionFalse, dbv1.ReasonResumed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cluster.Status.Conditions = append(tc.cluster.Status.Conditions, dbv1.Condition{Type: dbv1.ConditionBootstrapped, Status: metav1.ConditionTrue})
+			st := status.Decide(status.Observed{Cluster: tc.cluster, Pods: tc.pods, Primary: "db-1", Hibernation: tc.hibernation}, now)
+			if st.Phase != tc.phase {
+				t.Errorf("phase %s, want %s", st.Phase, tc.phase)
+			}
+			c := dbv1.FindCondition(st.Conditions, dbv1.ConditionHibernated)
+			switch {
+			case tc.reason == "" && c != nil:
+				t.Errorf("Hibernated %+v on a cluster never stopped", c)
+			case tc.reason != "" && (c == nil || c.Status != tc.status || c.Reason != tc.reason):
+				t.Errorf("Hibernated %+v, want %s %s", c, tc.status, tc.reason)
+			}
+		})
+	}
+}
+
+// status.operatorVersion is the running operator's version: a new operator writes its
+// own over the old one's; an Observed without a version (none known) keeps the record.
+func TestDecideOperatorVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name, recorded, running, want string
+	}{
+		{"first write", "", "0.1.0", "0.1.0"},
+		{"same operator", "0.1.0", "0.1.0", "0.1.0"},
+		{"after an upgrade", "0.1.0", "0.2.0", "0.2.0"},
+		{"no version known", "0.1.0", "", "0.1.0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(func(c *dbv1.PostgresCluster) { c.Status.OperatorVersion = tc.recorded })
+			st := status.Decide(status.Observed{Cluster: c, OperatorVersion: tc.running}, now)
+			if st.OperatorVersion != tc.want {
+				t.Errorf("operatorVersion %q, want %q", st.OperatorVersion, tc.want)
+			}
+		})
+	}
+}

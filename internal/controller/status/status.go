@@ -1,5 +1,6 @@
 // Package status writes the sidecar's part of a PostgresCluster's status: phase,
-// currentPrimary, readyInstances, instances, roles, databases and its conditions. It is the only writer of
+// currentPrimary, readyInstances, instances, roles, databases, operatorVersion and its
+// conditions. It is the only writer of
 // those fields, and writes them back whenever the Helm manager's status write drops them.
 package status
 
@@ -40,6 +41,8 @@ type StatusReconciler struct {
 	clock  clock.PassiveClock
 	// roles are the roles controller's outcomes; nil when it does not run.
 	roles *roles.Store
+	// operatorVersion is this operator's version, written to status.operatorVersion.
+	operatorVersion string
 	// monitoring says whether the Prometheus Operator's kinds are served; nil leaves
 	// the MonitoringReady condition alone.
 	monitoring MonitoringAPIs
@@ -51,9 +54,10 @@ func (r *StatusReconciler) WithMonitoringAPIs(m MonitoringAPIs) *StatusReconcile
 	return r
 }
 
-// NewStatusReconciler returns a StatusReconciler; rolesStore may be nil.
-func NewStatusReconciler(c client.Client, reader client.Reader, clk clock.PassiveClock, rolesStore *roles.Store) *StatusReconciler {
-	return &StatusReconciler{client: c, reader: reader, clock: clk, roles: rolesStore}
+// NewStatusReconciler returns a StatusReconciler; rolesStore may be nil. operatorVersion
+// is this operator's version (internal/version.Version).
+func NewStatusReconciler(c client.Client, reader client.Reader, clk clock.PassiveClock, rolesStore *roles.Store, operatorVersion string) *StatusReconciler {
+	return &StatusReconciler{client: c, reader: reader, clock: clk, roles: rolesStore, operatorVersion: operatorVersion}
 }
 
 // +kubebuilder:rbac:groups=db.example.com,resources=postgresclusters,verbs=get;list;watch
@@ -100,7 +104,7 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 }
 
 func (r *StatusReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster) (Observed, error) {
-	obs := Observed{Cluster: c}
+	obs := Observed{Cluster: c, OperatorVersion: r.operatorVersion}
 	if r.monitoring != nil && c.Spec.Monitoring.Enabled {
 		served, err := r.monitoring.Served(ctx)
 		if err != nil {
@@ -129,6 +133,9 @@ func (r *StatusReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster)
 		rec := primarylease.Parse(&lease)
 		obs.Primary, obs.FailoverBlocked, obs.LastFailover = rec.Holder, rec.FailoverBlocked, rec.LastFailover
 		obs.DataGuard, obs.DataVersion = rec.DataGuard, rec.DataVersion
+		if h := rec.Hibernation; h != nil && h.Holder == rec.Holder && h.Term == rec.Term {
+			obs.Hibernation = h
+		}
 		if rec.PendingRestart != "" {
 			var pr restart.Record
 			if json.Unmarshal([]byte(rec.PendingRestart), &pr) == nil {
