@@ -20,6 +20,13 @@ OPM_VERSION ?= v1.35.0
 OPM := $(TOOLS)/opm-$(OPM_VERSION)/opm
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
+# Prometheus 3.16's module version: promtool checks the alert rules (make test-quick),
+# prometheus runs the monitoring proof on the local node (make e2e-monitoring). The
+# server is built without its web UI's assets: its API is what the tests use.
+PROMETHEUS_VERSION ?= v0.316.0
+PROMTOOL := $(TOOLS)/promtool-$(PROMETHEUS_VERSION)/promtool
+PROMETHEUS := $(TOOLS)/prometheus-$(PROMETHEUS_VERSION)/prometheus
+export PROMTOOL PROMETHEUS
 
 # OLM bundle and catalog. IMAGE_TAG_BASE names the images: $(IMAGE_TAG_BASE):<version>
 # (the operator), $(IMAGE_TAG_BASE)-bundle:v<version>, $(IMAGE_TAG_BASE)-catalog:v<version>.
@@ -51,10 +58,11 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRD, the sidecar's RBAC and the chart's values.schema.json.
+manifests: $(CONTROLLER_GEN) ## Generate the CRD, the sidecar's RBAC, the chart's values.schema.json and Grafana dashboard.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=sidecar-role paths=./internal/controller/... output:rbac:artifacts:config=config/rbac/sidecar
 	go run ./hack/values-schema $(CRD) helm-charts/postgrescluster/values.schema.json
+	go run ./hack/dashboard helm-charts/postgrescluster/dashboards/pgpilot.json
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate the API types' DeepCopy methods.
@@ -95,7 +103,7 @@ s3server: ## Build (once) the versitygw S3 server the backup store's tests run.
 test: test-quick e2e chaos-short ## Run every test: test-quick, then e2e and the fault suite's short version on a real local Kubernetes node (root).
 
 .PHONY: test-quick
-test-quick: vet control-plane postgres s3server ## Unit, chart, integration on a real kube-apiserver + etcd, and real PostgreSQL (no root needed once PostgreSQL is installed).
+test-quick: vet control-plane postgres s3server $(PROMTOOL) ## Unit, chart, alert rules (promtool), integration on a real kube-apiserver + etcd, and real PostgreSQL (no root needed once PostgreSQL is installed).
 	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -timeout 40m ./...
 
 .PHONY: bench
@@ -115,6 +123,12 @@ bench-quick: control-plane postgres s3server ## Print the benchmarks' figures of
 .PHONY: build
 build: ## Build the manager, sidecar and agent into bin/.
 	go build -o bin/ ./cmd/...
+
+.PHONY: plugin
+plugin: ## Build the kubectl plugin into bin/: kubectl-pgpilot, and kubectl_complete-pgpilot for kubectl's completion of it; put bin/ on PATH.
+	go build -trimpath -ldflags "-s -w" -o bin/kubectl-pgpilot ./cmd/kubectl-pgpilot
+	printf '#!/bin/sh\n# kubectl (1.26 and later) completes kubectl pgpilot through this.\nexec kubectl-pgpilot __complete "$$@"\n' > bin/kubectl_complete-pgpilot
+	chmod +x bin/kubectl_complete-pgpilot
 
 .PHONY: run
 run: build ## Run the operator against the current kubeconfig, or an embedded local control plane when none is reachable.
@@ -152,6 +166,14 @@ demo-down: ## Stop the local cluster and remove everything it made (make demo's 
 .PHONY: e2e
 e2e: ## Run test/e2e on a fresh local cluster, then tear it down and check nothing is left (E2E_RUN=regexp, E2E_KEEP=1).
 	@bash hack/e2e/run.sh
+
+.PHONY: test-monitoring
+test-monitoring: control-plane postgres s3server $(PROMETHEUS) ## A real Prometheus scrapes real agents (test/pg) and PgpilotWALArchiveFailing fires and resolves (about 8 minutes; not in make test).
+	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -tags monitoring -run '^TestPrometheusAlertsOnRealInstances$$' -timeout 20m -v ./test/pg/
+
+.PHONY: e2e-monitoring
+e2e-monitoring: $(PROMETHEUS) ## The monitoring proof on a fresh local cluster: a real Prometheus scrapes it with the PodMonitor's settings and evaluates the PrometheusRule; kubectl pgpilot status (about 20 minutes; not in make test).
+	@E2E_TAGS=monitoring E2E_RUN='^TestMonitoring$$' bash hack/e2e/run.sh
 
 .PHONY: chaos
 chaos: ## Run the fault suite on a fresh local cluster: every fault on the primary, async and sync, CHAOS_ROUNDS (3) each (CHAOS_FAULTS=regexp, CHAOS_KEEP=1).
@@ -248,3 +270,17 @@ $(OPERATOR_SDK):
 
 $(OPM):
 	bash hack/olm-tool.sh opm $(OPM_VERSION) $(dir $@)
+
+.PHONY: promtool
+promtool: $(PROMTOOL) ## Build (once) promtool, which tests the chart's alert rules; print its path.
+	@echo $(PROMTOOL)
+
+.PHONY: prometheus
+prometheus: $(PROMETHEUS) ## Build (once) the Prometheus server, without its web UI; print its path.
+	@echo $(PROMETHEUS)
+
+$(PROMTOOL):
+	GOBIN=$(dir $@) go install github.com/prometheus/prometheus/cmd/promtool@$(PROMETHEUS_VERSION)
+
+$(PROMETHEUS):
+	GOBIN=$(dir $@) go install github.com/prometheus/prometheus/cmd/prometheus@$(PROMETHEUS_VERSION)

@@ -58,6 +58,11 @@ const (
 	// one pgpilot manages) waits for postgres to restart on some instance, with the
 	// settings, the instances and the step under way or what blocks it.
 	ConditionPendingRestart = "PendingRestart"
+	// ConditionMonitoringReady is True when spec.monitoring.enabled can be served (the
+	// Prometheus Operator's PodMonitor and PrometheusRule kinds exist), False with what
+	// is missing; absent while monitoring is not enabled.
+	ConditionMonitoringReady = "MonitoringReady"
+
 	// ConditionHibernated is True while spec.stopped has stopped every instance, False
 	// while they stop or resume (reason Stopping, Resuming, Resumed); absent on a
 	// cluster never stopped.
@@ -153,6 +158,10 @@ const (
 	ReasonSwitchingOverForRestart = "SwitchingOverForRestart"
 	// ReasonPendingRestartApplied: every instance runs with the settings.
 	ReasonPendingRestartApplied = "PendingRestartApplied"
+
+	// Reasons of the MonitoringReady condition (docs/monitoring.md).
+	ReasonPrometheusOperatorFound   = "PrometheusOperatorFound"
+	ReasonPrometheusOperatorMissing = "PrometheusOperatorMissing"
 
 	// Hibernation (spec.stopped): the Hibernated condition's reasons and the failover
 	// controller's events.

@@ -17,6 +17,11 @@ const (
 	// AnnotationSwitchoverTo on a cluster asks for a switchover to the named pod; the
 	// sidecar removes it when the switchover is done or refused (with an event).
 	AnnotationSwitchoverTo = "db.example.com/switchover-to"
+	// AnnotationRestartedAt on a cluster restarts every instance, one at a time
+	// (replicas first, then a switchover), when its value changes: the chart copies it
+	// into the pod template, as kubectl rollout restart does for a Deployment
+	// (kubectl pgpilot restart sets it to the time).
+	AnnotationRestartedAt = "db.example.com/restartedAt"
 
 	// AnnotationFencedInstances on a cluster fences instances: a comma-separated list
 	// of pod names, or "*" for every instance. A fenced instance's postgres is stopped

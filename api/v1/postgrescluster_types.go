@@ -295,11 +295,35 @@ type FailoverSpec struct {
 
 // MonitoringSpec configures Prometheus scraping.
 type MonitoringSpec struct {
-	// enabled renders a PodMonitor for the instances' metrics endpoint when the
-	// Prometheus Operator's CRDs are installed.
+	// enabled renders a PodMonitor for the instances' metrics endpoint, a
+	// PrometheusRule with pgpilot's alerts and a Grafana dashboard ConfigMap when the
+	// Prometheus Operator's CRDs are installed; the MonitoringReady condition says
+	// when they are not (docs/monitoring.md).
 	// +kubebuilder:default=false
 	// +optional
 	Enabled bool `json:"enabled,omitempty"`
+
+	// customQueries names a ConfigMap in the cluster's namespace holding custom
+	// queries in postgres_exporter's format, which every instance runs at each scrape
+	// as a role with pg_monitor's privileges and no more (docs/monitoring.md). A bad
+	// file or query is reported in the metrics, never fails a scrape. Setting or
+	// clearing it restarts the instances one at a time.
+	// +optional
+	CustomQueries *CustomQueriesSource `json:"customQueries,omitempty"`
+}
+
+// CustomQueriesSource is a key of a ConfigMap.
+type CustomQueriesSource struct {
+	// name of the ConfigMap.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// key of the queries file in the ConfigMap.
+	// +kubebuilder:default="queries.yaml"
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	// +optional
+	Key string `json:"key,omitempty"`
 }
 
 // PostgresClusterStatus is what pgpilot observes. The sidecar writes every field here

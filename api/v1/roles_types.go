@@ -3,7 +3,7 @@ package v1
 // RoleSpec is a PostgreSQL role pgpilot keeps as written, without a restart: created
 // when missing, its attributes, password and memberships set when they differ, dropped
 // only when ensure is absent (docs/operations.md, "Roles and databases").
-// +kubebuilder:validation:XValidation:rule="!(self.name in ['postgres', 'pgpilot_replication', 'pgpilot_gate', 'public', 'none', 'current_role', 'current_user', 'session_user']) && !self.name.startsWith('pg_')",message="role name is reserved: postgres (the superuser), pgpilot_replication and pgpilot_gate are pgpilot's own, public, none, current_role, current_user and session_user are SQL keywords, and PostgreSQL reserves names starting with pg_"
+// +kubebuilder:validation:XValidation:rule="!(self.name in ['postgres', 'pgpilot_replication', 'pgpilot_gate', 'pgpilot_monitor', 'public', 'none', 'current_role', 'current_user', 'session_user']) && !self.name.startsWith('pg_')",message="role name is reserved: postgres (the superuser), pgpilot_replication, pgpilot_gate and pgpilot_monitor are pgpilot's own, public, none, current_role, current_user and session_user are SQL keywords, and PostgreSQL reserves names starting with pg_"
 // +kubebuilder:validation:XValidation:rule="!has(self.inRoles) || !(self.name in self.inRoles)",message="a role cannot be a member of itself"
 type RoleSpec struct {
 	// name of the role.

@@ -115,6 +115,7 @@ func run(args []string) error {
 	leaseProbe := fs.Duration("lease-probe", 5*time.Second, "How often the primary Lease is read besides the watch (API server liveness).")
 	apiAddr := fs.String("api-address", fmt.Sprintf(":%d", agentapi.Port), "Address of the agent's HTTP API.")
 	fs.StringVar(&cfg.TLS.Source, "tls", env("PGPILOT_TLS", "/etc/pgpilot/tls"), "Directory of the mounted certificates: server/ (tls.crt, tls.key, ca.crt) and replication/ (the replication role's client certificate and the cluster's CA).")
+	fs.StringVar(&cfg.CustomQueriesPath, "custom-queries", os.Getenv("PGPILOT_CUSTOM_QUERIES"), "The custom queries' file (spec.monitoring.customQueries); empty when none is configured.")
 	authDir := fs.String("auth", "/etc/pgpilot/agent", "Directory of the agent API's credentials (the Secret <cluster>-agent-auth): control.sha256, metrics.sha256, peer. Without them every call but the probes is refused.")
 	peers := fs.String("peers", "", "pod=host,... overrides for reaching other instances (tests); default <pod>.<headless Service>.<namespace>.svc.")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for reading the primary Lease; in-cluster config when empty.")
@@ -138,6 +139,9 @@ func run(args []string) error {
 	cluster, err := agent.LoadClusterConfig(cfg.ClusterConfigPath)
 	if err != nil {
 		return err
+	}
+	if cfg.CustomQueriesPath == "" {
+		cfg.CustomQueriesPath = cluster.CustomQueries
 	}
 	creds, err := agent.LoadCredentials(cfg.SecretsDir)
 	if err != nil {

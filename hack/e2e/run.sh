@@ -16,7 +16,8 @@ teardown_on_exit E2E_KEEP
 
 step "Building the e2e test binary"
 bin=$REPO_ROOT/bin/e2e.test
-(cd "$REPO_ROOT" && go test -tags e2e -c -o "$bin" ./test/e2e/)
+# E2E_TAGS adds build tags: monitoring (make e2e-monitoring) builds TestMonitoring in.
+(cd "$REPO_ROOT" && go test -tags "e2e ${E2E_TAGS:-}" -c -o "$bin" ./test/e2e/)
 
 build_images
 build_s3_image
@@ -36,4 +37,4 @@ if [[ -n ${E2E_BENCH:-} ]]; then
 elif [[ -n ${E2E_RUN:-} ]]; then
   args+=(-test.run "$E2E_RUN")
 fi
-E2E_PG_MAJOR=$E2E_PG_MAJOR E2E_S3_IMAGE=$S3_IMAGE run_tests "$bin" "${args[@]}"
+E2E_PG_MAJOR=$E2E_PG_MAJOR E2E_S3_IMAGE=$S3_IMAGE PROMETHEUS=${PROMETHEUS:-} run_tests "$bin" "${args[@]}"

@@ -91,6 +91,7 @@ type Agent struct {
 	recovery *Recovery // set while restoring from a backup
 	backups  map[string]*backupJob
 	runCtx   context.Context // Run's context: background work ends with it
+	custom   customQueries   // the custom queries' file (stats)
 }
 
 type request struct {
@@ -551,4 +552,5 @@ func gateState(g *Gate, allowed bool) string {
 var (
 	_ agentapi.Instance       = (*Agent)(nil)
 	_ agentapi.BackupInstance = (*Agent)(nil)
+	_ agentapi.StatsInstance  = (*Agent)(nil)
 )

@@ -51,6 +51,9 @@ type Config struct {
 	// Credentials authenticate calls to this agent's API, and hold the token this
 	// agent calls its peers with (failsafe).
 	Credentials *APICredentials
+	// CustomQueriesPath is the user's custom queries file (spec.monitoring.customQueries,
+	// docs/monitoring.md); "" when none is configured.
+	CustomQueriesPath string
 }
 
 // PeerURL is the base URL of another instance's agent API.
@@ -84,6 +87,9 @@ type ClusterConfig struct {
 	// Restore is set when spec.bootstrap.fromBackup is: the first primary restores
 	// instead of running initdb.
 	Restore *RestoreConfig `json:"restore,omitempty"`
+	// CustomQueries is the path of the custom queries' file the pod mounts
+	// (spec.monitoring.customQueries); empty without one.
+	CustomQueries string `json:"customQueries,omitempty"`
 }
 
 // DefaultIdleSlotTimeout is spec.postgresql.idleSlotTimeout's default.

@@ -311,7 +311,8 @@ func Conninfo(kv map[string]string) string {
 }
 
 // HBAConf renders pg_hba.conf. Over the local socket: the superuser by peer (the agent
-// runs as the postgres OS user), everyone else by password. Over the network, TLS only:
+// runs as the postgres OS user), the custom queries' role by peer through
+// pg_ident.conf's map, everyone else by password. Over the network, TLS only:
 // the replication role by its client certificate alone (streaming, pg_basebackup, and
 // pg_rewind's connection to the postgres database), the superuser not at all unless
 // superuserNetwork, everyone else by password (SCRAM). A connection without TLS matches
@@ -324,6 +325,7 @@ func HBAConf(replicationUser string, superuserNetwork bool) string {
 	return fmt.Sprintf(`# Written by the pgpilot agent at every start; edits are lost.
 # TYPE     DATABASE     USER      ADDRESS  METHOD
 local      all          postgres           peer
+local      all          %[3]s    peer map=pgpilot
 local      all          all                scram-sha-256
 local      replication  postgres           peer
 hostssl    replication  %[1]s  all      cert
@@ -333,7 +335,15 @@ host       replication  all       all      reject
 hostssl    all          postgres  all      %[2]s
 hostssl    all          all       all      scram-sha-256
 hostnossl  all          all       all      reject
-`, replicationUser, superuser)
+`, replicationUser, superuser, MonitorUser)
+}
+
+// IdentConf renders pg_ident.conf: the agent (the postgres OS user) may log in as
+// MonitorUser too, for the custom queries (docs/monitoring.md).
+func IdentConf() string {
+	return `# Written by the pgpilot agent at every start; edits are lost.
+# MAPNAME  SYSTEM-USERNAME  PG-USERNAME
+pgpilot    postgres         ` + MonitorUser + "\n"
 }
 
 // PassFile renders a pgpass file for the replication role and the superuser.

@@ -302,12 +302,13 @@ func ParseControlData(out []byte) ControlData {
 	return cd
 }
 
-// WriteConfig writes postgresql.conf, pg_hba.conf and, for a standby, standby.signal;
+// WriteConfig writes postgresql.conf, pg_hba.conf, pg_ident.conf and, for a standby, standby.signal;
 // for a primary it removes standby.signal.
 func (p *Postgres) WriteConfig(in ConfInput) error {
 	files := map[string]string{
 		"postgresql.conf": PostgresqlConf(in),
 		"pg_hba.conf":     HBAConf(in.ReplicationUser, in.Cluster.SuperuserNetworkAccess),
+		"pg_ident.conf":   IdentConf(),
 	}
 	for name, content := range files {
 		if err := writeFileAtomic(filepath.Join(p.PGData, name), []byte(content), 0o600); err != nil {

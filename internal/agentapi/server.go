@@ -51,6 +51,9 @@ type ServerOptions struct {
 	// ActionTimeout bounds the context of each mutating request. Zero means
 	// DefaultActionTimeout.
 	ActionTimeout time.Duration
+	// StatsCacheFor is how long one query batch of a StatsInstance's statistics answers
+	// scrapes. Zero means DefaultStatsCacheFor.
+	StatsCacheFor time.Duration
 }
 
 // Server is the agent's HTTP API over an Instance.
@@ -104,6 +107,13 @@ func NewServer(inst Instance, opts ServerOptions) *Server {
 		}
 	}
 	reg.MustRegister(&instanceCollector{inst: inst, timeout: s.requestTimeout, log: s.log})
+	if si, ok := inst.(StatsInstance); ok {
+		cache := &statsCache{inst: si, cacheFor: opts.StatsCacheFor, timeout: s.requestTimeout, now: time.Now}
+		if cache.cacheFor <= 0 {
+			cache.cacheFor = DefaultStatsCacheFor
+		}
+		reg.MustRegister(&statsCollector{cache: cache, log: s.log}, &customCollector{cache: cache, log: s.log})
+	}
 
 	mux := http.NewServeMux()
 	// A "GET" pattern also serves HEAD; other methods get 405 with an Allow header.

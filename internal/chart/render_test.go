@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -1017,6 +1018,9 @@ func TestPodMonitor(t *testing.T) {
 				"serverName": dbv1.NamesOf(name).ReadWriteService() + "." + namespace + ".svc",
 				"ca":         map[string]any{"secret": map[string]any{"name": dbv1.NamesOf(name).CASecret(), "key": "ca.crt"}},
 			},
+			"relabelings": []any{map[string]any{
+				"sourceLabels": []any{"__meta_kubernetes_pod_label_db_example_com_cluster"}, "targetLabel": "cluster",
+			}},
 		}},
 	}
 	tests := []struct {
@@ -1057,20 +1061,31 @@ func TestPodMonitor(t *testing.T) {
 // select only this cluster's instances.
 func TestPrometheusRule(t *testing.T) {
 	ruleAPI := "monitoring.coreos.com/v1/PrometheusRule"
+	always := []string{"PgpilotPrimaryUnavailable", "PgpilotFailoverHappened", "PgpilotReplicationLagHigh",
+		"PgpilotWALArchiveFailing", "PgpilotWALArchivePendingGrowing", "PgpilotVolumeFillsUpSoon", "PgpilotVolumeAlmostFull",
+		"PgpilotXIDWraparoundNear", "PgpilotXIDWraparoundImminent"}
+	withSync := append(slices.Clone(always[:2]), append([]string{"PgpilotSynchronousStandbyMissing"}, always[2:]...)...)
+	operator := []string{"monitoring.coreos.com/v1", podMonitorAPI, ruleAPI}
 	for _, tt := range []struct {
 		name        string
 		enabled     bool
 		apiVersions []string
+		values      []valuesOption
 		want        bool
+		alerts      []string
 	}{
-		{name: "enabled with the Prometheus Operator", enabled: true, apiVersions: []string{"monitoring.coreos.com/v1", podMonitorAPI, ruleAPI}, want: true},
+		{name: "enabled with the Prometheus Operator", enabled: true, apiVersions: operator, want: true,
+			alerts: append(slices.Clone(always), "PgpilotCustomQueryFailing")},
+		{name: "synchronous replicas and a backup schedule", enabled: true, apiVersions: operator, want: true,
+			values: []valuesOption{set("postgresql.synchronousReplicas", 1), set("backup.schedule", "0 3 * * *"), set("backup.store.volume.claimName", "b")},
+			alerts: append(slices.Clone(withSync), "PgpilotBackupOverdue", "PgpilotCustomQueryFailing")},
 		{name: "enabled without the Prometheus Operator", enabled: true},
-		{name: "disabled with the Prometheus Operator", apiVersions: []string{"monitoring.coreos.com/v1", podMonitorAPI, ruleAPI}},
+		{name: "disabled with the Prometheus Operator", apiVersions: operator},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			m := renderWith(t, chart.Options{
 				Name: name, Namespace: namespace, APIVersions: tt.apiVersions,
-				Values: readmeValues(set("monitoring.enabled", tt.enabled)),
+				Values: readmeValues(append(tt.values, set("monitoring.enabled", tt.enabled))...),
 			})
 			obj, got := m.find("PrometheusRule", name)
 			if got != tt.want {
@@ -1081,26 +1096,49 @@ func TestPrometheusRule(t *testing.T) {
 			}
 			groups := obj.Raw["spec"].(map[string]any)["groups"].([]any)
 			var alerts []string
-			for _, r := range groups[0].(map[string]any)["rules"].([]any) {
-				rule := r.(map[string]any)
-				alerts = append(alerts, rule["alert"].(string))
-				want := fmt.Sprintf(`namespace=%q, pod=~"%s-[0-9]+"`, namespace, name)
-				if expr := rule["expr"].(string); !strings.Contains(expr, want) {
-					t.Errorf("%s: expr %q does not select this cluster's pods (%s)", rule["alert"], expr, want)
-				}
-				// Annotations are Prometheus's templates: they must parse, with its functions
-				// and the variables it defines first.
-				for key, text := range rule["annotations"].(map[string]any) {
-					const prelude = "{{$labels := .Labels}}{{$externalLabels := .ExternalLabels}}{{$value := .Value}}"
-					if _, err := template.New(key).Funcs(prometheusTemplateFuncs).Parse(prelude + text.(string)); err != nil {
-						t.Errorf("%s: annotation %s is not a Prometheus template: %v", rule["alert"], key, err)
-					}
+			for _, g := range groups {
+				for _, r := range g.(map[string]any)["rules"].([]any) {
+					rule := r.(map[string]any)
+					alerts = append(alerts, rule["alert"].(string))
+					checkRule(t, rule)
 				}
 			}
-			if diff := cmp.Diff([]string{"PgpilotVolumeFillsUpSoon", "PgpilotVolumeAlmostFull", "PgpilotWALArchiveFailing"}, alerts); diff != "" {
+			if diff := cmp.Diff(tt.alerts, alerts); diff != "" {
 				t.Errorf("alerts (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// checkRule checks that an alert selects only this cluster's series, names the cluster
+// even when made by absent() or vector(), and that its annotations are Prometheus
+// templates with a runbook.
+func checkRule(t *testing.T, rule map[string]any) {
+	t.Helper()
+	want := fmt.Sprintf(`namespace=%q, cluster=%q`, namespace, name)
+	if expr := rule["expr"].(string); !strings.Contains(expr, want) {
+		t.Errorf("%s: expr %q does not select this cluster's series (%s)", rule["alert"], expr, want)
+	}
+	labels := rule["labels"].(map[string]any)
+	if labels["namespace"] != namespace || labels["cluster"] != name || labels["severity"] == nil {
+		t.Errorf("%s: labels %v, want namespace, cluster and severity", rule["alert"], labels)
+	}
+	annotations := rule["annotations"].(map[string]any)
+	if rb, _ := annotations["runbook"].(string); !strings.HasPrefix(rb, "docs/monitoring.md#"+strings.ToLower(rule["alert"].(string))) &&
+		!strings.HasPrefix(rule["alert"].(string), "PgpilotXIDWraparound") {
+		t.Errorf("%s: runbook %q", rule["alert"], rb)
+	}
+	{
+		{
+			// Annotations are Prometheus's templates: they must parse, with its functions
+			// and the variables it defines first.
+			for key, text := range annotations {
+				const prelude = "{{$labels := .Labels}}{{$externalLabels := .ExternalLabels}}{{$value := .Value}}"
+				if _, err := template.New(key).Funcs(prometheusTemplateFuncs).Parse(prelude + text.(string)); err != nil {
+					t.Errorf("%s: annotation %s is not a Prometheus template: %v", rule["alert"], key, err)
+				}
+			}
+		}
 	}
 }
 
@@ -1109,7 +1147,8 @@ func TestPrometheusRule(t *testing.T) {
 var prometheusTemplateFuncs = template.FuncMap{
 	"query": func(string) ([]any, error) { return nil, nil }, "first": func([]any) any { return nil },
 	"value": func(any) float64 { return 0 }, "humanize1024": func(float64) string { return "" },
-	"humanizeDuration": func(float64) string { return "" },
+	"humanizeDuration": func(float64) string { return "" }, "humanize": func(float64) string { return "" },
+	"humanizeTimestamp": func(float64) string { return "" },
 }
 
 func TestRole(t *testing.T) {
@@ -1337,7 +1376,11 @@ func TestLabels(t *testing.T) {
 		if err := yaml.Unmarshal([]byte(obj.YAML), &meta); err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(commonLabels(name), meta.Metadata.Labels); diff != "" {
+		want := commonLabels(name)
+		if obj.Kind == "ConfigMap" && obj.Name == name+"-dashboard" {
+			want["grafana_dashboard"] = "1" // what Grafana's dashboard sidecar looks for
+		}
+		if diff := cmp.Diff(want, meta.Metadata.Labels); diff != "" {
 			t.Errorf("%s/%s labels (-want +got):\n%s", obj.Kind, obj.Name, diff)
 		}
 		if !cached.Matches(labels.Set(meta.Metadata.Labels)) {

@@ -48,6 +48,9 @@ type Plan struct {
 	Storage Storage `json:"storage"`
 	// NetworkPolicy is who may connect to the instances; nil renders no NetworkPolicy.
 	NetworkPolicy *NetworkPolicy `json:"networkPolicy,omitempty"`
+	// PodAnnotations go on the pod template: a change restarts every instance, in the
+	// rolling update's order.
+	PodAnnotations map[string]string `json:"podAnnotations,omitempty"`
 }
 
 // Names are the names of the cluster's objects, from dbv1.Names.
@@ -114,6 +117,8 @@ type Operator struct {
 // Cluster is the PostgresCluster a plan is made for.
 type Cluster struct {
 	Name, Namespace string
+	// RestartedAt is the cluster's dbv1.AnnotationRestartedAt, "" when none.
+	RestartedAt string
 }
 
 // Observed is what a plan depends on besides the values: objects already in the
@@ -180,6 +185,10 @@ func Decide(cluster Cluster, v Values, observed Observed) (*Plan, error) {
 		if err := planRestore(p, cluster, from, backupClaim, observed); err != nil {
 			return nil, err
 		}
+	}
+	mountCustomQueries(p, v.Monitoring.CustomQueries)
+	if cluster.RestartedAt != "" {
+		p.PodAnnotations = map[string]string{dbv1.AnnotationRestartedAt: cluster.RestartedAt}
 	}
 	return p, nil
 }

@@ -47,7 +47,7 @@ func (t Translator) Translate(ctx context.Context, obj *unstructured.Unstructure
 	if err != nil {
 		return nil, err
 	}
-	cluster := Cluster{Name: obj.GetName(), Namespace: obj.GetNamespace()}
+	cluster := Cluster{Name: obj.GetName(), Namespace: obj.GetNamespace(), RestartedAt: obj.GetAnnotations()[dbv1.AnnotationRestartedAt]}
 	observed, err := Observe(ctx, t.Reader, cluster, typed)
 	if err != nil {
 		return nil, err

@@ -8,11 +8,13 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/controller/backup"
@@ -24,6 +26,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/controller/rollout"
 	"github.com/pgpilot/pgpilot/internal/controller/status"
 	"github.com/pgpilot/pgpilot/internal/controller/storage"
+	"github.com/pgpilot/pgpilot/internal/opmetrics"
 	"github.com/pgpilot/pgpilot/internal/version"
 )
 
@@ -87,9 +90,17 @@ func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
 	if err := storage.NewReconciler(mgr.GetClient(), recorder, nil).SetupWithManager(mgr); err != nil {
 		return err
 	}
+	// The operator's own series, served with controller-runtime's reconcile metrics.
+	opmetrics.Register(metrics.Registry, mgr.GetClient(), mgr.GetLogger().WithName("metrics"))
 	store := roles.NewStore()
 	if err := roles.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, store, nil).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return status.NewStatusReconciler(mgr.GetClient(), mgr.GetAPIReader(), clk, store, version.Version).SetupWithManager(mgr)
+	disco, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	return status.NewStatusReconciler(mgr.GetClient(), mgr.GetAPIReader(), clk, store, version.Version).
+		WithMonitoringAPIs(&status.DiscoveryMonitoringAPIs{Client: disco, Now: clk.Now}).
+		SetupWithManager(mgr)
 }

@@ -86,9 +86,10 @@ func TestCSVIdentity(t *testing.T) {
 	}
 	want := map[string]string{
 		// Failover, switchover, rolling updates, backups and restore are proven end to
-		// end on a Kubernetes node (test/e2e); PostgreSQL major versions are not
-		// upgraded, so not Auto Pilot (see README).
-		"capabilities": "Full Lifecycle",
+		// end on a Kubernetes node (test/e2e), and metrics, alerts and the dashboard's
+		// queries with a real Prometheus there (make e2e-monitoring); PostgreSQL major
+		// versions are not upgraded, so not Auto Pilot (see README).
+		"capabilities": "Deep Insights",
 		"categories":   "Database",
 	}
 	for k, v := range want {

@@ -101,24 +101,8 @@ func (d *db) archiveCurrentWAL() {
 	d.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var s corev1.Service
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: dbv1.NamesOf(d.name).ReadWriteService()}, &s); err != nil {
-		d.t.Fatal(err)
-	}
-	var secret corev1.Secret
 	pgc := d.cluster()
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: pgc.SuperuserSecretName()}, &secret); err != nil {
-		d.t.Fatal(err)
-	}
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=5432 dbname=postgres user=%s sslmode=require connect_timeout=3", s.Spec.ClusterIP, secret.Data["username"]))
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	if cfg.TLSConfig, err = d.verifyFull(ctx, s.Name+"."+d.ns+".svc"); err != nil {
-		d.t.Fatal(err)
-	}
-	cfg.Password = string(secret.Data["password"])
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	conn, err := d.superuserConn(ctx)
 	if err != nil {
 		d.t.Fatal(err)
 	}
@@ -137,6 +121,28 @@ func (d *db) archiveCurrentWAL() {
 		}
 		return nil
 	})
+}
+
+// superuserConn connects to the primary through -rw as the superuser. The cluster must
+// let the superuser log in over the network (spec.postgresql.superuserNetworkAccess).
+func (d *db) superuserConn(ctx context.Context) (*pgx.Conn, error) {
+	var s corev1.Service
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: dbv1.NamesOf(d.name).ReadWriteService()}, &s); err != nil {
+		return nil, err
+	}
+	var secret corev1.Secret
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: dbv1.NamesOf(d.name).SuperuserSecret()}, &secret); err != nil {
+		return nil, err
+	}
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=5432 dbname=postgres user=%s sslmode=require connect_timeout=3", s.Spec.ClusterIP, secret.Data["username"]))
+	if err != nil {
+		return nil, err
+	}
+	if cfg.TLSConfig, err = d.verifyFull(ctx, s.Name+"."+d.ns+".svc"); err != nil {
+		return nil, err
+	}
+	cfg.Password = string(secret.Data["password"])
+	return pgx.ConnectConfig(ctx, cfg)
 }
 
 // startS3 runs versitygw in a pod of namespace ns, behind the Service s3:7070, with a

@@ -448,14 +448,16 @@ func TestBinariesRunFromTheImageWorkingDirectory(t *testing.T) {
 	}
 
 	probes := map[string]<-chan struct{}{}
+	metricsAddr := map[string]string{}
 	for _, b := range []string{"manager", "sidecar"} {
 		probe := freeAddr(t)
+		metricsAddr[b] = freeAddr(t)
 		probes[probe] = start(t, workdir, filepath.Join(fs, "usr", "local", "bin", b), []string{
 			"KUBECONFIG=" + kubeconfigPath,
 			"HOME=" + home,
 			"WATCH_NAMESPACE=" + strings.Join(watched, ","),
 			"RELATED_IMAGE_AGENT=pgpilot:image-test",
-		}, "--health-probe-bind-address="+probe, "--metrics-bind-address=0")
+		}, "--health-probe-bind-address="+probe, "--metrics-bind-address="+metricsAddr[b])
 	}
 	for p, exited := range probes {
 		testutil.Eventually(t, time.Minute, func() error {
@@ -512,6 +514,35 @@ func TestBinariesRunFromTheImageWorkingDirectory(t *testing.T) {
 	}
 	if len(pgc.Finalizers) > 0 || !equalStatus(pgc.Status, dbv1.PostgresClusterStatus{}) {
 		t.Errorf("the cluster in %s was reconciled: finalizers %v, status %+v", unwatched, pgc.Finalizers, pgc.Status)
+	}
+
+	// Both serve controller-runtime's reconcile metrics; the sidecar its own too
+	// (docs/monitoring.md).
+	for b, want := range map[string][]string{
+		"manager": {`controller_runtime_reconcile_total{controller="postgrescluster-controller",result="success"}`},
+		"sidecar": {`controller_runtime_reconcile_total{controller="failover",result="success"}`,
+			`controller_runtime_reconcile_time_seconds_count{controller="status"}`,
+			`pgpilot_cluster_phase{cluster="my-db",namespace="image-a",phase="Creating"} 1`,
+			`pgpilot_cluster_instances{cluster="my-db",namespace="image-b"} 3`,
+			`pgpilot_clusters{phase="Creating"} 2`},
+	} {
+		testutil.Eventually(t, time.Minute, func() error {
+			resp, err := http.Get("http://" + metricsAddr[b] + "/metrics")
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				return err
+			}
+			for _, w := range want {
+				if !strings.Contains(string(body), w) {
+					return fmt.Errorf("the %s's /metrics has no %s", b, w)
+				}
+			}
+			return nil
+		})
 	}
 }
 

@@ -676,15 +676,36 @@ func TestCredentials(t *testing.T) {
 	}
 }
 
-// With the Prometheus Operator's CRD present, monitoring.enabled renders a PodMonitor.
+// With the Prometheus Operator's CRDs present, monitoring.enabled renders a PodMonitor
+// and a PrometheusRule, and the MonitoringReady condition says so.
 func TestMonitoringRendersAPodMonitor(t *testing.T) {
 	ns := newNamespace(t)
 	create(t, newCluster(ns, "mon", withMonitoring()))
 	testutil.Eventually(t, timeout, func() error {
-		u := &unstructured.Unstructured{}
-		u.SetAPIVersion("monitoring.coreos.com/v1")
-		u.SetKind("PodMonitor")
-		return get(ns, "mon", u)
+		for _, kind := range []string{"PodMonitor", "PrometheusRule"} {
+			u := &unstructured.Unstructured{}
+			u.SetAPIVersion("monitoring.coreos.com/v1")
+			u.SetKind(kind)
+			if err := get(ns, "mon", u); err != nil {
+				return err
+			}
+		}
+		var dash corev1.ConfigMap
+		if err := get(ns, "mon-dashboard", &dash); err != nil {
+			return err
+		}
+		if dash.Labels["grafana_dashboard"] != "1" || !strings.Contains(dash.Data["pgpilot-"+ns+"-mon.json"], `"uid": "pgpilot-`+ns+`-mon"`) {
+			return fmt.Errorf("the dashboard ConfigMap is not Grafana's sidecar's: labels %v", dash.Labels)
+		}
+		var c dbv1.PostgresCluster
+		if err := get(ns, "mon", &c); err != nil {
+			return err
+		}
+		cond := dbv1.FindCondition(c.Status.Conditions, dbv1.ConditionMonitoringReady)
+		if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != dbv1.ReasonPrometheusOperatorFound {
+			return fmt.Errorf("MonitoringReady is %+v", cond)
+		}
+		return nil
 	})
 }
 

@@ -204,6 +204,8 @@ type cluster struct {
 	sts appsv1.StatefulSet
 	// stopOperator stops the cluster's operator (operated clusters).
 	stopOperator func()
+	// customQueries is the custom queries' file the agents are given; "" for none.
+	customQueries string
 
 	mu sync.Mutex
 	// revision labels the pods the kubelet stand-in creates, as the StatefulSet
@@ -380,7 +382,7 @@ func (in *instance) start() {
 		"--config", filepath.Join(in.c.dir, "config.json"), "--secrets", filepath.Join(in.c.dir, "secrets"),
 		"--api-address", in.ip+":8008", "--auth", filepath.Join(in.c.dir, "auth"), "--tls", in.c.tlsDir(),
 		"--peers", in.c.peers(), "--kubeconfig", filepath.Join(in.dir, "kubeconfig"), "--shutdown-timeout", "20s",
-		"--lease-probe", "500ms", "--linger", "0s")
+		"--lease-probe", "500ms", "--linger", "0s", "--custom-queries", in.c.customQueries)
 	in.cmd.Stdout, in.cmd.Stderr = syncWriter(in.log), syncWriter(in.log)
 	in.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: pgUID, Gid: pgGID}, Pdeathsig: syscall.SIGKILL}
 	in.cmd.Env = append(os.Environ(), "HOME="+in.dir, "LC_ALL=C.UTF-8")

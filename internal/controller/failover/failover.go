@@ -27,6 +27,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
 	"github.com/pgpilot/pgpilot/internal/fleet"
+	"github.com/pgpilot/pgpilot/internal/opmetrics"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
 
@@ -516,6 +517,7 @@ func (c *cycle) move(ctx context.Context, rec primarylease.Record, in Input, d D
 	c.r.mu.Lock()
 	c.mem.failedSince, c.mem.lastReason = time.Time{}, ""
 	c.r.mu.Unlock()
+	recordMove(c.cluster, d.Action, switchover, failover, c.r.clock.Since(in.VacantSince))
 	c.log("Moved the primary Lease", "from", from, "to", d.Target, "action", d.Action.String(), "reason", d.Reason,
 		"reconcileTook", time.Since(c.started).Round(time.Millisecond).String(), "agentsAnsweredIn", c.observed.Round(time.Millisecond).String())
 	if d.Lost != "" {
@@ -642,6 +644,7 @@ func (r *FailoverReconciler) forget(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.memory, key)
+	opmetrics.Forget(key.Namespace, key.Name)
 }
 
 // leaseEvents records every renewal the moment the watch delivers it, and wakes the

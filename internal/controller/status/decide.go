@@ -51,6 +51,9 @@ type Observed struct {
 	// PendingRestart is what waits for a restart as the restart controller last
 	// recorded it; nil when it has not yet.
 	PendingRestart *restart.Record
+	// MonitoringAPIs are the Prometheus Operator's kinds the API server serves
+	// (MonitoringKinds); nil when unknown or monitoring is not enabled.
+	MonitoringAPIs map[string]bool
 	// Hibernation is where spec.stopped stands as the failover controller recorded it
 	// for the Lease's holder and term; nil while the cluster runs.
 	Hibernation *primarylease.Hibernation
@@ -165,6 +168,13 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 	if o.Roles != nil {
 		st.Roles, st.Databases = o.Roles.Roles, o.Roles.Databases
 		dbv1.SetCondition(&st.Conditions, roles.Condition(*o.Roles), now)
+	}
+
+	switch {
+	case !c.Spec.Monitoring.Enabled:
+		dbv1.RemoveCondition(&st.Conditions, dbv1.ConditionMonitoringReady)
+	case o.MonitoringAPIs != nil:
+		dbv1.SetCondition(&st.Conditions, monitoringCondition(o.MonitoringAPIs, c.Generation), now)
 	}
 
 	st.LastBackup = o.LastBackup

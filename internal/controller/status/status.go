@@ -43,6 +43,15 @@ type StatusReconciler struct {
 	roles *roles.Store
 	// operatorVersion is this operator's version, written to status.operatorVersion.
 	operatorVersion string
+	// monitoring says whether the Prometheus Operator's kinds are served; nil leaves
+	// the MonitoringReady condition alone.
+	monitoring MonitoringAPIs
+}
+
+// WithMonitoringAPIs has r report whether spec.monitoring.enabled can be served.
+func (r *StatusReconciler) WithMonitoringAPIs(m MonitoringAPIs) *StatusReconciler {
+	r.monitoring = m
+	return r
 }
 
 // NewStatusReconciler returns a StatusReconciler; rolesStore may be nil. operatorVersion
@@ -96,6 +105,13 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 
 func (r *StatusReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster) (Observed, error) {
 	obs := Observed{Cluster: c, OperatorVersion: r.operatorVersion}
+	if r.monitoring != nil && c.Spec.Monitoring.Enabled {
+		served, err := r.monitoring.Served(ctx)
+		if err != nil {
+			return obs, err
+		}
+		obs.MonitoringAPIs = served
+	}
 	if r.roles != nil {
 		if o, ok := r.roles.Get(client.ObjectKeyFromObject(c)); ok {
 			obs.Roles = &o
