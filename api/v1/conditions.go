@@ -71,6 +71,7 @@ const (
 
 // Condition types the Helm manager owns.
 const (
+	ConditionInitialized    = "Initialized"
 	ConditionDeployed       = "Deployed"
 	ConditionReleaseFailed  = "ReleaseFailed"
 	ConditionIrreconcilable = "Irreconcilable"

@@ -90,6 +90,7 @@ func Setup(mgr ctrl.Manager, opts Options) ([]watches.Watch, error) {
 			reconciler.WithUninstallAnnotations(annotation.DefaultUninstallAnnotations...),
 			reconciler.WithLog(log.WithValues("gvk", w.GroupVersionKind.String())),
 			reconciler.WithActionClientGetter(actions),
+			reconciler.WithClient(keepStatus(mgr.GetClient(), mgr.GetAPIReader(), w.GroupVersionKind)),
 		}
 		options = append(options, planned(mgr, w)...)
 		r, err := reconciler.New(options...)

@@ -209,11 +209,27 @@ func TestStatusFollowsThePods(t *testing.T) {
 	}
 }
 
-// A spec change is rolled into the StatefulSet, and the sidecar's status fields come
-// back after the Helm manager's status write replaces the whole status.
+// A spec change is rolled into the StatefulSet, and the Helm manager's status write
+// (its Deployed condition and release) leaves the sidecar's status fields in place: a
+// watcher of the cluster never sees it without a phase or a primary.
 func TestSpecChangeRollsAndStatusSurvivesHelm(t *testing.T) {
 	ns := newNamespace(t)
 	sts := startHealthy(t, newCluster(ns, "grow"))
+	// Every version of the cluster from here on, as a watcher sees it.
+	var healthy dbv1.PostgresCluster
+	if err := get(ns, "grow", &healthy); err != nil {
+		t.Fatal(err)
+	}
+	watcher, err := client.NewWithWatch(cfg, client.Options{Scheme: k8s.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := watcher.Watch(context.Background(), &dbv1.PostgresClusterList{}, client.InNamespace(ns),
+		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: healthy.ResourceVersion}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
 
 	if err := update(ns, "grow", func(c *dbv1.PostgresCluster) { c.Spec.Replicas = 5 }); err != nil {
 		t.Fatal(err)
@@ -250,6 +266,24 @@ func TestSpecChangeRollsAndStatusSurvivesHelm(t *testing.T) {
 		}
 		return nil
 	})
+
+	// The versions up to the one just read, Helm's status write among them.
+	for seen := ""; seen != c.ResourceVersion; {
+		select {
+		case ev := <-w.ResultChan():
+			v, ok := ev.Object.(*dbv1.PostgresCluster)
+			if !ok {
+				t.Fatalf("watch event %s: %v", ev.Type, ev.Object)
+			}
+			seen = v.ResourceVersion
+			if v.Status.Phase == "" || v.Status.CurrentPrimary == "" || len(v.Status.Instances) == 0 {
+				t.Errorf("resourceVersion %s: the status lost the sidecar's fields: phase %q, primary %q, %d instances, conditions %v",
+					v.ResourceVersion, v.Status.Phase, v.Status.CurrentPrimary, len(v.Status.Instances), v.Status.Conditions)
+			}
+		case <-time.After(timeout):
+			t.Fatalf("the watch did not reach resourceVersion %s", c.ResourceVersion)
+		}
+	}
 }
 
 // A write of a cluster's status alone does not reconcile its Helm release (the
