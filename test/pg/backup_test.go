@@ -389,8 +389,14 @@ func TestWALThePrimaryCouldNotArchiveIsArchivedByTheReplica(t *testing.T) {
 		t.Fatalf("backup: %+v", b)
 	}
 	s.srv.Stop()
+	var segments []string // each batch's, archived by the replica alone
 	for i := range 3 {
 		p.mustExec("INSERT INTO t SELECT generate_series($1::bigint, $1::bigint + 99)", int64(i*100+1))
+		var segment string
+		p.withConn(func(ctx context.Context, conn *pgx.Conn) error {
+			return conn.QueryRow(ctx, "SELECT pg_walfile_name(pg_current_wal_lsn())").Scan(&segment)
+		})
+		segments = append(segments, segment)
 		if err := p.superExec("SELECT pg_switch_wal()"); err != nil {
 			t.Fatal(err)
 		}
@@ -401,8 +407,34 @@ func TestWALThePrimaryCouldNotArchiveIsArchivedByTheReplica(t *testing.T) {
 	c.failOver(p, r, 2)
 	r.mustExec("INSERT INTO t SELECT generate_series(301, 350)")
 	r.archiveNow()
+	r.archived(s.open(t, c.name), segments...)
 
 	wantRange(t, restoreOne(t, s, c, agent.RestoreConfig{}, 3).rows("t"), 1, 350)
+}
+
+// archived waits up to a minute for st to hold every WAL segment of names; it fails
+// the test with what in's archiver and pg_wal/archive_status show otherwise.
+func (in *instance) archived(st store.Store, names ...string) {
+	t := in.c.t
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var missing []string
+		for _, name := range names {
+			if _, err := st.Stat(context.Background(), backup.WALKey(name)); err != nil {
+				missing = append(missing, fmt.Sprintf("%s (%v)", name, err))
+			}
+		}
+		if len(missing) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			status, _ := exec.Command("ls", filepath.Join(in.pgdata, "pg_wal", "archive_status")).CombinedOutput()
+			st, err := in.status()
+			t.Fatalf("%s never archived %v: its archiver %+v (%v); archive_status: %s", in.pod, missing, st.Archiver, err, status)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // A new cluster given the store directory of another (same name and path) cannot archive
