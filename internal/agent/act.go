@@ -246,6 +246,7 @@ func (a *Agent) finishPrimaryStart(ctx context.Context, fresh bool) error {
 		a.log.Info("Set passwords from the credentials Secrets", "roles", changed)
 	}
 	a.slotsDone = time.Time{}
+	a.walGapsDone = false
 	a.setState(a.process(), agentapi.RolePrimary, "")
 	return a.maintainPrimary(ctx)
 }
@@ -542,6 +543,7 @@ func (a *Agent) promote(ctx context.Context, view LeaseView) error {
 	// for a former primary that did diverge (waitPromoted waits for it).
 	a.checkpointAfterPromotion()
 	a.slotsDone = time.Time{}
+	a.walGapsDone = false
 	return a.maintainPrimary(ctx)
 }
 
@@ -619,13 +621,38 @@ func (a *Agent) follow(ctx context.Context, primary string) error {
 }
 
 // maintainPrimary keeps the commit gate running, the synchronous rule, and a slot for
-// every other instance.
+// every other instance; once per start or promotion it readies for the archiver what
+// the earlier timelines left unarchived (walgap.go).
 func (a *Agent) maintainPrimary(ctx context.Context) error {
 	a.startGate()
 	if err := a.maintainSync(ctx); err != nil {
 		return err
 	}
+	a.readyWALGaps(ctx)
 	return a.keepSlots(ctx, false)
+}
+
+// readyWALGaps readies for the archiver the whole segments of this primary's earlier
+// timelines that pg_wal holds with no archive status (walgap.go), once per start or
+// promotion; a failure is logged and tried again at the next step.
+func (a *Agent) readyWALGaps(ctx context.Context) {
+	if a.walGapsDone {
+		return
+	}
+	tl, err := a.db.CurrentTimeline(ctx)
+	if err != nil {
+		a.log.Error(err, "Reading the timeline to archive the segments earlier timelines left")
+		return
+	}
+	readied, err := a.pg.readyAncestorSegments(tl)
+	if len(readied) > 0 {
+		a.log.Info("Readied for archiving the segments an earlier timeline left unarchived", "timeline", tl, "segments", readied)
+	}
+	if err != nil {
+		a.log.Error(err, "Readying the segments earlier timelines left unarchived", "timeline", tl)
+		return
+	}
+	a.walGapsDone = true
 }
 
 // slotsEvery is how often the replication slots are checked.

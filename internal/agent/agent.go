@@ -80,6 +80,9 @@ type Agent struct {
 	downSince    time.Time
 	lastAct      Act
 	slotsDone    time.Time
+	// walGapsDone is whether this primary readied the segments its earlier timelines
+	// left unarchived since it last started or was promoted (readyWALGaps).
+	walGapsDone bool
 	// slotIdle is, on a primary, since when each of its idle slots holding WAL has been
 	// seen idle (keepSlots).
 	slotIdle map[string]idleSlot

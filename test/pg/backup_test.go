@@ -2,7 +2,9 @@ package pg
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -377,8 +379,8 @@ func TestRetentionPrunesBackupsAndWAL(t *testing.T) {
 
 // A primary that dies with WAL it could not archive (the store was down) loses nothing
 // from the archive: the replica, which archives what it receives too, kept those
-// segments and archives them once the store is back, and a restore replays through
-// them and the failover.
+// segments and archives them once the store is back, the last one too though its WAL
+// receiver never readied it, and a restore replays through them and the failover.
 func TestWALThePrimaryCouldNotArchiveIsArchivedByTheReplica(t *testing.T) {
 	s := newS3Store(t)
 	c := backedUpCluster(t, s, 2)
@@ -403,6 +405,14 @@ func TestWALThePrimaryCouldNotArchiveIsArchivedByTheReplica(t *testing.T) {
 	}
 	r.waitCount("t", 300, 30*time.Second)
 	p.kill9() // before the store is back: it never archives those segments
+	// A standby replays a WAL switch without waiting for the padding after it; when the
+	// primary dies before it has sent all of it, the WAL receiver never writes the last
+	// segment's end and never readies it, though the promotion counts it whole (CI saw
+	// this under load: no archive status for it at all). Made so here whichever way the
+	// race went: the promoted replica must archive it anyway (internal/agent/walgap.go).
+	if err := os.Remove(filepath.Join(r.pgdata, "pg_wal", "archive_status", segments[2]+".ready")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
 	s.srv.Restart(t)
 	c.failOver(p, r, 2)
 	r.mustExec("INSERT INTO t SELECT generate_series(301, 350)")
