@@ -110,7 +110,7 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err := r.client.Get(ctx, req.NamespacedName, &b); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if b.Status.Phase == dbv1.BackupCompleted || b.Status.Phase == dbv1.BackupFailed || !b.DeletionTimestamp.IsZero() {
+	if ended(&b) {
 		return ctrl.Result{}, nil
 	}
 	// The cluster label lets the status and retention controllers find it.
@@ -122,6 +122,13 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		b.Labels[dbv1.LabelCluster] = b.Spec.Cluster.Name
 		if err := r.client.Patch(ctx, &b, patch); err != nil {
 			return ctrl.Result{}, err
+		}
+		// The patch answers with the backup as it is now, at its new resourceVersion: it
+		// may have ended since the read, and a status written from here on would pass the
+		// optimistic lock and overwrite that end (CI: a backup recorded Completed became
+		// Failed for naming a cluster that does not exist here).
+		if ended(&b) {
+			return ctrl.Result{}, nil
 		}
 	}
 	var cluster dbv1.PostgresCluster
@@ -244,6 +251,11 @@ func (r *BackupReconciler) fail(ctx context.Context, b *dbv1.PostgresBackup, why
 	}
 	r.recorder.Event(b, corev1.EventTypeWarning, dbv1.ReasonBackupFailed, why)
 	return nil
+}
+
+// ended reports whether b needs nothing more: it completed, failed or is being deleted.
+func ended(b *dbv1.PostgresBackup) bool {
+	return b.Status.Phase == dbv1.BackupCompleted || b.Status.Phase == dbv1.BackupFailed || !b.DeletionTimestamp.IsZero()
 }
 
 // setStatus patches b's status from what was read: with an optimistic lock, so that a
