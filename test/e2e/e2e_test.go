@@ -233,6 +233,22 @@ func (d *db) pods() []corev1.Pod {
 	return pods.Items
 }
 
+// otherThan is the name of a pod of the cluster other than pod (the last one listed);
+// it fails the test when there is none.
+func (d *db) otherThan(pod string) string {
+	d.t.Helper()
+	other := ""
+	for _, p := range d.pods() {
+		if p.Name != pod {
+			other = p.Name
+		}
+	}
+	if other == "" {
+		d.t.Fatalf("no pod of %s other than %s", d.name, pod)
+	}
+	return other
+}
+
 // dump logs what a failed test needs: the cluster's status, its pods and events.
 func (d *db) dump() {
 	ctx := context.Background()

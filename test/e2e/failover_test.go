@@ -57,12 +57,7 @@ func TestPrimaryFailures(t *testing.T) {
 	recovered(old)
 
 	old = d.cluster().Status.CurrentPrimary
-	target := ""
-	for _, p := range d.pods() {
-		if p.Name != old {
-			target = p.Name
-		}
-	}
+	target := d.otherThan(old)
 	t.Logf("switching over from %s to %s", old, target)
 	asked := time.Now()
 	d.update(func(c *dbv1.PostgresCluster) { c.Annotations = map[string]string{dbv1.AnnotationSwitchoverTo: target} })

@@ -35,13 +35,7 @@ func TestDrainAndScaleDown(t *testing.T) {
 	w.insert(100)
 
 	old := d.cluster().Status.CurrentPrimary
-	other := ""
-	for _, p := range d.pods() {
-		if p.Name != old {
-			other = p.Name
-			break
-		}
-	}
+	other := d.otherThan(old)
 	t.Logf("evicting the primary %s as kubectl drain does", old)
 	now := ""
 	gap := w.continuously(func() {
@@ -288,12 +282,7 @@ func TestFencingAndHibernation(t *testing.T) {
 	w := d.newTable()
 	w.insert(50)
 	primary := d.cluster().Status.CurrentPrimary
-	standby := ""
-	for _, p := range d.pods() {
-		if p.Name != primary {
-			standby = p.Name
-		}
-	}
+	standby := d.otherThan(primary)
 
 	t.Logf("fencing the standby %s", standby)
 	d.fence(standby)

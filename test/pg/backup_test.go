@@ -425,10 +425,8 @@ func TestWALThePrimaryCouldNotArchiveIsArchivedByTheReplica(t *testing.T) {
 // archived waits up to a minute for st to hold every WAL segment of names; it fails
 // the test with what in's archiver and pg_wal/archive_status show otherwise.
 func (in *instance) archived(st store.Store, names ...string) {
-	t := in.c.t
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
+	in.c.t.Helper()
+	testutil.Eventually(in.c.t, time.Minute, func() error {
 		var missing []string
 		for _, name := range names {
 			if _, err := st.Stat(context.Background(), backup.WALKey(name)); err != nil {
@@ -436,15 +434,15 @@ func (in *instance) archived(st store.Store, names ...string) {
 			}
 		}
 		if len(missing) == 0 {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			status, _ := exec.Command("ls", filepath.Join(in.pgdata, "pg_wal", "archive_status")).CombinedOutput()
-			st, err := in.status()
-			t.Fatalf("%s never archived %v: its archiver %+v (%v); archive_status: %s", in.pod, missing, st.Archiver, err, status)
+		status, err := in.status()
+		files, _ := filepath.Glob(filepath.Join(in.pgdata, "pg_wal", "archive_status", "*"))
+		for i := range files {
+			files[i] = filepath.Base(files[i])
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return fmt.Errorf("%s has not archived %v: its archiver %+v (%v); archive_status %v", in.pod, missing, status.Archiver, err, files)
+	})
 }
 
 // A new cluster given the store directory of another (same name and path) cannot archive
