@@ -40,7 +40,11 @@ func BenchmarkFailoverOnANode(b *testing.B) {
 		if err := k8s.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: d.ns, Name: old}}); err != nil {
 			b.Fatal(err)
 		}
-		d.waitHealthy(3, 5*time.Minute)
+		// The deleted pod stays ready until its SIGTERM, so a Healthy status read now
+		// may be the one from before: wait for the handover, then for the old pod's
+		// return as a replica.
+		d.waitNewPrimary(old, 2*time.Minute)
+		d.waitReplica(old, 3, 5*time.Minute)
 		d.waitStreaming(2, 2*time.Minute)
 		took := testutil.Unavailability(w.Attempts(), deleted, time.Now()).Duration()
 		failovers = append(failovers, took)

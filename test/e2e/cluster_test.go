@@ -4,10 +4,12 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,8 +53,10 @@ func TestExample(t *testing.T) {
 	w := d.newTable()
 	w.insert(100)
 	d.waitCount("ro", "t", 100, time.Minute)
-	if err := d.exec("ro", "INSERT INTO t DEFAULT VALUES"); err == nil {
-		t.Error("a write through -ro succeeded")
+	// A standby refuses the write itself (read_only_sql_transaction), not the connection.
+	var pgErr *pgconn.PgError
+	if err := d.exec("ro", "INSERT INTO t DEFAULT VALUES"); !errors.As(err, &pgErr) || pgErr.Code != "25006" {
+		t.Errorf("a write through -ro: %v, want SQLSTATE 25006", err)
 	}
 
 	for _, n := range []int32{5, 2} {

@@ -109,14 +109,19 @@ func newDB(t testing.TB, replicas int32, opts ...func(*dbv1.PostgresCluster)) *d
 	return d
 }
 
+// cluster reads the PostgresCluster. Most callers poll with it, so an error the API server
+// gives now and not a moment later (a timeout under load) is waited through, not fatal.
 func (d *db) cluster() dbv1.PostgresCluster {
 	d.t.Helper()
 	var pgc dbv1.PostgresCluster
-	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: d.ns, Name: d.name}, &pgc); err != nil {
-		d.t.Fatal(err)
-	}
+	testutil.Eventually(d.t, apiPatience, func() error {
+		return k8s.Get(context.Background(), client.ObjectKey{Namespace: d.ns, Name: d.name}, &pgc)
+	})
 	return pgc
 }
+
+// apiPatience is how long a helper waits through failing reads of the API server.
+const apiPatience = 30 * time.Second
 
 // waitHealthy waits until the cluster is Healthy with n ready instances.
 func (d *db) waitHealthy(n int32, timeout time.Duration) dbv1.PostgresCluster {
@@ -129,6 +134,12 @@ func (d *db) waitHealthy(n int32, timeout time.Duration) dbv1.PostgresCluster {
 		}
 		return nil
 	})
+	// Healthy counts ready pods; the Services route to them a moment later.
+	if n > 1 {
+		d.waitRouted(timeout, "rw", "ro")
+	} else {
+		d.waitRouted(timeout, "rw")
+	}
 	return pgc
 }
 
@@ -227,9 +238,9 @@ func (d *db) waitCount(svc, table string, n int64, timeout time.Duration) {
 func (d *db) pods() []corev1.Pod {
 	d.t.Helper()
 	var pods corev1.PodList
-	if err := k8s.List(context.Background(), &pods, client.InNamespace(d.ns), client.MatchingLabels{dbv1.LabelCluster: d.name}); err != nil {
-		d.t.Fatal(err)
-	}
+	testutil.Eventually(d.t, apiPatience, func() error {
+		return k8s.List(context.Background(), &pods, client.InNamespace(d.ns), client.MatchingLabels{dbv1.LabelCluster: d.name})
+	})
 	return pods.Items
 }
 
@@ -293,11 +304,34 @@ func logTail(t testing.TB, ns, pod, container string, lines int64) {
 
 func (d *db) pod(name string) corev1.Pod {
 	d.t.Helper()
-	var p corev1.Pod
-	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: d.ns, Name: name}, &p); err != nil {
+	p, err := d.getPod(name)
+	if err != nil {
 		d.t.Fatal(err)
 	}
 	return p
+}
+
+// getPod is pod for a condition polled while the pod may be gone: the StatefulSet makes a
+// deleted pod again, so its absence is a state to wait through, not a failure.
+func (d *db) getPod(name string) (corev1.Pod, error) {
+	var p corev1.Pod
+	err := k8s.Get(context.Background(), client.ObjectKey{Namespace: d.ns, Name: name}, &p)
+	return p, err
+}
+
+// waitRouted waits until each Service in svcs ("rw", "ro") takes a connection from the
+// node. A pod that just became ready reaches a Service's endpoints and then kube-proxy's
+// rules a moment later; until then a connection to the cluster IP is refused.
+func (d *db) waitRouted(timeout time.Duration, svcs ...string) {
+	d.t.Helper()
+	testutil.Eventually(d.t, timeout, func() error {
+		for _, svc := range svcs {
+			if err := d.exec(svc, "SELECT 1"); err != nil {
+				return fmt.Errorf("-%s: %w", svc, err)
+			}
+		}
+		return nil
+	})
 }
 
 // agentStatus asks an instance's agent for its /status at the pod's IP (the tests run in

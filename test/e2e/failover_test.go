@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
@@ -92,10 +93,13 @@ func (d *db) leaseLostWithAnEmptyInstanceZero(w *writes) {
 	if primary == zero {
 		t.Fatalf("the primary is %s; this step needs another", zero)
 	}
-	before, err := d.agentStatus(primary)
-	if err != nil || before.SystemIdentifier == "" {
-		t.Fatalf("the primary's system identifier: %q, %v", before.SystemIdentifier, err)
-	}
+	var before agentapi.Status
+	testutil.Eventually(t, 30*time.Second, func() (err error) {
+		if before, err = d.agentStatus(primary); err == nil && before.SystemIdentifier == "" {
+			err = fmt.Errorf("%s's agent reports no system identifier", primary)
+		}
+		return err
+	})
 	oldZero := d.pod(zero)
 	var oldClaim corev1.PersistentVolumeClaim
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: pgc.VolumeClaimName(0)}, &oldClaim); err != nil {
@@ -152,8 +156,15 @@ func (d *db) leaseLostWithAnEmptyInstanceZero(w *writes) {
 	if now := d.cluster().Status.CurrentPrimary; now != primary {
 		t.Errorf("the primary moved from %s to %s", primary, now)
 	}
-	if st, err := d.agentStatus(zero); err != nil || st.SystemIdentifier != before.SystemIdentifier {
-		t.Errorf("%s holds database %q (%v), want the cluster's %s", zero, st.SystemIdentifier, err, before.SystemIdentifier)
+	var st agentapi.Status
+	testutil.Eventually(t, 30*time.Second, func() (err error) {
+		if st, err = d.agentStatus(zero); err == nil && st.SystemIdentifier == "" {
+			err = fmt.Errorf("%s's agent reports no system identifier yet", zero)
+		}
+		return err
+	})
+	if st.SystemIdentifier != before.SystemIdentifier {
+		t.Errorf("%s holds database %q, want the cluster's %s", zero, st.SystemIdentifier, before.SystemIdentifier)
 	}
 	d.waitStreaming(2, 2*time.Minute)
 	w.insert(10)
@@ -183,7 +194,11 @@ func (d *db) waitReplica(name string, n int32, timeout time.Duration) {
 		if pgc.Status.Phase != dbv1.PhaseHealthy || pgc.Status.ReadyInstances != n {
 			return fmt.Errorf("phase %s, %d ready", pgc.Status.Phase, pgc.Status.ReadyInstances)
 		}
-		if role := d.pod(name).Labels[dbv1.LabelRole]; role != dbv1.RoleReplica {
+		p, err := d.getPod(name)
+		if err != nil {
+			return err
+		}
+		if role := p.Labels[dbv1.LabelRole]; role != dbv1.RoleReplica {
 			return fmt.Errorf("%s is %q, not yet a replica", name, role)
 		}
 		return nil

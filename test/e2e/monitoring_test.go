@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/minio/minio-go/v7"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,9 +63,7 @@ pg_database_count:
 		c.Spec.PostgreSQL.SuperuserNetworkAccess = true // switchWAL
 	})
 	s3 := startS3(t, d.ns)
-	if err := s3.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
-		t.Fatal(err)
-	}
+	makeBucket(t, s3, bucket)
 	pgc := d.waitHealthy(3, 10*time.Minute)
 	d.waitStreaming(2, 2*time.Minute)
 
@@ -212,6 +209,19 @@ func installMonitoringCRDs(t *testing.T) {
 		if err := k8s.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
+		// The restarted operator must find the kind served.
+		testutil.Eventually(t, time.Minute, func() error {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(crd), crd); err != nil {
+				return err
+			}
+			conditions, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+			for _, c := range conditions {
+				if c, ok := c.(map[string]any); ok && c["type"] == "Established" && c["status"] == "True" {
+					return nil
+				}
+			}
+			return fmt.Errorf("CustomResourceDefinition %s is not established yet", crd.GetName())
+		})
 	}
 	// The operator learns which kinds the API server serves when it starts (Helm's
 	// capabilities): restart it, as installing the Prometheus Operator after pgpilot

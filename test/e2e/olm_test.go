@@ -151,6 +151,22 @@ func waitOperator(t *testing.T, c client.Client, image string, env []corev1.EnvV
 			return fmt.Errorf("deployment %s: %d updated, %d available, %d in all of %d", dep.Name,
 				st.UpdatedReplicas, st.AvailableReplicas, st.Replicas, *dep.Spec.Replicas)
 		}
+		// The Deployment's counts leave out terminating pods, and an old operator pod
+		// that still runs may still lead: wait until only the new ones are left.
+		var pods corev1.PodList
+		if err := c.List(context.Background(), &pods, client.InNamespace(olmInstallNamespace), client.MatchingLabels(dep.Spec.Selector.MatchLabels)); err != nil {
+			return err
+		}
+		if len(pods.Items) != int(*dep.Spec.Replicas) {
+			return fmt.Errorf("%d operator pods, want %d", len(pods.Items), *dep.Spec.Replicas)
+		}
+		for _, p := range pods.Items {
+			for _, ctr := range p.Spec.Containers {
+				if p.DeletionTimestamp != nil || ctr.Image != image {
+					return fmt.Errorf("operator pod %s (%s) is on its way out", p.Name, ctr.Image)
+				}
+			}
+		}
 		return nil
 	})
 }

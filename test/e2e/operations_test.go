@@ -294,7 +294,11 @@ func TestFencingAndHibernation(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 3*time.Minute, func() error {
-		if p := d.pod(standby); p.UID == old || p.Status.PodIP == "" {
+		p, err := d.getPod(standby)
+		if err != nil {
+			return err
+		}
+		if p.UID == old || p.Status.PodIP == "" {
 			return fmt.Errorf("%s not recreated yet", standby)
 		}
 		return nil
@@ -390,7 +394,11 @@ func (d *db) fence(pods string) {
 func (d *db) waitFenced(pod string, timeout time.Duration) {
 	d.t.Helper()
 	testutil.Eventually(d.t, timeout, func() error {
-		if role := d.pod(pod).Labels[dbv1.LabelRole]; role != dbv1.RoleFenced {
+		p, err := d.getPod(pod)
+		if err != nil {
+			return err
+		}
+		if role := p.Labels[dbv1.LabelRole]; role != dbv1.RoleFenced {
 			return fmt.Errorf("%s is labelled %q", pod, role)
 		}
 		st, err := d.agentStatus(pod)

@@ -40,9 +40,7 @@ func TestS3BackupRestoresToAPointInTime(t *testing.T) {
 		c.Spec.PostgreSQL.SuperuserNetworkAccess = true // archiveCurrentWAL
 	})
 	s3 := startS3(t, d.ns)
-	if err := s3.MakeBucket(context.Background(), bucket, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
-		t.Fatal(err)
-	}
+	makeBucket(t, s3, bucket)
 	d.waitHealthy(2, 10*time.Minute)
 	w := d.newTable()
 	w.insert(100)
@@ -216,4 +214,18 @@ func randomHex(t *testing.T, n int) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b)
+}
+
+// makeBucket makes bucket in the store startS3 started. Its Service routes to the store a
+// moment after the pod is ready, so refusals are waited through; a bucket an attempt made
+// before its answer was lost is there already.
+func makeBucket(t *testing.T, s3 *minio.Client, bucket string) {
+	t.Helper()
+	testutil.Eventually(t, time.Minute, func() error {
+		err := s3.MakeBucket(context.Background(), bucket, minio.MakeBucketOptions{Region: "us-east-1"})
+		if minio.ToErrorResponse(err).Code == "BucketAlreadyOwnedByYou" {
+			return nil
+		}
+		return err
+	})
 }
