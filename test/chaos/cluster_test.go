@@ -91,9 +91,8 @@ func newCluster(t testing.TB, m mode, gen int) *cluster {
 		"CREATE TABLE acked (id bigint PRIMARY KEY)",
 		"CREATE TABLE probe (instance text NOT NULL, at timestamptz NOT NULL DEFAULT now())",
 	} {
-		if err := c.exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
+		// -rw routes to the primary a moment after it is ready (endpoints, kube-proxy).
+		testutil.Eventually(t, time.Minute, func() error { return c.exec(ctx, sql) })
 	}
 	t.Logf("cluster %s/%s (%s) Healthy with %d instances streaming after %s", c.ns, c.name, m.name, instances,
 		time.Since(start).Round(time.Second))

@@ -162,7 +162,10 @@ func stopped(pid int) bool {
 func freeze(p corev1.Pod) ([]int, error) {
 	seen := map[int]bool{}
 	var all []int
-	for try := 0; try < 50; try++ {
+	// A process in uninterruptible sleep (a slow fsync) stops only once it leaves it,
+	// which can take seconds on a loaded machine.
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
 		pids, err := podProcs(p)
 		if err != nil {
 			return all, err
@@ -186,7 +189,7 @@ func freeze(p corev1.Pod) ([]int, error) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return all, fmt.Errorf("processes of pod %s kept running after 50 rounds of SIGSTOP", p.Name)
+	return all, fmt.Errorf("processes of pod %s kept running through 10 s of SIGSTOP", p.Name)
 }
 
 // thaw sends SIGCONT to pids and to every process of pod now.

@@ -142,10 +142,7 @@ func (in *instance) archiveNow() {
 	if err := in.superExec("SELECT pg_logical_emit_message(false, 'pgpilot-test', 'switch')"); err != nil {
 		in.c.t.Fatal(err)
 	}
-	st, err := in.status()
-	if err != nil {
-		in.c.t.Fatal(err)
-	}
+	st := in.mustStatus()
 	before := int64(0)
 	if st.Archiver != nil {
 		before = st.Archiver.ArchivedCount
@@ -274,8 +271,7 @@ func TestBackupStoreFailures(t *testing.T) {
 	}
 
 	// Wrong credentials: the agent reads the mounted Secret at each backup.
-	c.setConfig("backup", agent.BackupConfig{Store: s.config(c, c.name+"-wrong", "not-the-secret")})
-	time.Sleep(1500 * time.Millisecond) // the agent rereads config.json each second
+	p.setConfigRead("backup", agent.BackupConfig{Store: s.config(c, c.name+"-wrong", "not-the-secret")})
 	b := p.takeBackup("wrong-credentials")
 	if b.Phase != agentapi.BackupFailed || !strings.Contains(b.Error, "credentials") {
 		t.Errorf("a backup with a wrong secret: %+v; want failed, naming the credentials", b)
@@ -285,8 +281,7 @@ func TestBackupStoreFailures(t *testing.T) {
 	}
 
 	// The store down.
-	c.setConfig("backup", agent.BackupConfig{Store: s.config(c, c.name, s.srv.SecretAccessKey)})
-	time.Sleep(1500 * time.Millisecond)
+	p.setConfigRead("backup", agent.BackupConfig{Store: s.config(c, c.name, s.srv.SecretAccessKey)})
 	s.srv.Stop()
 	b = p.takeBackup("store-down")
 	if b.Phase != agentapi.BackupFailed || !strings.Contains(b.Error, "cannot reach") {

@@ -349,8 +349,7 @@ func TestOperatorKilledMidFailoverConverges(t *testing.T) {
 		if in == old {
 			continue
 		}
-		st, err := in.status()
-		if err == nil && st.Role == agentapi.RolePrimary {
+		if in.mustStatus().Role == agentapi.RolePrimary {
 			primaries++
 		}
 	}

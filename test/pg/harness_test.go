@@ -320,6 +320,21 @@ func (c *cluster) setConfig(key string, value any) {
 	}
 }
 
+// setConfigRead is setConfig, returning once in's agent has read the changed file (it
+// rereads it about each second, later under load).
+func (in *instance) setConfigRead(key string, value any) {
+	in.c.t.Helper()
+	const changed = "The cluster configuration changed"
+	before := strings.Count(in.log.String(), changed)
+	in.c.setConfig(key, value)
+	testutil.Eventually(in.c.t, 30*time.Second, func() error {
+		if strings.Count(in.log.String(), changed) == before {
+			return fmt.Errorf("%s's agent has not read the changed %s yet", in.pod, key)
+		}
+		return nil
+	})
+}
+
 // setLease makes pod the primary in a new term, as the sidecar moves the Lease.
 func (c *cluster) setLease(pod string, bootstrapped bool) {
 	c.t.Helper()
@@ -521,6 +536,18 @@ func (in *instance) status() (agentapi.Status, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	return in.api().Status(ctx)
+}
+
+// mustStatus is the agent's status for a step that needs it now: an agent slow to answer
+// under load is asked again for a while before the test ends.
+func (in *instance) mustStatus() agentapi.Status {
+	in.c.t.Helper()
+	var st agentapi.Status
+	testutil.Eventually(in.c.t, 30*time.Second, func() (err error) {
+		st, err = in.status()
+		return err
+	})
+	return st
 }
 
 // waitRole waits until the agent reports role and ready (and, when tl > 0, timeline tl).

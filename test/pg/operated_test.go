@@ -3,6 +3,7 @@ package pg
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -167,6 +168,7 @@ func (c *cluster) startOperator() {
 func (c *cluster) kubelet(ctx context.Context) {
 	ready := map[string]bool{}
 	created := map[string]bool{}
+	missed := map[string]int{}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -196,7 +198,7 @@ func (c *cluster) kubelet(ctx context.Context) {
 				c.mu.Unlock()
 				in.stop()
 				in.start()
-				created[in.pod], created[in.pod+"/status"], ready[in.pod] = false, false, false
+				created[in.pod], created[in.pod+"/status"], ready[in.pod], missed[in.pod] = false, false, false, 0
 				continue
 			}
 			if !created[in.pod] {
@@ -205,7 +207,16 @@ func (c *cluster) kubelet(ctx context.Context) {
 				}
 				created[in.pod] = true
 			}
-			now := in.readyz(ctx)
+			now, answered := in.readyz(ctx)
+			if !answered {
+				// As the kubelet's failureThreshold: an agent slow to answer under load
+				// stays ready until it misses three probes in a row.
+				if missed[in.pod]++; missed[in.pod] < probeFailureThreshold {
+					continue
+				}
+			} else {
+				missed[in.pod] = 0
+			}
 			if now == ready[in.pod] && created[in.pod+"/status"] {
 				continue
 			}
@@ -221,20 +232,25 @@ var probeClient = &http.Client{Transport: &http.Transport{
 	TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the kubelet's probes do not verify either
 }}
 
-// readyz is the kubelet's readiness probe: GET /readyz on the agent.
-func (in *instance) readyz(ctx context.Context) bool {
-	rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+// probeFailureThreshold is the chart's readinessProbe.failureThreshold: how many probes in
+// a row an agent may leave unanswered before its pod is not ready.
+const probeFailureThreshold = 3
+
+// readyz is the kubelet's readiness probe: GET /readyz on the agent. answered is false
+// when no answer came in time (a refused connection answers: the agent is not there).
+func (in *instance) readyz(ctx context.Context) (ready, answered bool) {
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodGet, "https://"+in.ip+":8008/readyz", nil)
 	if err != nil {
-		return false
+		return false, true
 	}
 	resp, err := probeClient.Do(req)
 	if err != nil {
-		return false
+		return false, !errors.Is(err, context.DeadlineExceeded)
 	}
 	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	return resp.StatusCode == http.StatusOK, true
 }
 
 func (c *cluster) createPod(ctx context.Context, in *instance) error {

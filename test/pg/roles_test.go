@@ -134,11 +134,15 @@ func TestRolesAndDatabasesWithoutRestart(t *testing.T) {
 		}
 		return nil
 	})
-	if !slices.ContainsFunc(c.events(dbv1.ReasonDatabaseFailed), func(e corev1.Event) bool {
-		return strings.Contains(e.Message, `role "nobody" does not exist`)
-	}) {
-		t.Errorf("no DatabaseFailed event with PostgreSQL's message: %v", c.events(dbv1.ReasonDatabaseFailed))
-	}
+	// The event is recorded asynchronously, after the status may be read.
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if !slices.ContainsFunc(c.events(dbv1.ReasonDatabaseFailed), func(e corev1.Event) bool {
+			return strings.Contains(e.Message, `role "nobody" does not exist`)
+		}) {
+			return fmt.Errorf("no DatabaseFailed event with PostgreSQL's message: %v", c.events(dbv1.ReasonDatabaseFailed))
+		}
+		return nil
+	})
 
 	// Rotate alice's password, the application owner's and the replication role's.
 	names := dbv1.NamesOf(c.name)
