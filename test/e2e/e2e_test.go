@@ -337,8 +337,8 @@ func (d *db) waitRouted(timeout time.Duration, svcs ...string) {
 // agentStatus asks an instance's agent for its /status at the pod's IP (the tests run in
 // the node's network namespace, which reaches pod IPs).
 func (d *db) agentStatus(name string) (agentapi.Status, error) {
-	var p corev1.Pod
-	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: d.ns, Name: name}, &p); err != nil {
+	p, err := d.getPod(name)
+	if err != nil {
 		return agentapi.Status{}, err
 	}
 	if p.Status.PodIP == "" {
@@ -351,6 +351,20 @@ func (d *db) agentStatus(name string) (agentapi.Status, error) {
 		return agentapi.Status{}, err
 	}
 	return agentapi.NewClient(agentapi.BaseURL(p.Status.PodIP), token, http).Status(ctx)
+}
+
+// systemIdentifier is the database system identifier pod's agent reports, waiting up to
+// 30 s for an agent that does not answer yet or has not read it yet.
+func (d *db) systemIdentifier(pod string) string {
+	d.t.Helper()
+	var st agentapi.Status
+	testutil.Eventually(d.t, 30*time.Second, func() (err error) {
+		if st, err = d.agentStatus(pod); err == nil && st.SystemIdentifier == "" {
+			err = fmt.Errorf("%s's agent reports no system identifier yet", pod)
+		}
+		return err
+	})
+	return st.SystemIdentifier
 }
 
 // agentAccess is what calling pod's agent takes, as the operator calls it: the

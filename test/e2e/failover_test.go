@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
@@ -93,13 +92,7 @@ func (d *db) leaseLostWithAnEmptyInstanceZero(w *writes) {
 	if primary == zero {
 		t.Fatalf("the primary is %s; this step needs another", zero)
 	}
-	var before agentapi.Status
-	testutil.Eventually(t, 30*time.Second, func() (err error) {
-		if before, err = d.agentStatus(primary); err == nil && before.SystemIdentifier == "" {
-			err = fmt.Errorf("%s's agent reports no system identifier", primary)
-		}
-		return err
-	})
+	system := d.systemIdentifier(primary)
 	oldZero := d.pod(zero)
 	var oldClaim corev1.PersistentVolumeClaim
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: pgc.VolumeClaimName(0)}, &oldClaim); err != nil {
@@ -156,15 +149,8 @@ func (d *db) leaseLostWithAnEmptyInstanceZero(w *writes) {
 	if now := d.cluster().Status.CurrentPrimary; now != primary {
 		t.Errorf("the primary moved from %s to %s", primary, now)
 	}
-	var st agentapi.Status
-	testutil.Eventually(t, 30*time.Second, func() (err error) {
-		if st, err = d.agentStatus(zero); err == nil && st.SystemIdentifier == "" {
-			err = fmt.Errorf("%s's agent reports no system identifier yet", zero)
-		}
-		return err
-	})
-	if st.SystemIdentifier != before.SystemIdentifier {
-		t.Errorf("%s holds database %q, want the cluster's %s", zero, st.SystemIdentifier, before.SystemIdentifier)
+	if now := d.systemIdentifier(zero); now != system {
+		t.Errorf("%s holds database %q, want the cluster's %s", zero, now, system)
 	}
 	d.waitStreaming(2, 2*time.Minute)
 	w.insert(10)
