@@ -86,7 +86,7 @@ func TestCheckParameters(t *testing.T) {
 	}{
 		{name: "none", pg: dbv1.PostgreSQLSpec{}},
 		{name: "settings and a module's", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"work_mem": "8MB", "pg_stat_statements.max": "5000", "fsync": "ON"}}},
-		{name: "synchronous_commit off, asynchronous", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"synchronous_commit": "off"}}},
+		{name: "synchronous_commit remote_apply, asynchronous", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"synchronous_commit": "remote_apply"}}},
 		{name: "remote_write, synchronous", pg: dbv1.PostgreSQLSpec{SynchronousReplicas: 1, Parameters: map[string]string{"synchronous_commit": "remote_write"}}},
 		{name: "unsafe, allowed", pg: dbv1.PostgreSQLSpec{AllowUnsafeDurability: true, SynchronousReplicas: 1,
 			Parameters: map[string]string{"fsync": "off", "full_page_writes": "false", "synchronous_commit": "local"}}},
@@ -101,7 +101,9 @@ func TestCheckParameters(t *testing.T) {
 		{name: "full_page_writes 0", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"full_page_writes": "0"}},
 			wantErr: `full_page_writes = "0" can corrupt`},
 		{name: "synchronous_commit local, synchronous", pg: dbv1.PostgreSQLSpec{SynchronousReplicas: 2, Parameters: map[string]string{"synchronous_commit": "local"}},
-			wantErr: `synchronous_commit = "local" acknowledges commits that no replica has, which a failover loses although synchronousReplicas is 2`},
+			wantErr: `synchronous_commit = "local" acknowledges commits without the primary's commit gate`},
+		{name: "synchronous_commit off, asynchronous", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"synchronous_commit": "off"}},
+			wantErr: `synchronous_commit = "off" acknowledges commits without the primary's commit gate`},
 		{name: "two problems, both said", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"fsync": "off", "archive_cleanup_command": "rm -rf /"}},
 			wantErr: `spec.postgresql.parameters: archive_cleanup_command is managed by pgpilot or runs a shell command, in any case: remove it; fsync = "off"`},
 	}

@@ -276,10 +276,10 @@ func (pg PostgreSQLSpec) CheckParameters() error {
 		case (setting == "fsync" || setting == "full_page_writes") && !slices.Contains([]string{"on", "true", "yes", "1"}, on):
 			problems = append(problems, fmt.Sprintf("%s = %q can corrupt the data directory in a crash: remove it, "+
 				"or set spec.postgresql.allowUnsafeDurability: true for a disposable test cluster", name, value))
-		case setting == "synchronous_commit" && pg.SynchronousReplicas > 0 &&
-			!slices.Contains([]string{"on", "remote_apply", "remote_write", "true", "yes", "1"}, on):
-			problems = append(problems, fmt.Sprintf("%s = %q acknowledges commits that no replica has, which a failover loses "+
-				"although synchronousReplicas is %d: use on, remote_write or remote_apply, or set synchronousReplicas to 0", name, value, pg.SynchronousReplicas))
+		case setting == "synchronous_commit" && !slices.Contains([]string{"on", "remote_apply", "remote_write", "true", "yes", "1"}, on):
+			problems = append(problems, fmt.Sprintf("%s = %q acknowledges commits without the primary's commit gate: a primary cut off "+
+				"from the cluster would keep acknowledging them after a replica took over, and a failover loses them: use on, "+
+				"remote_write or remote_apply, or set spec.postgresql.allowUnsafeDurability: true for a disposable test cluster", name, value))
 		}
 	}
 	if len(problems) == 0 {

@@ -178,8 +178,8 @@ type PostgreSQLSpec struct {
 	// (replication, archiving, listening addresses, file locations) and settings that
 	// run a shell command are refused, in any case (PostgreSQL's names are
 	// case-insensitive). Names must be setting names, values one line. fsync and
-	// full_page_writes must stay on, and synchronous_commit must wait for a replica when
-	// synchronousReplicas is set, unless allowUnsafeDurability is. The API server refuses
+	// full_page_writes must stay on, and synchronous_commit must wait for the commit gate
+	// (on, remote_write or remote_apply), unless allowUnsafeDurability is. The API server refuses
 	// the managed names as written here; the operator checks the rest before it renders
 	// anything, and says what is wrong in the Ready condition (CEL rules over every key
 	// and value exceed the API server's cost budget).
@@ -210,9 +210,11 @@ type PostgreSQLSpec struct {
 	IdleSlotTimeout *metav1.Duration `json:"idleSlotTimeout,omitempty"`
 
 	// allowUnsafeDurability lets parameters turn fsync or full_page_writes off, or
-	// synchronous_commit off or local with synchronousReplicas set. A crash can then
-	// corrupt the data, and a failover lose acknowledged writes: for disposable test
-	// clusters only.
+	// synchronous_commit off or local, and keeps a database's or role's
+	// synchronous_commit = local or off (ALTER DATABASE/ROLE ... SET), which the primary
+	// otherwise resets. A crash can then corrupt the data, a failover lose acknowledged
+	// writes, and a primary cut off from the cluster acknowledge writes after a replica
+	// took over: for disposable test clusters only.
 	// +optional
 	AllowUnsafeDurability bool `json:"allowUnsafeDurability,omitempty"`
 

@@ -87,7 +87,7 @@ func (a *Agent) confInput(role Role, upstream string) ConfInput {
 	in := ConfInput{
 		Cluster: a.cluster, Pod: a.cfg.PodName, Listen: a.cfg.ListenAddress, Port: a.cfg.Port,
 		Socket: a.cfg.SocketDir, Role: role, TLS: a.cfg.TLS, ReplicationUser: a.creds.Replication.Username,
-		Commands: a.commands(), Recovery: a.recovery,
+		Commands: a.commands(), Recovery: a.recovery, LockedOut: a.lockedOut.Load(),
 	}
 	if upstream != "" {
 		up := a.upstreamOf(upstream)
@@ -627,6 +627,10 @@ func (a *Agent) maintainPrimary(ctx context.Context) error {
 	a.startGate()
 	if err := a.maintainSync(ctx); err != nil {
 		return err
+	}
+	if err := a.keepDurability(ctx); err != nil {
+		// Not a reason to skip the rest: the lockout still stops such commits past T.
+		a.log.Error(err, "Keeping synchronous_commit overrides off")
 	}
 	a.readyWALGaps(ctx)
 	return a.keepSlots(ctx, false)

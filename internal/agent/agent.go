@@ -50,6 +50,9 @@ type Agent struct {
 	// every reply, without the lock.
 	handingOver atomic.Bool
 	fencedNow   atomic.Bool
+	// lockedOut: pg_hba.conf has no line for clients, and their sessions are
+	// terminated, while this primary may not acknowledge commits (lockout.go).
+	lockedOut atomic.Bool
 
 	// rolesMu runs one PUT /roles at a time.
 	rolesMu sync.Mutex
@@ -95,6 +98,8 @@ type Agent struct {
 	backups  map[string]*backupJob
 	runCtx   context.Context // Run's context: background work ends with it
 	custom   customQueries   // the custom queries' file (stats)
+	// durability is what keepDurability reset or kept (guarded by mu).
+	durability durabilityResets
 }
 
 type request struct {
@@ -157,6 +162,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer lock.Close()
 	a.pg.Lock = lock
 	go a.keepLease(ctx)
+	go a.guardPrimary(ctx)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var retryAt time.Time
@@ -504,8 +510,11 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 	if g := a.failsafeGiven; !g.at.IsZero() {
 		st.FailsafeConfirmed = &agentapi.FailsafeConfirmation{Primary: g.primary, Term: g.term, AgoMillis: now.Sub(g.at).Milliseconds()}
 	}
+	st.DurabilityResets, st.LastDurabilityReset = a.durability.Count, a.durability.Last
+	st.DurabilityOverridesKept = slices.Clone(a.durability.Kept)
 	gate := a.gate
 	a.mu.Unlock()
+	st.LockedOut = a.lockedOut.Load()
 	if st.Role == agentapi.RolePrimary || view.Holder == a.cfg.PodName {
 		st.Confirmation = a.conf.status(view.Term, now)
 		st.Gate = gateState(gate, a.allowed())

@@ -75,9 +75,13 @@ type ClusterConfig struct {
 	Bootstrap       Bootstrap `json:"bootstrap"`
 	// SuperuserNetworkAccess lets the superuser log in over the network (TLS and
 	// password); otherwise only over the local socket.
-	SuperuserNetworkAccess bool   `json:"superuserNetworkAccess,omitempty"`
-	PrimaryLease           string `json:"primaryLease"`
-	Services               struct {
+	SuperuserNetworkAccess bool `json:"superuserNetworkAccess,omitempty"`
+	// AllowUnsafeDurability is spec.postgresql.allowUnsafeDurability: the primary keeps
+	// a database's or role's synchronous_commit = local or off instead of resetting it
+	// (durability.go).
+	AllowUnsafeDurability bool   `json:"allowUnsafeDurability,omitempty"`
+	PrimaryLease          string `json:"primaryLease"`
+	Services              struct {
 		ReadWrite string `json:"readWrite"`
 		Headless  string `json:"headless"`
 	} `json:"services"`

@@ -167,7 +167,7 @@ func (d *DB) customQuery(ctx context.Context, q customquery.Query, db string) ([
 		return nil, err
 	}
 	cfg.Host, cfg.Port, cfg.User, cfg.Database = d.SocketDir, uint16(d.Port), MonitorUser, db
-	cfg.RuntimeParams["application_name"] = "pgpilot-metrics"
+	cfg.RuntimeParams["application_name"] = metricsApplicationName
 	cfg.RuntimeParams["default_transaction_read_only"] = "on"
 	cfg.RuntimeParams["statement_timeout"] = strconv.Itoa(int(customQueryTimeout.Milliseconds()))
 	conn, err := pgx.ConnectConfig(ctx, cfg)

@@ -19,6 +19,13 @@ import (
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 )
 
+// The application_name of the agent's own sessions: its pool's, and the custom
+// queries' (customstats.go).
+const (
+	agentApplicationName   = "pgpilot-agent"
+	metricsApplicationName = "pgpilot-metrics"
+)
+
 // DB talks to the local postgres over its unix socket as the superuser (peer auth).
 type DB struct {
 	SocketDir string
@@ -59,7 +66,7 @@ func (d *DB) getPool() (*pgxpool.Pool, error) {
 	}
 	cc := cfg.ConnConfig
 	cc.Host, cc.Port, cc.User, cc.Database = d.SocketDir, uint16(d.Port), d.User, "postgres"
-	cc.RuntimeParams["application_name"] = "pgpilot-agent"
+	cc.RuntimeParams["application_name"] = agentApplicationName
 	// The agent's own writes (bootstrap, passwords) must not wait for synchronous
 	// standbys: on a new cluster those cannot connect before the replication role exists.
 	cc.RuntimeParams["synchronous_commit"] = "local"

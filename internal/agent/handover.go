@@ -55,6 +55,7 @@ func (a *Agent) stopPostgres(mode StopMode) {
 	}
 	a.db.Reset()
 	a.stopGate()
+	a.lockedOut.Store(false) // the next start writes pg_hba.conf afresh
 	a.setState(nil, agentapi.RoleStopped, "")
 	a.log.Info("Postgres stopped")
 }
@@ -146,15 +147,26 @@ func (a *Agent) handover(ctx context.Context, immediate bool) (h agentapi.Handov
 	a.mu.Unlock()
 	h = agentapi.Handover{Term: term}
 	start := time.Now()
+	// Commits that skip the gate (synchronous_commit local or off in a session) end
+	// with the client sessions: after this, nothing more is acknowledged at all.
+	a.lockOut(ctx, "handing over")
 	var acked pglogrepl.LSN
 	streaming := false
 	if gate != nil {
 		acked, streaming = gate.Drain()
 	}
 	if streaming && immediate {
-		if tl, ok := a.standbyHas(ctx, acked); ok {
+		// Every commit acknowledged without the gate is flushed before the end of WAL
+		// as it is now, with no client session left.
+		final := acked
+		if s, err := a.db.FlushLSN(ctx); err == nil {
+			if lsn, err := pglogrepl.ParseLSN(s); err == nil && lsn > final {
+				final = lsn
+			}
+		}
+		if tl, ok := a.standbyHas(ctx, final); ok {
 			a.stopPostgres(StopKill)
-			h.Clean, h.FinalLSN, h.Timeline = true, acked.String(), tl
+			h.Clean, h.FinalLSN, h.Timeline = true, final.String(), tl
 			a.handedOver(h, "a standby had every acknowledged commit: killed postgres", start)
 			done := make(chan struct{})
 			close(done)

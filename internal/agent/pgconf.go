@@ -44,6 +44,16 @@ type ConfInput struct {
 	SyncRule []string
 	// VolumeBytes is the size of the data directory's volume; 0 when unknown.
 	VolumeBytes uint64
+	// LockedOut renders pg_hba.conf without clients (lockout.go).
+	LockedOut bool
+}
+
+// HBA renders pg_hba.conf for in.
+func (in ConfInput) HBA() string {
+	if in.LockedOut {
+		return LockedOutHBAConf(in.ReplicationUser)
+	}
+	return HBAConf(in.ReplicationUser, in.Cluster.SuperuserNetworkAccess)
 }
 
 // Commands run the agent binary as postgres's archive_command and restore_command.

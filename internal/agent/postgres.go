@@ -307,7 +307,7 @@ func ParseControlData(out []byte) ControlData {
 func (p *Postgres) WriteConfig(in ConfInput) error {
 	files := map[string]string{
 		"postgresql.conf": PostgresqlConf(in),
-		"pg_hba.conf":     HBAConf(in.ReplicationUser, in.Cluster.SuperuserNetworkAccess),
+		"pg_hba.conf":     in.HBA(),
 		"pg_ident.conf":   IdentConf(),
 	}
 	for name, content := range files {

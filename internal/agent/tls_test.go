@@ -13,16 +13,7 @@ import (
 // Network logins are TLS only; the replication role by certificate alone; the superuser
 // only when allowed.
 func TestHBAConf(t *testing.T) {
-	lines := func(conf string) []string {
-		var out []string
-		for _, l := range strings.Split(conf, "\n") {
-			if l = strings.Join(strings.Fields(l), " "); l != "" && !strings.HasPrefix(l, "#") {
-				out = append(out, l)
-			}
-		}
-		return out
-	}
-	closed := lines(HBAConf("repl", false))
+	closed := hbaLines(HBAConf("repl", false))
 	for _, l := range closed {
 		if strings.HasPrefix(l, "host ") && !strings.HasSuffix(l, " reject") {
 			t.Errorf("a network line without TLS accepts: %q", l)
@@ -36,9 +27,20 @@ func TestHBAConf(t *testing.T) {
 			t.Errorf("pg_hba.conf has no %q:\n%s", want, strings.Join(closed, "\n"))
 		}
 	}
-	if open := HBAConf("repl", true); !strings.Contains(strings.Join(lines(open), "\n"), "hostssl all postgres all scram-sha-256") {
+	if open := HBAConf("repl", true); !strings.Contains(strings.Join(hbaLines(open), "\n"), "hostssl all postgres all scram-sha-256") {
 		t.Errorf("superuserNetworkAccess does not let the superuser in:\n%s", open)
 	}
+}
+
+// hbaLines are a pg_hba.conf's lines without comments, their fields one space apart.
+func hbaLines(conf string) []string {
+	var out []string
+	for _, l := range strings.Split(conf, "\n") {
+		if l = strings.Join(strings.Fields(l), " "); l != "" && !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // Sync copies the mounted certificates, reports a change only when there is one, and

@@ -138,6 +138,18 @@ type Status struct {
 	// postmaster cannot take without a restart (pg_settings.pending_restart), by name;
 	// empty when none wait.
 	PendingRestart []PendingSetting `json:"pendingRestart,omitempty"`
+	// LockedOut: this primary may not acknowledge commits now, so its clients are
+	// locked out (no pg_hba.conf line, sessions terminated) until its Lease is
+	// confirmed again (docs/failover.md, I1).
+	LockedOut bool `json:"lockedOut,omitempty"`
+	// DurabilityResets counts the synchronous_commit overrides of a database or role
+	// (local or off) this agent reset since it started; LastDurabilityReset says what
+	// the last one was. The operator makes an event of each.
+	DurabilityResets    int    `json:"durabilityResets,omitempty"`
+	LastDurabilityReset string `json:"lastDurabilityReset,omitempty"`
+	// DurabilityOverridesKept are such overrides spec.postgresql.allowUnsafeDurability
+	// keeps, as the primary last saw them.
+	DurabilityOverridesKept []string `json:"durabilityOverridesKept,omitempty"`
 	// Error says what went wrong last, for a person; empty when nothing did.
 	Error string `json:"error,omitempty"`
 }

@@ -314,6 +314,7 @@ func clusterConfig(cluster string, v Values, replicas int) agent.ClusterConfig {
 		Bootstrap:              agent.Bootstrap{Database: v.Bootstrap.Database, Owner: v.Bootstrap.Owner},
 		PrimaryLease:           n.PrimaryLease(),
 		SuperuserNetworkAccess: v.PostgreSQL.SuperuserNetworkAccess,
+		AllowUnsafeDurability:  v.PostgreSQL.AllowUnsafeDurability,
 	}
 	if c.Parameters == nil {
 		c.Parameters = map[string]string{}

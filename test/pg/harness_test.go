@@ -604,6 +604,21 @@ func (in *instance) withConn(f func(ctx context.Context, conn *pgx.Conn) error) 
 }
 
 func (in *instance) exec(sql string, args ...any) error {
+	return in.onSession(func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, sql, args...)
+		return err
+	})
+}
+
+// query runs one query on a new session as the application owner and scans its row.
+func (in *instance) query(sql string, dest ...any) error {
+	return in.onSession(func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, sql).Scan(dest...)
+	})
+}
+
+// onSession runs f on a new session as the application owner, within 10 s.
+func (in *instance) onSession(f func(ctx context.Context, conn *pgx.Conn) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	conn, err := in.conn(ctx)
@@ -611,8 +626,7 @@ func (in *instance) exec(sql string, args ...any) error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	_, err = conn.Exec(ctx, sql, args...)
-	return err
+	return f(ctx, conn)
 }
 
 // mustExec runs sql on the instance and ends the test if it fails.

@@ -1,0 +1,190 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// A database's or role's synchronous_commit set to local or off (ALTER DATABASE ... SET,
+// ALTER ROLE ... SET: allowed to a database's owner and to a role with CREATEROLE) gives
+// every new session of that database or role commits the commit gate never sees: they
+// are acknowledged by a primary that may no longer hold the Lease, and in synchronous
+// mode before any standby has them. So the primary's agent looks for such overrides at
+// every step (about once a second) and, unless spec.postgresql.allowUnsafeDurability
+// is set, resets them and terminates the sessions that may have started with them; the
+// operator turns what it reset into a Warning event (DurabilityOverrideReset). With
+// allowUnsafeDurability the overrides are reported and kept.
+
+// DurabilityOverride is a synchronous_commit setting of a database, a role, or a role in
+// a database (pg_db_role_setting) that lets commits skip the gate.
+type DurabilityOverride struct {
+	// Database and Role are "" for "every database" and "every role" (ALTER ROLE ALL).
+	Database, Role string
+	// Value is the setting's value as stored.
+	Value string
+}
+
+// String says where the override is, in the words of the statement that set it.
+func (o DurabilityOverride) String() string {
+	return o.statement("SET synchronous_commit = " + o.Value)
+}
+
+// statement is the ALTER statement that applies action to where o is.
+func (o DurabilityOverride) statement(action string) string {
+	role := "ALL"
+	if o.Role != "" {
+		role = pgx.Identifier{o.Role}.Sanitize()
+	}
+	switch {
+	case o.Role == "" && o.Database != "":
+		return "ALTER DATABASE " + pgx.Identifier{o.Database}.Sanitize() + " " + action
+	case o.Database != "":
+		return "ALTER ROLE " + role + " IN DATABASE " + pgx.Identifier{o.Database}.Sanitize() + " " + action
+	}
+	return "ALTER ROLE " + role + " " + action
+}
+
+// unsafeSynchronousCommit reports whether a synchronous_commit value lets a commit be
+// acknowledged before the commit gate confirmed it: local and off (and off's boolean
+// spellings). on, remote_write and remote_apply all wait for the gate.
+func unsafeSynchronousCommit(value string) bool {
+	switch strings.ToLower(strings.Trim(strings.TrimSpace(value), `'"`)) {
+	case "local", "off", "false", "no", "0":
+		return true
+	}
+	return false
+}
+
+// DurabilityOverrides lists the synchronous_commit overrides of pg_db_role_setting that
+// let commits skip the gate.
+func (d *DB) DurabilityOverrides(ctx context.Context) ([]DurabilityOverride, error) {
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	rows, err := conn.Query(ctx, `SELECT coalesce(db.datname, ''), coalesce(r.rolname, ''), split_part(c, '=', 2)
+		FROM pg_db_role_setting s
+		LEFT JOIN pg_database db ON db.oid = s.setdatabase
+		LEFT JOIN pg_roles r ON r.oid = s.setrole,
+		unnest(s.setconfig) c
+		WHERE lower(split_part(c, '=', 1)) = 'synchronous_commit'
+		ORDER BY 1, 2`)
+	if err != nil {
+		return nil, err
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DurabilityOverride, error) {
+		var o DurabilityOverride
+		return o, r.Scan(&o.Database, &o.Role, &o.Value)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var unsafe []DurabilityOverride
+	for _, o := range all {
+		if unsafeSynchronousCommit(o.Value) {
+			unsafe = append(unsafe, o)
+		}
+	}
+	return unsafe, nil
+}
+
+// ResetDurabilityOverride removes o and terminates the client sessions that may have
+// started with it (those of its database, or of its role), returning how many.
+func (d *DB) ResetDurabilityOverride(ctx context.Context, o DurabilityOverride) (int, error) {
+	if err := d.exec(ctx, o.statement("RESET synchronous_commit")); err != nil {
+		return 0, err
+	}
+	return d.TerminateClients(ctx, &sessionsOf{Database: o.Database, Role: o.Role})
+}
+
+// sessionsOf narrows TerminateClients to a database's sessions, a role's, or both.
+type sessionsOf struct {
+	Database, Role string
+}
+
+// TerminateClients terminates client backends, every one when only is nil, except the
+// agent's own sessions over the local socket, and returns how many it terminated. A
+// terminated backend that waits for synchronous replication closes its connection
+// without acknowledging the commit.
+func (d *DB) TerminateClients(ctx context.Context, only *sessionsOf) (int, error) {
+	if only == nil {
+		only = &sessionsOf{}
+	}
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	// OFFSET 0 keeps the subquery whole: pg_terminate_backend runs only on the rows its
+	// conditions chose.
+	var n int
+	err = conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM (
+		SELECT pid FROM pg_stat_activity
+		WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
+		AND NOT (client_addr IS NULL AND client_port = -1 AND usename = ANY($1) AND application_name = ANY($2))
+		AND ($3 = '' OR datname = $3) AND ($4 = '' OR usename = $4)
+		OFFSET 0) s`,
+		[]string{d.User, MonitorUser}, []string{agentApplicationName, metricsApplicationName}, only.Database, only.Role).Scan(&n)
+	return n, err
+}
+
+// exec runs one statement in a pooled session.
+func (d *DB) exec(ctx context.Context, sql string) error {
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+// durabilityResets is what keepDurability did, for the agent's status.
+type durabilityResets struct {
+	// Count grows with every override reset since the agent started.
+	Count int
+	// Last says what the last reset removed, and when.
+	Last   string
+	LastAt time.Time
+	// Kept are the overrides allowUnsafeDurability keeps, as last seen.
+	Kept []string
+}
+
+// keepDurability resets the synchronous_commit overrides that let commits skip the gate
+// (or, with allowUnsafeDurability, records them), on a primary.
+func (a *Agent) keepDurability(ctx context.Context) error {
+	found, err := a.db.DurabilityOverrides(ctx)
+	if err != nil {
+		return fmt.Errorf("reading synchronous_commit overrides (pg_db_role_setting): %w", err)
+	}
+	if a.cluster.AllowUnsafeDurability {
+		kept := make([]string, 0, len(found))
+		for _, o := range found {
+			kept = append(kept, o.String())
+		}
+		a.mu.Lock()
+		a.durability.Kept = kept
+		a.mu.Unlock()
+		return nil
+	}
+	for _, o := range found {
+		n, err := a.db.ResetDurabilityOverride(ctx, o)
+		if err != nil {
+			return fmt.Errorf("resetting %q: %w", o.String(), err)
+		}
+		msg := fmt.Sprintf("reset %q: commits of its sessions would skip the commit gate, acknowledged by a primary that may "+
+			"no longer hold the Lease and, in synchronous mode, before any replica has them; terminated %d session(s) that may "+
+			"have started with it. Set spec.postgresql.allowUnsafeDurability to keep such settings", o.String(), n)
+		a.log.Info("Reset a synchronous_commit override that skips the commit gate", "override", o.String(), "terminated", n)
+		a.mu.Lock()
+		a.durability.Count++
+		a.durability.Last, a.durability.LastAt = msg, time.Now()
+		a.mu.Unlock()
+	}
+	return nil
+}

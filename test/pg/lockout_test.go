@@ -1,0 +1,216 @@
+package pg
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/primarylease"
+	"github.com/pgpilot/pgpilot/test/testutil"
+)
+
+// lastAck keeps writing on one session and records when a commit was last
+// acknowledged, and the error that ended its last attempt.
+type lastAck struct {
+	mu      sync.Mutex
+	at      time.Time
+	acks    int
+	lastErr error
+}
+
+func (l *lastAck) ok(at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.at, l.acks = at, l.acks+1
+}
+
+func (l *lastAck) failed(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lastErr = err
+}
+
+func (l *lastAck) get() (time.Time, int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.at, l.acks, l.lastErr
+}
+
+// keepWriting inserts rows on one session with synchronous_commit as given until ctx
+// ends. A commit still waiting after a second is cancelled by a cancel request, and its
+// answer read: PostgreSQL acknowledges a commit that waited for synchronous replication
+// with a WARNING. A broken session is opened again.
+func keepWriting(ctx context.Context, in *instance, synchronousCommit string, l *lastAck) {
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			_ = conn.Close(context.Background())
+		}
+	}()
+	for ctx.Err() == nil {
+		if conn == nil || conn.IsClosed() {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			c, err := in.conn(cctx)
+			if err == nil {
+				_, err = c.Exec(cctx, "SET synchronous_commit = "+synchronousCommit)
+			}
+			cancel()
+			if err != nil {
+				l.failed(err)
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			conn = c
+		}
+		// As psql's ^C and JDBC's query timeout do: a cancel request, then the answer.
+		c := conn
+		timer := time.AfterFunc(time.Second, func() {
+			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = c.PgConn().CancelRequest(cctx)
+		})
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := conn.Exec(wctx, "INSERT INTO t VALUES (1)")
+		cancel()
+		timer.Stop()
+		if err != nil {
+			l.failed(err)
+			if ctx.Err() == nil {
+				time.Sleep(50 * time.Millisecond)
+			}
+			continue
+		}
+		l.ok(time.Now())
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A primary that cannot confirm its Lease acknowledges nothing past T by any path: not a
+// session with synchronous_commit = local (which skips the commit gate), not a commit
+// that waited for the gate and was cancelled (PostgreSQL acknowledges such a commit),
+// not a new session. It locks its clients out and terminates their sessions, without
+// stopping postgres, and lets them in again once the Lease is confirmed.
+func TestUnconfirmedPrimaryLocksOutEveryCommit(t *testing.T) {
+	c := newCluster(t, 3)
+	c.startAll()
+	p := c.instances[0]
+	p.mustExec("CREATE TABLE t (id int)")
+	pid := p.postmasterPid()
+
+	ctx, stop := context.WithCancel(context.Background())
+	var local, gated lastAck
+	var wg sync.WaitGroup
+	for _, w := range []struct {
+		mode string
+		l    *lastAck
+	}{{"local", &local}, {"on", &gated}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			keepWriting(ctx, p, w.mode, w.l)
+		}()
+	}
+	testutil.Eventually(t, 30*time.Second, func() error {
+		_, nl, _ := local.get()
+		_, ng, _ := gated.get()
+		if nl < 5 || ng < 5 {
+			return fmt.Errorf("acknowledged so far: %d local, %d on", nl, ng)
+		}
+		return nil
+	})
+
+	p.proxy.setCut(true)
+	cutAt := time.Now()
+	for _, r := range c.instances[1:] {
+		r.kill9()
+	}
+	time.Sleep(time.Until(cutAt.Add(3 * primarylease.Duration)))
+	stop()
+	wg.Wait()
+
+	bound := primarylease.Duration + time.Second
+	for _, w := range []struct {
+		mode string
+		l    *lastAck
+	}{{"local", &local}, {"on", &gated}} {
+		at, n, err := w.l.get()
+		t.Logf("synchronous_commit = %s: %d commits acknowledged, the last %s after the cut; last error: %v",
+			w.mode, n, at.Sub(cutAt).Round(10*time.Millisecond), err)
+		if at.Sub(cutAt) > bound {
+			t.Errorf("synchronous_commit = %s: a commit was acknowledged %s after the primary was cut off, more than T + 1 s",
+				w.mode, at.Sub(cutAt).Round(10*time.Millisecond))
+		}
+	}
+	st, err := p.status()
+	if err != nil || !st.LockedOut || st.Gate != agentapi.GateWithholding {
+		t.Errorf("status while unconfirmed: lockedOut %v, gate %q (%v); want locked out and withholding", st.LockedOut, st.Gate, err)
+	}
+	err = p.tryWrite(2*time.Second, "INSERT INTO t VALUES (2)")
+	if err == nil || !strings.Contains(err.Error(), "pg_hba.conf") {
+		t.Errorf("a new session on the unconfirmed primary: %v; want refused by pg_hba.conf", err)
+	}
+
+	p.proxy.setCut(false)
+	testutil.Eventually(t, 30*time.Second, func() error {
+		return p.tryWrite(5*time.Second, "INSERT INTO t VALUES (3)")
+	})
+	if st := p.mustStatus(); st.LockedOut {
+		t.Errorf("still locked out once the Lease is confirmed again")
+	}
+	if now := p.postmasterPid(); now != pid {
+		t.Errorf("postgres was restarted (pid %d, then %d): a lockout needs no restart", pid, now)
+	}
+}
+
+// The application owner may set synchronous_commit = local on its database and role
+// (ALTER DATABASE/ROLE ... SET): commits of such sessions would skip the commit gate.
+// The primary's agent resets both within seconds, terminates the sessions that started
+// with them, and reports it.
+func TestSynchronousCommitOverridesAreReset(t *testing.T) {
+	c := newCluster(t, 2)
+	c.startAll()
+	p := c.instances[0]
+	p.mustExec("ALTER DATABASE app SET synchronous_commit = local")
+	p.mustExec("ALTER ROLE app SET synchronous_commit = off")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	early, err := p.conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer early.Close(context.Background())
+	var earlySetting string
+	if err := early.QueryRow(ctx, "SHOW synchronous_commit").Scan(&earlySetting); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	testutil.Eventually(t, 20*time.Second, func() error {
+		var n int
+		if err := p.query("SELECT count(*) FROM pg_db_role_setting, unnest(setconfig) c WHERE c LIKE 'synchronous_commit=%'", &n); err != nil {
+			return err
+		}
+		if n != 0 {
+			return fmt.Errorf("%d synchronous_commit overrides left", n)
+		}
+		return nil
+	})
+	t.Logf("the overrides were reset %s after they were set", time.Since(start).Round(10*time.Millisecond))
+	var setting string
+	if err := p.query("SHOW synchronous_commit", &setting); err != nil || setting != "on" {
+		t.Errorf("a new session's synchronous_commit: %q (%v); want on", setting, err)
+	}
+	// The session began with the override unless the agent was faster still.
+	if _, err := early.Exec(ctx, "SELECT 1"); err == nil && earlySetting != "on" {
+		t.Errorf("a session that started with synchronous_commit = %s still runs", earlySetting)
+	}
+	st := p.mustStatus()
+	if st.DurabilityResets != 2 || !strings.Contains(st.LastDurabilityReset, "synchronous_commit") {
+		t.Errorf("status: %d resets, last %q; want 2 reported", st.DurabilityResets, st.LastDurabilityReset)
+	}
+}
