@@ -122,6 +122,12 @@ const (
 	// ReasonPrimaryLeaseRecreated: the primary Lease was deleted and rebuilt from the
 	// agents' views (docs/failover.md, "The cluster's record").
 	ReasonPrimaryLeaseRecreated = "PrimaryLeaseRecreated"
+	// ReasonDurabilityOverrideReset: the primary reset a database's or role's
+	// synchronous_commit = local or off, whose commits would skip the commit gate, and
+	// terminated the sessions that may have started with it. ReasonDurabilityOverrideKept:
+	// spec.postgresql.allowUnsafeDurability keeps such a setting.
+	ReasonDurabilityOverrideReset = "DurabilityOverrideReset"
+	ReasonDurabilityOverrideKept  = "DurabilityOverrideKept"
 	// ReasonDataRefused: an agent refuses to replace its data with another database's.
 	ReasonDataRefused = "DataRefused"
 	// ReasonDataSetAside: an agent replaced a data directory by a new clone and kept

@@ -67,6 +67,9 @@ type memory struct {
 	vacantSince time.Time
 	// seen is the last Lease read.
 	seen *primarylease.Record
+	// durability is what the agents' synchronous_commit guard reported, per instance,
+	// as last turned into events (durability.go).
+	durability map[string]durabilitySeen
 }
 
 // NewFailoverReconciler returns a FailoverReconciler. reader reads uncached (the
@@ -154,6 +157,7 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if verr := c.recordDataVersion(ctx); verr != nil && err == nil {
 		err = verr
 	}
+	c.reportDurability()
 	if requeue <= 0 || requeue > PollPeriod {
 		requeue = PollPeriod
 	}
