@@ -282,6 +282,10 @@ func (pg PostgreSQLSpec) CheckParameters() error {
 				"remote_write or remote_apply, or set spec.postgresql.allowUnsafeDurability: true for a disposable test cluster", name, value))
 		}
 	}
+	if b := pg.LossBudget; b != nil && b.Sign() < 0 {
+		problems = append(problems, fmt.Sprintf("lossBudget %s is negative: set a size such as 1Mi, 0 to wait for a standby "+
+			"to have every commit, or remove it for no bound", b.String()))
+	}
 	if len(problems) == 0 {
 		return nil
 	}

@@ -198,6 +198,17 @@ type PostgreSQLSpec struct {
 	// +optional
 	SynchronousReplicas int32 `json:"synchronousReplicas,omitempty"`
 
+	// lossBudget bounds what a failover can lose in asynchronous mode
+	// (synchronousReplicas 0): the primary acknowledges a commit only while some standby
+	// has flushed all the WAL before it but at most this much (bytes, such as 1Mi), so a
+	// crash or an isolation of the primary never loses more acknowledged WAL than this.
+	// Writes wait while no standby is that close (all of them away, or too far behind),
+	// as they wait in synchronous mode while too few replicas stream. Unset, the default:
+	// no bound (a failover loses what the most advanced standby had not received). It
+	// has no effect with a single instance or in synchronous mode (which loses nothing).
+	// +optional
+	LossBudget *resource.Quantity `json:"lossBudget,omitempty"`
+
 	// idleSlotTimeout is how long the primary keeps WAL for a replica that is not
 	// streaming (its pod down, its node drained, its network cut). Past it the replica's
 	// replication slot stops holding WAL, and the replica, when it returns, catches up

@@ -53,6 +53,8 @@ type Agent struct {
 	// lockedOut: pg_hba.conf has no line for clients, and their sessions are
 	// terminated, while this primary may not acknowledge commits (lockout.go).
 	lockedOut atomic.Bool
+	// lossLimit is how far the commit gate may confirm WAL (lossbudget.go).
+	lossLimit atomic.Uint64
 
 	// rolesMu runs one PUT /roles at a time.
 	rolesMu sync.Mutex
@@ -110,7 +112,7 @@ type request struct {
 // New returns an agent for cfg.
 func New(cfg Config, cluster ClusterConfig, creds Credentials, lease LeaseSource, log logr.Logger) *Agent {
 	passfile := cfg.SocketDir + "/.pgpass-pgpilot"
-	return &Agent{
+	a := &Agent{
 		cfg: cfg, cluster: cluster, creds: creds, lease: lease, log: log,
 		pg: &Postgres{BinDir: cfg.BinDir, PGData: cfg.PGData, Env: []string{"PGPASSFILE=" + passfile, "PGCONNECT_TIMEOUT=5"},
 			SocketLock: fmt.Sprintf("%s/.s.PGSQL.%d.lock", cfg.SocketDir, cfg.Port),
@@ -125,6 +127,8 @@ func New(cfg Config, cluster ClusterConfig, creds Credentials, lease LeaseSource
 		backups:  map[string]*backupJob{},
 		runCtx:   context.Background(),
 	}
+	a.lossLimit.Store(uint64(unlimited))
+	return a
 }
 
 // tlsCheckInterval is how often the mounted certificates are compared with those in use.

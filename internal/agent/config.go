@@ -69,6 +69,10 @@ type ClusterConfig struct {
 	Parameters  map[string]string `json:"parameters"`
 	// SynchronousReplicas is how many standbys must confirm each commit; 0 is async.
 	SynchronousReplicas int `json:"synchronousReplicas"`
+	// LossBudget is spec.postgresql.lossBudget in bytes in asynchronous mode with more
+	// than one instance, nil otherwise: the commit gate confirms WAL at most this far
+	// beyond the most advanced standby's flush position (lossbudget.go).
+	LossBudget *int64 `json:"lossBudget,omitempty"`
 	// IdleSlotTimeout is spec.postgresql.idleSlotTimeout, a Go duration: how long the
 	// primary keeps WAL for an instance that does not stream. Read with SlotTimeout.
 	IdleSlotTimeout string    `json:"idleSlotTimeout,omitempty"`

@@ -34,6 +34,9 @@ type Gate struct {
 	Connect func(ctx context.Context) (*pgconn.PgConn, error)
 	// Allowed reports whether commits may be acknowledged now.
 	Allowed func() bool
+	// Limit, when set, is the furthest WAL position the gate may confirm now (the loss
+	// budget, lossbudget.go).
+	Limit func() pglogrepl.LSN
 	Log     logr.Logger
 
 	// draining makes the gate report WAL as written, but not flushed: a clean shutdown
@@ -119,11 +122,16 @@ func (g *Gate) session(ctx context.Context, streaming func()) error {
 	}
 	g.connected.Store(true)
 	streaming()
-	s := gateStream{g: g, conn: conn, received: sys.XLogPos, flushed: sys.XLogPos}
+	start := sys.XLogPos
+	if g.Limit != nil {
+		start = min(start, g.Limit())
+	}
+	s := gateStream{g: g, conn: conn, received: sys.XLogPos, flushed: start}
 	g.reporting.Lock()
 	if g.Allowed() && !g.draining.Load() {
-		// Commits that waited for the gate to connect, before sys.XLogPos, may go.
-		g.confirmed.Store(uint64(sys.XLogPos))
+		// Commits that waited for the gate to connect, before sys.XLogPos (and within
+		// the loss budget), may go.
+		g.confirmed.Store(uint64(start))
 	}
 	g.reporting.Unlock()
 	return s.run(ctx)
@@ -250,6 +258,10 @@ func (s *gateStream) report(_ context.Context, asked bool) error {
 	flushed, written := s.flushed, s.received
 	if s.g.Allowed() {
 		flushed = s.received
+		if s.g.Limit != nil {
+			// Never back: what was confirmed stays confirmed.
+			flushed = max(min(flushed, s.g.Limit()), s.flushed)
+		}
 	}
 	reportedFlush := flushed
 	if s.g.draining.Load() {

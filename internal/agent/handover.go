@@ -21,7 +21,7 @@ func (a *Agent) startGate() {
 	}
 	// Not Run's context: on SIGTERM the gate must outlive Run until postgres stopped.
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &Gate{Connect: a.db.ReplicationConn, Allowed: a.allowed, Log: a.log.WithName("gate")}
+	g := &Gate{Connect: a.db.ReplicationConn, Allowed: a.allowed, Limit: a.gateLimit, Log: a.log.WithName("gate")}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

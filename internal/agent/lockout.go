@@ -50,6 +50,9 @@ func (a *Agent) guardPrimary(ctx context.Context) {
 		a.mu.Lock()
 		primary := a.proc != nil && a.role == agentapi.RolePrimary
 		a.mu.Unlock()
+		if primary {
+			a.keepLossLimit(ctx)
+		}
 		switch {
 		case primary && !a.allowed():
 			a.lockOut(ctx, "the primary Lease is not confirmed")

@@ -31,6 +31,9 @@ var (
 	replicaLagDesc = prometheus.NewDesc("pgpilot_replica_lag_bytes",
 		"Bytes a standby's flush position is behind this primary's write position, per standby.",
 		[]string{"replica", "sync_state"}, nil)
+	exposureDesc = prometheus.NewDesc("pgpilot_instance_loss_exposure_bytes",
+		"On a primary with standbys streaming, the bytes of WAL its most advanced standby has not "+
+			"flushed yet: what an asynchronous failover would lose now (bounded by spec.postgresql.lossBudget when set).", nil, nil)
 	fencedDesc = prometheus.NewDesc("pgpilot_instance_fenced",
 		"Whether the agent was told to stop accepting writes (1) or not (0).", nil, nil)
 	startTimeDesc = prometheus.NewDesc("pgpilot_instance_start_time_seconds",
@@ -75,7 +78,7 @@ type instanceCollector struct {
 func (c *instanceCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		upDesc, readyDesc, roleDesc, timelineDesc, walLSNDesc, lagDesc,
-		replicasDesc, replicaLagDesc, fencedDesc, startTimeDesc,
+		replicasDesc, replicaLagDesc, exposureDesc, fencedDesc, startTimeDesc,
 		connectionsDesc, slotActiveDesc, slotRetainedDesc,
 		volumeSizeDesc, volumeFreeDesc, setAsideDesc,
 		archivedDesc, archiveFailedDesc, archivePendingDesc, archivePendingBytesDesc, volumeFullInDesc, archiveFailingDesc, lastArchivedDesc,
@@ -141,6 +144,13 @@ func (c *instanceCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, k := range order {
 		gauge(replicaLagDesc, float64(lags[k]), k.name, k.syncState)
+	}
+	if st.Role == RolePrimary && len(st.Replicas) > 0 {
+		exposure := st.Replicas[0].LagBytes
+		for _, r := range st.Replicas[1:] {
+			exposure = min(exposure, r.LagBytes)
+		}
+		gauge(exposureDesc, float64(max(exposure, 0)))
 	}
 
 	gauge(fencedDesc, boolValue(st.Fenced))

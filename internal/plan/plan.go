@@ -316,6 +316,10 @@ func clusterConfig(cluster string, v Values, replicas int) agent.ClusterConfig {
 		SuperuserNetworkAccess: v.PostgreSQL.SuperuserNetworkAccess,
 		AllowUnsafeDurability:  v.PostgreSQL.AllowUnsafeDurability,
 	}
+	if b := v.PostgreSQL.LossBudget; b != nil && v.PostgreSQL.SynchronousReplicas == 0 && replicas > 1 {
+		bytes := max(b.Value(), 0)
+		c.LossBudget = &bytes
+	}
 	if c.Parameters == nil {
 		c.Parameters = map[string]string{}
 	}
