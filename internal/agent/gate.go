@@ -37,7 +37,7 @@ type Gate struct {
 	// Limit, when set, is the furthest WAL position the gate may confirm now (the loss
 	// budget, lossbudget.go).
 	Limit func() pglogrepl.LSN
-	Log     logr.Logger
+	Log   logr.Logger
 
 	// draining makes the gate report WAL as written, but not flushed: a clean shutdown
 	// waits for every standby to have written everything, while commits (which wait for
