@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 )
@@ -86,6 +87,12 @@ func (d *DB) ReadCatalog(ctx context.Context, req agentapi.RolesRequest) (Catalo
 	if err := rows.Err(); err != nil {
 		return cat, err
 	}
+	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&cat.ServerVersion); err != nil {
+		return cat, err
+	}
+	if cat.Reaches, err = reaches(ctx, conn, req); err != nil {
+		return cat, err
+	}
 	rows, err = conn.Query(ctx, `SELECT datname::text, pg_get_userbyid(datdba)::text FROM pg_database`)
 	if err != nil {
 		return cat, err
@@ -112,6 +119,38 @@ func (d *DB) ReadCatalog(ctx context.Context, req agentapi.RolesRequest) (Catalo
 		cat.Databases[want.Name] = db
 	}
 	return cat, nil
+}
+
+// reaches reads, for every role the request's inRoles name, the roles a member of it
+// can SET ROLE to: itself and every role it is a member of, directly or not.
+func reaches(ctx context.Context, conn *pgxpool.Conn, req agentapi.RolesRequest) (map[string][]ReachedRole, error) {
+	var names []string
+	for _, r := range req.Roles {
+		names = append(names, r.InRoles...)
+	}
+	out := map[string][]ReachedRole{}
+	if len(names) == 0 {
+		return out, nil
+	}
+	rows, err := conn.Query(ctx, `WITH RECURSIVE up(start, oid) AS (
+			SELECT oid, oid FROM pg_roles WHERE rolname = ANY($1)
+			UNION SELECT up.start, m.roleid FROM up JOIN pg_auth_members m ON m.member = up.oid)
+		SELECT s.rolname::text, r.rolname::text, r.rolsuper, r.rolreplication, r.rolbypassrls, r.rolcreaterole
+		FROM up JOIN pg_roles s ON s.oid = up.start JOIN pg_roles r ON r.oid = up.oid
+		ORDER BY s.rolname, up.start <> up.oid, r.rolname`, names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var start string
+		var r ReachedRole
+		if err := rows.Scan(&start, &r.Name, &r.Superuser, &r.Replication, &r.BypassRLS, &r.CreateRole); err != nil {
+			return nil, err
+		}
+		out[start] = append(out[start], r)
+	}
+	return out, rows.Err()
 }
 
 func (d *DB) extensions(ctx context.Context, database string) ([]string, error) {
