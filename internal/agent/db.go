@@ -374,6 +374,14 @@ func (d *DB) SyncPasswords(ctx context.Context, cs Credentials) (changed []strin
 		return nil, err
 	}
 	defer conn.Release()
+	// The statements that set a password hold its verifier: they run in a session of
+	// their own that logs no statement, opened at the first.
+	var quiet *pgx.Conn
+	defer func() {
+		if quiet != nil {
+			quiet.Close(context.WithoutCancel(ctx))
+		}
+	}()
 	for _, c := range []Credential{cs.Superuser, cs.Replication, cs.App} {
 		var current *string
 		err := conn.QueryRow(ctx, "SELECT rolpassword FROM pg_authid WHERE rolname = $1", c.Username).Scan(&current)
@@ -390,8 +398,12 @@ func (d *DB) SyncPasswords(ctx context.Context, cs Credentials) (changed []strin
 		if err != nil {
 			return changed, err
 		}
-		// A verifier is base64 and "$:" only; nothing in it needs escaping.
-		if _, err := conn.Exec(ctx, "ALTER ROLE "+pgx.Identifier{c.Username}.Sanitize()+" PASSWORD '"+verifier+"'"); err != nil {
+		if quiet == nil {
+			if quiet, err = d.quietConn(ctx, ""); err != nil {
+				return changed, err
+			}
+		}
+		if _, err := quiet.Exec(ctx, alterPassword(c.Username, &verifier)); err != nil {
 			return changed, fmt.Errorf("setting the password of %s: %w", c.Username, err)
 		}
 		changed = append(changed, c.Username)

@@ -83,6 +83,9 @@ type Step struct {
 	SQL      []string
 	// Done says what the statements change, for the item's result.
 	Done string
+	// Secret: a statement holds a password verifier, so the step runs in a session
+	// that logs no statement (QuietSettings).
+	Secret bool
 }
 
 // RolesPlan is what PlanRoles decided.
@@ -112,6 +115,7 @@ func PlanRoles(req agentapi.RolesRequest, cat Catalog, reserved []string, verifi
 			return p, err
 		}
 		p.add(KindPassword, pw.Role, phasePasswords, "", "password set", alterPassword(pw.Role, &v))
+		p.Steps[len(p.Steps)-1].Secret = true
 	}
 	for _, want := range req.Roles {
 		if why := refusedRole(want.Name, cat, reserved); why != "" {
@@ -245,6 +249,7 @@ func (p *RolesPlan) planRole(want agentapi.Role, cat Catalog, verifier func(stri
 			sql += " PASSWORD '" + *password + "'"
 		}
 		p.add(KindRole, want.Name, phaseRoles, "", "created", sql)
+		p.Steps[len(p.Steps)-1].Secret = password != nil
 	} else {
 		var sql, done []string
 		if attrs != roleAttributes(agentapi.Role{Login: have.Login, CreateDB: have.CreateDB, CreateRole: have.CreateRole,
@@ -259,6 +264,7 @@ func (p *RolesPlan) planRole(want agentapi.Role, cat Catalog, verifier func(stri
 		}
 		if len(sql) > 0 {
 			p.add(KindRole, want.Name, phaseRoles, "", strings.Join(done, ", "), sql...)
+			p.Steps[len(p.Steps)-1].Secret = password != nil
 		}
 	}
 	var grants []string

@@ -31,7 +31,7 @@ func TestPlanRoles(t *testing.T) {
 			name: "a new role with a password and memberships",
 			req:  agentapi.RolesRequest{Roles: []agentapi.Role{with(login("alice"), func(r *agentapi.Role) { r.Password = pw("s3cret"); r.InRoles = []string{"readers"} })}},
 			want: []Step{
-				{Kind: KindRole, Name: "alice", Phase: phaseRoles, Done: "created",
+				{Kind: KindRole, Name: "alice", Phase: phaseRoles, Done: "created", Secret: true,
 					SQL: []string{`CREATE ROLE "alice" WITH LOGIN NOCREATEDB NOCREATEROLE INHERIT CONNECTION LIMIT -1 PASSWORD 'SCRAM-SHA-256$4096:c2FsdA==$s3cret'`}},
 				{Kind: KindRole, Name: "alice", Phase: phaseMembers, Done: "memberships set", SQL: []string{`GRANT "readers" TO "alice"`}},
 			},
@@ -48,7 +48,7 @@ func TestPlanRoles(t *testing.T) {
 			})}},
 			cat: Catalog{Roles: map[string]CatalogRole{"alice": func() CatalogRole { r := existing; r.MemberOf = []string{"admins"}; return r }()}},
 			want: []Step{
-				{Kind: KindRole, Name: "alice", Phase: phaseRoles, Done: "attributes set, password set", SQL: []string{
+				{Kind: KindRole, Name: "alice", Phase: phaseRoles, Done: "attributes set, password set", Secret: true, SQL: []string{
 					`ALTER ROLE "alice" WITH LOGIN CREATEDB NOCREATEROLE INHERIT CONNECTION LIMIT 5`,
 					`ALTER ROLE "alice" PASSWORD 'SCRAM-SHA-256$4096:c2FsdA==$new'`}},
 				{Kind: KindRole, Name: "alice", Phase: phaseMembers, Done: "memberships set", SQL: []string{`REVOKE "admins" FROM "alice"`}},
@@ -112,7 +112,7 @@ func TestPlanRoles(t *testing.T) {
 			name: "pgpilot's own passwords: set where they differ, skipped for a missing role",
 			req:  agentapi.RolesRequest{Passwords: []agentapi.Password{{Role: "postgres", Password: "old"}, {Role: "app", Password: "fresh"}, {Role: "nobody", Password: "x"}}},
 			cat:  Catalog{Roles: map[string]CatalogRole{"postgres": existing, "app": existing}},
-			want: []Step{{Kind: KindPassword, Name: "app", Phase: phasePasswords, Done: "password set",
+			want: []Step{{Kind: KindPassword, Name: "app", Phase: phasePasswords, Done: "password set", Secret: true,
 				SQL: []string{`ALTER ROLE "app" PASSWORD 'SCRAM-SHA-256$4096:c2FsdA==$fresh'`}}},
 		},
 	} {
