@@ -625,11 +625,36 @@ func (a *Agent) follow(ctx context.Context, primary string) error {
 // the earlier timelines left unarchived (walgap.go).
 func (a *Agent) maintainPrimary(ctx context.Context) error {
 	a.startGate()
+	a.terminateGateImpostors(ctx)
 	if err := a.maintainSync(ctx); err != nil {
 		return err
 	}
 	a.readyWALGaps(ctx)
 	return a.keepSlots(ctx, false)
+}
+
+// terminateGateImpostors ends, at every step of a primary, any replication connection
+// that took the commit gate's name (DB.TerminateGateImpostors), logs each and counts
+// them (status gateImpostorsTerminated, metric pgpilot_gate_impostors_terminated_total).
+// A failure is logged and tried again at the next step.
+func (a *Agent) terminateGateImpostors(ctx context.Context) {
+	a.mu.Lock()
+	g := a.gate
+	a.mu.Unlock()
+	var own uint32
+	if g != nil {
+		own = g.PID()
+	}
+	gone, err := a.db.TerminateGateImpostors(ctx, own)
+	if err != nil {
+		a.log.Error(err, "Looking for replication connections that took the commit gate's name")
+		return
+	}
+	for _, imp := range gone {
+		a.gateImpostors.Add(1)
+		a.log.Info("Terminated a replication connection that took the commit gate's name: only the agent's own gate may acknowledge commits",
+			"pid", imp.PID, "client", imp.Client, "user", imp.User, "gatePid", own)
+	}
 }
 
 // readyWALGaps readies for the archiver the whole segments of this primary's earlier

@@ -50,6 +50,8 @@ type Agent struct {
 	// every reply, without the lock.
 	handingOver atomic.Bool
 	fencedNow   atomic.Bool
+	// gateImpostors counts the walsenders that took the gate's name, terminated.
+	gateImpostors atomic.Int64
 
 	// rolesMu runs one PUT /roles at a time.
 	rolesMu sync.Mutex
@@ -510,6 +512,7 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 		st.Confirmation = a.conf.status(view.Term, now)
 		st.Gate = gateState(gate, a.allowed())
 	}
+	st.GateImpostorsTerminated = a.gateImpostors.Load()
 	var arch agentapi.ArchiverStatus
 	if st.Running && (st.Role == agentapi.RolePrimary || st.Role == agentapi.RoleReplica) {
 		if err := a.db.Observe(ctx, &st, &arch, st.Role == agentapi.RolePrimary); err != nil {

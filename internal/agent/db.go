@@ -299,6 +299,44 @@ func (d *DB) StreamingStandbys(ctx context.Context) (map[string]bool, error) {
 	return out, err
 }
 
+// GateImpostor is a walsender that took the commit gate's name.
+type GateImpostor struct {
+	PID uint32
+	// Client is its address, or "local socket".
+	Client, User string
+}
+
+// TerminateGateImpostors terminates every walsender named GateName but the gate's own
+// (its backend pid gate; 0 while the gate has no connection), and returns them.
+// synchronous_standby_names counts a standby by its application_name, which any
+// replication client chooses: one holding the replication certificate could connect
+// over TCP as the gate and acknowledge commits the gate withholds. The agent's gate
+// comes over the local socket as the superuser (pg_hba.conf admits no other
+// replication there), so such a session is never terminated, not even a previous
+// connection of the gate's that has not ended yet.
+func (d *DB) TerminateGateImpostors(ctx context.Context, gate uint32) ([]GateImpostor, error) {
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	// Materialized: pg_terminate_backend must see only the walsenders chosen, never a
+	// row of pg_stat_activity before the view's join filters it out.
+	rows, err := conn.Query(ctx, `WITH impostor AS MATERIALIZED (
+			SELECT pid, coalesce(host(client_addr), 'local socket') AS client, usename::text AS usename
+			FROM pg_stat_replication
+			WHERE application_name = $1 AND pid <> $2 AND (client_addr IS NOT NULL OR usename <> current_user))
+		SELECT pid, client, usename FROM impostor WHERE pg_terminate_backend(pid)`, GateName, int64(gate))
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (GateImpostor, error) {
+		var g GateImpostor
+		err := row.Scan(&g.PID, &g.Client, &g.User)
+		return g, err
+	})
+}
+
 // ReceiverStopped reports whether this standby's WAL receiver is gone (after a freeze).
 func (d *DB) ReceiverStopped(ctx context.Context) (bool, error) {
 	conn, err := d.connect(ctx)

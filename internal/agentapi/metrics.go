@@ -61,6 +61,8 @@ var (
 		"Whether the last attempt to archive WAL failed (1) or not (0).", nil, nil)
 	pendingRestartDesc = prometheus.NewDesc("pgpilot_pending_restart",
 		"Settings of postgresql.conf that wait for a restart of postgres (pg_settings.pending_restart), one series each.", []string{"setting"}, nil)
+	gateImpostorsDesc = prometheus.NewDesc("pgpilot_gate_impostors_terminated_total",
+		"Replication connections that took the commit gate's name and that the agent terminated since it started.", nil, nil)
 	lastArchivedDesc = prometheus.NewDesc("pgpilot_wal_last_archived_time_seconds",
 		"When a WAL file was last archived, in seconds since the Unix epoch.", nil, nil)
 )
@@ -77,7 +79,7 @@ func (c *instanceCollector) Describe(ch chan<- *prometheus.Desc) {
 		upDesc, readyDesc, roleDesc, timelineDesc, walLSNDesc, lagDesc,
 		replicasDesc, replicaLagDesc, fencedDesc, startTimeDesc,
 		connectionsDesc, slotActiveDesc, slotRetainedDesc,
-		volumeSizeDesc, volumeFreeDesc, setAsideDesc,
+		volumeSizeDesc, volumeFreeDesc, setAsideDesc, gateImpostorsDesc,
 		archivedDesc, archiveFailedDesc, archivePendingDesc, archivePendingBytesDesc, volumeFullInDesc, archiveFailingDesc, lastArchivedDesc,
 		pendingRestartDesc,
 	} {
@@ -144,6 +146,7 @@ func (c *instanceCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	gauge(fencedDesc, boolValue(st.Fenced))
+	ch <- prometheus.MustNewConstMetric(gateImpostorsDesc, prometheus.CounterValue, float64(st.GateImpostorsTerminated))
 	gauge(connectionsDesc, float64(st.Connections))
 	seen := map[string]bool{}
 	for _, sl := range st.Slots {

@@ -2,13 +2,22 @@ package pg
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgpilot/pgpilot/internal/agent"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/primarylease"
+	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
 // loggedSecret finds, in a server log, a statement that sets a password or a SCRAM
@@ -78,4 +87,139 @@ func TestPasswordsAreNeverLogged(t *testing.T) {
 		}
 	}
 	t.Logf("the server logged %d statements, none with a password", strings.Count(log, "statement: "))
+}
+
+// impostor is a replication client over TCP with the replication certificate that
+// calls itself the commit gate and confirms every WAL position it receives.
+type impostor struct {
+	done chan struct{}
+	err  error
+}
+
+// connectImpostor connects to in over TCP as the replication role, with the
+// replication certificate and application_name pgpilot_gate, starts streaming and
+// confirms everything it receives as flushed, until its connection ends.
+func connectImpostor(t *testing.T, in *instance) *impostor {
+	t.Helper()
+	dir := filepath.Join(in.c.tlsDir(), "replication")
+	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host=%s port=5432 user=%s replication=true application_name=%s sslmode=verify-ca "+
+		"sslrootcert=%s sslcert=%s sslkey=%s connect_timeout=5", in.ip, in.c.creds.Replication.Username, agent.GateName,
+		filepath.Join(dir, "ca.crt"), filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("the replication certificate does not log in over TCP: %v", err)
+	}
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Frontend().SendQuery(&pgproto3.Query{String: fmt.Sprintf("START_REPLICATION PHYSICAL %s TIMELINE %d", sys.XLogPos, sys.Timeline)})
+	if err := conn.Frontend().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for started := false; !started; {
+		msg, err := conn.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyBothResponse:
+			started = true
+		case *pgproto3.ErrorResponse:
+			t.Fatal(pgconn.ErrorResponseToPgError(m))
+		}
+	}
+	imp := &impostor{done: make(chan struct{})}
+	go func() {
+		defer close(imp.done)
+		defer conn.Close(context.Background())
+		received := sys.XLogPos
+		for {
+			err := pglogrepl.SendStandbyStatusUpdate(context.Background(), conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: received})
+			if err == nil {
+				rctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				var msg pgproto3.BackendMessage
+				msg, err = conn.ReceiveMessage(rctx)
+				cancel()
+				if pgconn.Timeout(err) {
+					continue
+				}
+				if cd, ok := msg.(*pgproto3.CopyData); ok && len(cd.Data) > 0 && cd.Data[0] == pglogrepl.XLogDataByteID {
+					if x, perr := pglogrepl.ParseXLogData(cd.Data[1:]); perr == nil {
+						received = max(received, x.WALStart+pglogrepl.LSN(len(x.WALData)))
+					}
+				}
+				if e, ok := msg.(*pgproto3.ErrorResponse); ok {
+					err = pgconn.ErrorResponseToPgError(e)
+				}
+			}
+			if err != nil {
+				imp.err = err
+				return
+			}
+		}
+	}()
+	return imp
+}
+
+// The commit gate's name cannot be taken: a client holding the replication
+// certificate that connects over TCP as pgpilot_gate, ahead of the gate in postgres's
+// list of walsenders (so that postgres counts its confirmations, not the gate's), is
+// terminated by the primary's agent within seconds, counted in its status, and the
+// primary, whose Lease is not confirmed, acknowledges no commit.
+func TestGateNameCannotBeTaken(t *testing.T) {
+	c := newCluster(t, 2)
+	c.startAll()
+	p := c.instances[0]
+	p.mustExec("CREATE TABLE gate_test (id int)")
+	// Cut off from the API server and its peer, it cannot confirm its Lease.
+	c.instances[1].kill9()
+	p.proxy.setCut(true)
+	testutil.Eventually(t, 3*primarylease.Duration, func() error {
+		if st, err := p.status(); err != nil || st.Gate != agentapi.GateWithholding {
+			return fmt.Errorf("the gate is %q (%v), not withholding yet", st.Gate, err)
+		}
+		return nil
+	})
+	// The agent paused, its gate's walsender ended: the impostor takes the first
+	// walsender slot, and the gate, when the agent resumes, a later one. Postgres picks
+	// the first of two standbys of one name.
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}
+	defer resume()
+	if err := p.superExec("SELECT pg_terminate_backend(pid) FROM pg_stat_replication WHERE application_name = '" + agent.GateName + "'"); err != nil {
+		t.Fatal(err)
+	}
+	imp := connectImpostor(t, p)
+	resume()
+	resumedAt := time.Now()
+	select {
+	case <-imp.done:
+		t.Logf("the impostor was terminated %s after the agent resumed: %v", time.Since(resumedAt).Round(10*time.Millisecond), imp.err)
+	case <-time.After(15 * time.Second):
+		t.Errorf("the impostor still streams 15 s after the agent resumed")
+	}
+	if err := p.tryWrite(5*time.Second, "INSERT INTO gate_test VALUES (1)"); err == nil {
+		t.Errorf("a commit was acknowledged by a primary whose Lease is not confirmed")
+	}
+	st := p.mustStatus()
+	if st.Gate != agentapi.GateWithholding || st.GateImpostorsTerminated < 1 {
+		t.Errorf("gate %q, impostors terminated %d; want withholding and at least 1", st.Gate, st.GateImpostorsTerminated)
+	}
+	if !strings.Contains(p.log.String(), "took the commit gate's name") {
+		t.Errorf("the agent did not log the impostor's termination")
+	}
 }
