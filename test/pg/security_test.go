@@ -223,3 +223,58 @@ func TestGateNameCannotBeTaken(t *testing.T) {
 		t.Errorf("the agent did not log the impostor's termination")
 	}
 }
+
+// The agent refuses, whatever the CRD let through, the memberships that reach a program
+// or file role or a superuser, directly or through a role made by hand, and CREATEROLE
+// on PostgreSQL 15; it revokes such a membership a role of the spec holds already, and
+// grants the others.
+func TestUnsafeMembershipsAreRefused(t *testing.T) {
+	c := newCluster(t, 1)
+	p := c.instances[0]
+	p.start()
+	p.waitRole(agentapi.RolePrimary, 1, upTimeout)
+	for _, sql := range []string{
+		"CREATE ROLE admins NOLOGIN", "GRANT pg_execute_server_program TO admins",
+		"CREATE ROLE bosses NOLOGIN", "GRANT postgres TO bosses",
+		"CREATE ROLE carol NOLOGIN", "GRANT pg_read_server_files TO carol",
+	} {
+		if err := p.superExec(sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	role := func(name string, in ...string) agentapi.Role {
+		return agentapi.Role{Name: name, Login: true, Inherit: true, ConnectionLimit: -1, InRoles: in}
+	}
+	creator := role("dave")
+	creator.CreateRole = true
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := p.api().ApplyRoles(ctx, agentapi.RolesRequest{Roles: []agentapi.Role{
+		role("alice", "pg_execute_server_program"), role("bob", "admins"), role("bea", "bosses"),
+		role("carol", "pg_read_server_files"), creator, role("eve", "pg_monitor"),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"alice": "role alice cannot be a member of pg_execute_server_program",
+		"bob":   "role bob cannot be a member of admins, a member of pg_execute_server_program,",
+		"bea":   "role bea cannot be a member of bosses, a member of postgres, which is a superuser",
+		"carol": "role carol cannot be a member of pg_read_server_files",
+		"dave":  "role dave cannot have CREATEROLE on PostgreSQL before 16",
+		"eve":   "",
+	}
+	for _, r := range res.Roles {
+		if w := want[r.Name]; w == "" && r.Error != "" || w != "" && !strings.HasPrefix(r.Error, w) {
+			t.Errorf("%s: error %q, want one starting with %q", r.Name, r.Error, w)
+		}
+	}
+	// Not made, not granted; carol's membership revoked; eve's granted.
+	if err := p.superExec(`DO $$ BEGIN
+		IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname IN ('alice', 'bob', 'bea', 'dave')) THEN RAISE 'a refused role was made'; END IF;
+		IF pg_has_role('carol', 'pg_read_server_files', 'MEMBER') THEN RAISE 'carol is still a member of pg_read_server_files'; END IF;
+		IF NOT pg_has_role('eve', 'pg_monitor', 'MEMBER') THEN RAISE 'eve is not a member of pg_monitor'; END IF;
+	END $$`); err != nil {
+		t.Error(err)
+	}
+}
