@@ -398,6 +398,7 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 		{"the superuser as a role", roles(map[string]any{"name": "postgres"}), "role name is reserved"},
 		{"a pg_ role", roles(map[string]any{"name": "pg_monitor"}), "role name is reserved"},
 		{"the replication role", roles(map[string]any{"name": "pgpilot_replication"}), "role name is reserved"},
+		{"a name of pgpilot's", roles(map[string]any{"name": "pgpilot_backup"}), "role name is reserved"},
 		{"a role name to quote", roles(map[string]any{"name": "Robert'); DROP"}), "spec.roles[0].name in body should match"},
 		{"a role twice", roles(map[string]any{"name": "a"}, map[string]any{"name": "a"}), "Duplicate value"},
 		{"a member of itself", roles(map[string]any{"name": "a", "inRoles": []any{"a"}}), "a role cannot be a member of itself"},
