@@ -11,11 +11,16 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agent"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/pki"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
@@ -276,5 +281,56 @@ func TestUnsafeMembershipsAreRefused(t *testing.T) {
 		IF NOT pg_has_role('eve', 'pg_monitor', 'MEMBER') THEN RAISE 'eve is not a member of pg_monitor'; END IF;
 	END $$`); err != nil {
 		t.Error(err)
+	}
+}
+
+// The -app Secret's uri verifies the server: with the cluster's CA where the uri says
+// (here a file of the test's, the only part of the uri replaced) and the -rw Service's
+// name resolved to the primary, it connects with sslmode=verify-full; with another CA
+// it does not.
+func TestAppURIVerifiesTheServer(t *testing.T) {
+	c := newOperatedCluster(t, 1)
+	startOperated(t, c)
+	names := dbv1.NamesOf(c.name)
+	var app, ca corev1.Secret
+	for name, s := range map[string]*corev1.Secret{names.AppSecret(): &app, names.CASecret(): &ca} {
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: name}, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	uri := string(app.Data["uri"])
+	const caPath = "sslrootcert=/etc/pgpilot/ca/ca.crt"
+	if !strings.Contains(uri, "sslmode=verify-full") || !strings.Contains(uri, caPath) {
+		t.Fatalf("the uri lacks sslmode=verify-full or %s", caPath)
+	}
+	connect := func(caPEM []byte) error {
+		file := filepath.Join(t.TempDir(), "ca.crt")
+		mustWrite(t, file, caPEM)
+		cfg, err := pgx.ParseConfig(strings.Replace(uri, caPath, "sslrootcert="+file, 1))
+		if err != nil {
+			return err
+		}
+		if cfg.TLSConfig == nil || cfg.TLSConfig.ServerName != names.ReadWriteService()+"."+c.namespace {
+			return fmt.Errorf("TLS %v: want the server verified as %s.%s", cfg.TLSConfig != nil, names.ReadWriteService(), c.namespace)
+		}
+		cfg.LookupFunc = func(context.Context, string) ([]string, error) { return []string{c.instances[0].ip}, nil }
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		return conn.Ping(ctx)
+	}
+	if err := connect(ca.Data["ca.crt"]); err != nil {
+		t.Errorf("the uri with the cluster's CA: %v", err)
+	}
+	other, err := pki.NewCA("another CA", time.Now(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := connect(other.CertPEM); err == nil {
+		t.Errorf("the uri connected with a CA that did not issue the server's certificate")
 	}
 }
