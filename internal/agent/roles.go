@@ -18,8 +18,9 @@ type Catalog struct {
 	// Databases by name: the owner's name, and the extensions when the request names
 	// the database.
 	Databases map[string]CatalogDatabase
-	// Reaches are, for each role a request's inRoles name, that role and every role it
-	// is a member of, directly or not: a member can SET ROLE to any of them.
+	// Reaches are, for each role a request's inRoles name or its roles are members of,
+	// that role and every role it is a member of, directly or not: a member can SET
+	// ROLE to any of them.
 	Reaches map[string][]ReachedRole
 	// ServerVersion is server_version_num (150004).
 	ServerVersion int

@@ -91,7 +91,14 @@ func (d *DB) ReadCatalog(ctx context.Context, req agentapi.RolesRequest) (Catalo
 	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&cat.ServerVersion); err != nil {
 		return cat, err
 	}
-	if cat.Reaches, err = reaches(ctx, conn, req); err != nil {
+	// What the roles may be granted, and what they hold: a refused role's unsafe
+	// memberships are revoked.
+	var granted []string
+	for _, r := range req.Roles {
+		granted = append(granted, r.InRoles...)
+		granted = append(granted, cat.Roles[r.Name].MemberOf...)
+	}
+	if cat.Reaches, err = reaches(ctx, conn, granted); err != nil {
 		return cat, err
 	}
 	rows, err = conn.Query(ctx, `SELECT datname::text, pg_get_userbyid(datdba)::text FROM pg_database`)
@@ -122,13 +129,9 @@ func (d *DB) ReadCatalog(ctx context.Context, req agentapi.RolesRequest) (Catalo
 	return cat, nil
 }
 
-// reaches reads, for every role the request's inRoles name, the roles a member of it
-// can SET ROLE to: itself and every role it is a member of, directly or not.
-func reaches(ctx context.Context, conn *pgxpool.Conn, req agentapi.RolesRequest) (map[string][]ReachedRole, error) {
-	var names []string
-	for _, r := range req.Roles {
-		names = append(names, r.InRoles...)
-	}
+// reaches reads, for every role of names, the roles a member of it can SET ROLE to:
+// itself and every role it is a member of, directly or not.
+func reaches(ctx context.Context, conn *pgxpool.Conn, names []string) (map[string][]ReachedRole, error) {
 	out := map[string][]ReachedRole{}
 	if len(names) == 0 {
 		return out, nil

@@ -231,7 +231,8 @@ func TestGateNameCannotBeTaken(t *testing.T) {
 
 // The agent refuses, whatever the CRD let through, the memberships that reach a program
 // or file role or a superuser, directly or through a role made by hand, and CREATEROLE
-// on PostgreSQL 15; it revokes such a membership a role of the spec holds already, and
+// on PostgreSQL 15; it revokes the unsafe memberships a role of the spec holds already
+// (carol's of pg_read_server_files, and of admins, which reaches a program role), and
 // grants the others.
 func TestUnsafeMembershipsAreRefused(t *testing.T) {
 	c := newCluster(t, 1)
@@ -241,7 +242,7 @@ func TestUnsafeMembershipsAreRefused(t *testing.T) {
 	for _, sql := range []string{
 		"CREATE ROLE admins NOLOGIN", "GRANT pg_execute_server_program TO admins",
 		"CREATE ROLE bosses NOLOGIN", "GRANT postgres TO bosses",
-		"CREATE ROLE carol NOLOGIN", "GRANT pg_read_server_files TO carol",
+		"CREATE ROLE carol NOLOGIN", "GRANT pg_read_server_files TO carol", "GRANT admins TO carol",
 	} {
 		if err := p.superExec(sql); err != nil {
 			t.Fatal(err)
@@ -278,6 +279,7 @@ func TestUnsafeMembershipsAreRefused(t *testing.T) {
 	if err := p.superExec(`DO $$ BEGIN
 		IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname IN ('alice', 'bob', 'bea', 'dave')) THEN RAISE 'a refused role was made'; END IF;
 		IF pg_has_role('carol', 'pg_read_server_files', 'MEMBER') THEN RAISE 'carol is still a member of pg_read_server_files'; END IF;
+		IF pg_has_role('carol', 'admins', 'MEMBER') THEN RAISE 'carol is still a member of admins'; END IF;
 		IF NOT pg_has_role('eve', 'pg_monitor', 'MEMBER') THEN RAISE 'eve is not a member of pg_monitor'; END IF;
 	END $$`); err != nil {
 		t.Error(err)
