@@ -625,7 +625,9 @@ func (a *Agent) follow(ctx context.Context, primary string) error {
 // the earlier timelines left unarchived (walgap.go).
 func (a *Agent) maintainPrimary(ctx context.Context) error {
 	a.startGate()
-	a.terminateGateImpostors(ctx)
+	if err := a.terminateGateImpostors(ctx); err != nil {
+		return err
+	}
 	if err := a.maintainSync(ctx); err != nil {
 		return err
 	}
@@ -636,8 +638,8 @@ func (a *Agent) maintainPrimary(ctx context.Context) error {
 // terminateGateImpostors ends, at every step of a primary, any replication connection
 // that took the commit gate's name (DB.TerminateGateImpostors), logs each and counts
 // them (status gateImpostorsTerminated, metric pgpilot_gate_impostors_terminated_total).
-// A failure is logged and tried again at the next step.
-func (a *Agent) terminateGateImpostors(ctx context.Context) {
+// A failure fails the step, like the synchronous rule's, and is tried again at the next.
+func (a *Agent) terminateGateImpostors(ctx context.Context) error {
 	a.mu.Lock()
 	g := a.gate
 	a.mu.Unlock()
@@ -646,15 +648,15 @@ func (a *Agent) terminateGateImpostors(ctx context.Context) {
 		own = g.PID()
 	}
 	gone, err := a.db.TerminateGateImpostors(ctx, own)
-	if err != nil {
-		a.log.Error(err, "Looking for replication connections that took the commit gate's name")
-		return
-	}
 	for _, imp := range gone {
 		a.gateImpostors.Add(1)
 		a.log.Info("Terminated a replication connection that took the commit gate's name: only the agent's own gate may acknowledge commits",
 			"pid", imp.PID, "client", imp.Client, "user", imp.User, "gatePid", own)
 	}
+	if err != nil {
+		return fmt.Errorf("looking for replication connections that took the commit gate's name: %w", err)
+	}
+	return nil
 }
 
 // readyWALGaps readies for the archiver the whole segments of this primary's earlier
