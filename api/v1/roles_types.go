@@ -63,6 +63,9 @@ type RoleSpec struct {
 
 	// inRoles are the roles this role is a member of, and the only ones: a membership
 	// not listed here is revoked. Each must exist (in spec.roles or made by hand).
+	// postgres, pg_execute_server_program, pg_read_server_files, pg_write_server_files
+	// and pgpilot's roles (pgpilot_*) are refused, and the primary's agent refuses any
+	// role that reaches one of them or a superuser (docs/operations.md).
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:Pattern=`^[a-z_][a-z0-9_]{0,62}$`
 	// +kubebuilder:validation:items:MaxLength=63
