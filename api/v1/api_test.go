@@ -104,6 +104,20 @@ func TestCheckParameters(t *testing.T) {
 			wantErr: `synchronous_commit = "local" acknowledges commits without the primary's commit gate`},
 		{name: "synchronous_commit off, asynchronous", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"synchronous_commit": "off"}},
 			wantErr: `synchronous_commit = "off" acknowledges commits without the primary's commit gate`},
+		{name: "libraries by name", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"shared_preload_libraries": "pg_stat_statements, auto_explain",
+			"dynamic_library_path": "$libdir", "session_preload_libraries": "auto_explain"}}},
+		{name: "a preloaded library by path", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"shared_preload_libraries": "pg_stat_statements,/var/lib/postgresql/data/evil"}},
+			wantErr: `shared_preload_libraries = "pg_stat_statements,/var/lib/postgresql/data/evil" names a library by path`},
+		{name: "a session library under $libdir, in capitals", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"Session_Preload_Libraries": "$libdir/../../tmp/x"}},
+			wantErr: `Session_Preload_Libraries = "$libdir/../../tmp/x" names a library by path`},
+		{name: "a local library by path", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"local_preload_libraries": "../x"}},
+			wantErr: `local_preload_libraries = "../x" names a library by path`},
+		{name: "a JIT provider by path", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"jit_provider": "../../../tmp/llvmjit"}},
+			wantErr: `jit_provider = "../../../tmp/llvmjit" names a library by path`},
+		{name: "a library directory", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"dynamic_library_path": "/tmp:$libdir"}},
+			wantErr: `dynamic_library_path = "/tmp:$libdir" loads libraries from outside PostgreSQL's library directory`},
+		{name: "a library directory under $libdir", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"dynamic_library_path": "$libdir/plugins"}},
+			wantErr: `dynamic_library_path = "$libdir/plugins" loads libraries from outside`},
 		{name: "two problems, both said", pg: dbv1.PostgreSQLSpec{Parameters: map[string]string{"fsync": "off", "archive_cleanup_command": "rm -rf /"}},
 			wantErr: `spec.postgresql.parameters: archive_cleanup_command is managed by pgpilot or runs a shell command, in any case: remove it; fsync = "off"`},
 	}
@@ -124,6 +138,50 @@ func TestParameterName(t *testing.T) {
 	} {
 		if dbv1.ParameterName.MatchString(name) != ok {
 			t.Errorf("ParameterName.MatchString(%q) = %v, want %v", name, !ok, ok)
+		}
+	}
+}
+
+// The CEL rule on spec.roles[].inRoles names exactly UnsafeMemberships and pgpilot's
+// prefix, and IsUnsafeMembership refuses what the rule does.
+func TestUnsafeMembershipsMatchTheCRDRule(t *testing.T) {
+	crd := loadCRD(t)
+	role := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["roles"].Items.Schema
+	i := slices.IndexFunc(role.XValidations, func(r apiextensionsv1.ValidationRule) bool {
+		return strings.HasPrefix(r.Message, "inRoles cannot name")
+	})
+	if i < 0 {
+		t.Fatalf("no rule on spec.roles[] refuses unsafe memberships: %+v", role.XValidations)
+	}
+	rule := role.XValidations[i].Rule
+	listed, _, _ := strings.Cut(rule, "&&")
+	got := submatches(regexp.MustCompile(`'([a-z_]+)'`).FindAllStringSubmatch(listed, -1))
+	if want := dbv1.UnsafeMemberships; !slices.Equal(got, want) {
+		t.Errorf("the rule names %v, UnsafeMemberships are %v", got, want)
+	}
+	if !strings.Contains(rule, "startsWith('"+dbv1.OwnRolePrefix+"')") {
+		t.Errorf("the rule does not refuse %s*: %s", dbv1.OwnRolePrefix, rule)
+	}
+	for role, unsafe := range map[string]bool{"postgres": true, "pg_execute_server_program": true, "pg_read_server_files": true,
+		"pg_write_server_files": true, "pgpilot_monitor": true, "pgpilot_replication": true, "pg_monitor": false, "readers": false, "pg_read_all_data": false} {
+		if got := dbv1.IsUnsafeMembership(role); got != unsafe {
+			t.Errorf("IsUnsafeMembership(%s) = %v, want %v", role, got, unsafe)
+		}
+	}
+}
+
+// The CEL rule on parameters allows for dynamic_library_path what DynamicLibraryPath does.
+func TestDynamicLibraryPathMatchesTheCRDRule(t *testing.T) {
+	crd := loadCRD(t)
+	params := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["postgresql"].Properties["parameters"]
+	if !slices.ContainsFunc(params.XValidations, func(r apiextensionsv1.ValidationRule) bool {
+		return strings.Contains(r.Rule, "matches('"+dbv1.DynamicLibraryPath.String()+"')")
+	}) {
+		t.Errorf("no rule on parameters matches dynamic_library_path with %s: %+v", dbv1.DynamicLibraryPath, params.XValidations)
+	}
+	for _, p := range dbv1.LibraryParameters {
+		if !slices.ContainsFunc(params.XValidations, func(r apiextensionsv1.ValidationRule) bool { return strings.Contains(r.Rule, "'"+p+"'") }) {
+			t.Errorf("no rule on parameters names %s", p)
 		}
 	}
 }

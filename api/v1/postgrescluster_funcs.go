@@ -246,6 +246,40 @@ var ManagedParameters = []string{
 	"unix_socket_directories", "wal_level", "wal_log_hints",
 }
 
+// LibraryParameters are the settings whose values name shared libraries postgres
+// loads (into the postmaster or a session) or the directories it loads them from.
+// A library is code run as the database's OS user, which can read the pod's
+// credentials: each must come from PostgreSQL's own library directory ($libdir, in
+// the image, not writable), never from a path a database login or a volume could
+// write (a file written by COPY TO, a tablespace, the data directory).
+var LibraryParameters = []string{"dynamic_library_path", "jit_provider", "local_preload_libraries",
+	"session_preload_libraries", "shared_preload_libraries"}
+
+// DynamicLibraryPath is what dynamic_library_path may be: empty, or $libdir (as often
+// as written, colon-separated). The CRD's rule on parameters uses the same expression.
+var DynamicLibraryPath = regexp.MustCompile(`^([$]libdir(:[$]libdir)*)?$`)
+
+// UnsafeLibraryValue says why the value of setting name could load a library from
+// outside $libdir, "" when it cannot (or name loads none; names in any case). Library
+// names must not hold '/': a name without one is looked up in dynamic_library_path,
+// and that must be exactly $libdir (PostgreSQL's default).
+func UnsafeLibraryValue(name, value string) string {
+	switch setting := strings.ToLower(name); {
+	case !slices.Contains(LibraryParameters, setting):
+		return ""
+	case setting == "dynamic_library_path":
+		if DynamicLibraryPath.MatchString(value) {
+			return ""
+		}
+		return fmt.Sprintf("%s = %q loads libraries from outside PostgreSQL's library directory, code that would run as the database's OS user: "+
+			"remove it (the default, $libdir, is the only value allowed)", name, value)
+	case strings.Contains(value, "/"):
+		return fmt.Sprintf("%s = %q names a library by path, code that would run as the database's OS user from a place that may be writable: "+
+			"name libraries without '/' (pg_stat_statements, auto_explain), which PostgreSQL loads from its own library directory", name, value)
+	}
+	return ""
+}
+
 // ParameterName is the syntax of a PostgreSQL setting's name: an identifier, or a
 // module's prefix, a dot and an identifier (pg_stat_statements.max). The CRD's rule on
 // spec.postgresql.parameters uses the same expression.
@@ -270,6 +304,8 @@ func (pg PostgreSQLSpec) CheckParameters() error {
 			problems = append(problems, fmt.Sprintf("%s is managed by pgpilot or runs a shell command, in any case: remove it", name))
 		case strings.ContainsAny(value, "\r\n"):
 			problems = append(problems, fmt.Sprintf("the value of %s must be one line: remove its line breaks", name))
+		case UnsafeLibraryValue(name, value) != "":
+			problems = append(problems, UnsafeLibraryValue(name, value))
 		case setting == "ssl_min_protocol_version" && !slices.Contains([]string{"tlsv1.2", "tlsv1.3"}, on):
 			problems = append(problems, fmt.Sprintf("%s = %q allows TLS versions with known weaknesses: use TLSv1.2 or TLSv1.3", name, value))
 		case pg.AllowUnsafeDurability:

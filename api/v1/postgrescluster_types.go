@@ -11,6 +11,7 @@ import (
 // helm-charts/postgrescluster/values.yaml and values.schema.json.
 // +kubebuilder:validation:XValidation:rule="!has(self.postgresql) || !has(self.postgresql.synchronousReplicas) || self.postgresql.synchronousReplicas < self.replicas",message="postgresql.synchronousReplicas must be less than replicas: a commit can only wait for instances other than the primary"
 // +kubebuilder:validation:XValidation:rule="!has(self.roles) || !has(self.bootstrap) || !has(self.bootstrap.owner) || self.roles.all(r, r.name != self.bootstrap.owner)",message="roles cannot name the bootstrap owner: its password is the Secret <cluster>-app's, set by pgpilot"
+// +kubebuilder:validation:XValidation:rule="!has(self.roles) || !(self.version in ['14', '15']) || self.roles.all(r, !has(r.createrole) || !r.createrole)",message="roles cannot have createrole with PostgreSQL 14 or 15: there a CREATEROLE role can grant itself pg_execute_server_program and run programs in the database container; grant what the role needs instead, or use version 16 or later, where CREATEROLE is limited to the roles it made"
 // +kubebuilder:validation:XValidation:rule="!has(self.databases) || !has(self.bootstrap) || !has(self.bootstrap.database) || self.databases.all(d, d.name != self.bootstrap.database || !has(d.ensure) || d.ensure != 'absent')",message="the bootstrap database cannot be ensured absent"
 type PostgresClusterSpec struct {
 	// replicas is the number of PostgreSQL instances in total: one primary and
@@ -179,12 +180,15 @@ type PostgreSQLSpec struct {
 	// run a shell command are refused, in any case (PostgreSQL's names are
 	// case-insensitive). Names must be setting names, values one line. fsync and
 	// full_page_writes must stay on, and synchronous_commit must wait for the commit gate
-	// (on, remote_write or remote_apply), unless allowUnsafeDurability is. The API server refuses
-	// the managed names as written here; the operator checks the rest before it renders
+	// (on, remote_write or remote_apply), unless allowUnsafeDurability is. Libraries
+	// (shared_preload_libraries, session_preload_libraries, local_preload_libraries,
+	// jit_provider) are named without '/', and dynamic_library_path stays $libdir. The
+	// API server refuses the managed names and the library paths as written here; the operator checks the rest before it renders
 	// anything, and says what is wrong in the Ready condition (CEL rules over every key
 	// and value exceed the API server's cost budget).
 	// +kubebuilder:validation:MaxProperties=256
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k in ['archive_cleanup_command', 'archive_command', 'archive_library', 'archive_mode', 'cluster_name', 'config_file', 'data_directory', 'external_pid_file', 'hba_file', 'hot_standby', 'ident_file', 'listen_addresses', 'logging_collector', 'max_replication_slots', 'max_wal_senders', 'port', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'recovery_end_command', 'recovery_target', 'recovery_target_action', 'recovery_target_inclusive', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_timeline', 'recovery_target_xid', 'restore_command', 'ssl', 'ssl_ca_file', 'ssl_cert_file', 'ssl_key_file', 'ssl_passphrase_command', 'synchronous_standby_names', 'unix_socket_directories', 'wal_level', 'wal_log_hints']))",message="parameters managed by pgpilot or that run shell commands cannot be set: archive_cleanup_command, archive_command, archive_library, archive_mode, cluster_name, config_file, data_directory, external_pid_file, hba_file, hot_standby, ident_file, listen_addresses, logging_collector, max_replication_slots, max_wal_senders, port, primary_conninfo, primary_slot_name, promote_trigger_file, recovery_end_command, recovery_target, recovery_target_action, recovery_target_inclusive, recovery_target_lsn, recovery_target_name, recovery_target_time, recovery_target_timeline, recovery_target_xid, restore_command, ssl, ssl_ca_file, ssl_cert_file, ssl_key_file, ssl_passphrase_command, synchronous_standby_names, unix_socket_directories, wal_level, wal_log_hints"
+	// +kubebuilder:validation:XValidation:rule="['jit_provider', 'local_preload_libraries', 'session_preload_libraries', 'shared_preload_libraries'].all(k, !(k in self) || !self[k].contains('/')) && (!('dynamic_library_path' in self) || self['dynamic_library_path'].matches('^([$]libdir(:[$]libdir)*)?$'))",message="libraries must come from PostgreSQL's own library directory: shared_preload_libraries, session_preload_libraries, local_preload_libraries and jit_provider name libraries without '/' (pg_stat_statements, auto_explain), and dynamic_library_path can only be $libdir, its default; a library elsewhere could be written by a database login and would run as the database's OS user"
 	// +optional
 	Parameters map[string]string `json:"parameters,omitempty"`
 

@@ -1,10 +1,16 @@
 package v1
 
+import (
+	"slices"
+	"strings"
+)
+
 // RoleSpec is a PostgreSQL role pgpilot keeps as written, without a restart: created
 // when missing, its attributes, password and memberships set when they differ, dropped
 // only when ensure is absent (docs/operations.md, "Roles and databases").
-// +kubebuilder:validation:XValidation:rule="!(self.name in ['postgres', 'pgpilot_replication', 'pgpilot_gate', 'pgpilot_monitor', 'public', 'none', 'current_role', 'current_user', 'session_user']) && !self.name.startsWith('pg_')",message="role name is reserved: postgres (the superuser), pgpilot_replication, pgpilot_gate and pgpilot_monitor are pgpilot's own, public, none, current_role, current_user and session_user are SQL keywords, and PostgreSQL reserves names starting with pg_"
+// +kubebuilder:validation:XValidation:rule="!(self.name in ['postgres', 'public', 'none', 'current_role', 'current_user', 'session_user']) && !self.name.startsWith('pg_') && !self.name.startsWith('pgpilot_')",message="role name is reserved: postgres is the superuser, names starting with pgpilot_ (pgpilot_replication, pgpilot_gate, pgpilot_monitor) are pgpilot's own, public, none, current_role, current_user and session_user are SQL keywords, and PostgreSQL reserves names starting with pg_"
 // +kubebuilder:validation:XValidation:rule="!has(self.inRoles) || !(self.name in self.inRoles)",message="a role cannot be a member of itself"
+// +kubebuilder:validation:XValidation:rule="!has(self.inRoles) || self.inRoles.all(r, !(r in ['postgres', 'pg_execute_server_program', 'pg_read_server_files', 'pg_write_server_files']) && !r.startsWith('pgpilot_'))",message="inRoles cannot name postgres (the superuser), pg_execute_server_program, pg_read_server_files, pg_write_server_files or pgpilot's own roles (pgpilot_*): each runs programs or reads files in the database container, where the pod's credentials are, or is pgpilot's; grant the role privileges on the objects it needs instead (GRANT ... ON TABLE/SCHEMA, or pg_read_all_data, pg_write_all_data, pg_monitor)"
 type RoleSpec struct {
 	// name of the role.
 	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]{0,62}$`
@@ -29,7 +35,9 @@ type RoleSpec struct {
 	CreateDB bool `json:"createdb,omitempty"`
 
 	// createrole lets the role create, alter and drop other roles that are not
-	// superusers. Such a role can grant itself the membership of any of them.
+	// superusers. Such a role can grant itself the membership of any of them. Refused
+	// for versions 14 and 15, where it can also grant itself
+	// pg_execute_server_program and run programs in the database container.
 	// +optional
 	CreateRole bool `json:"createrole,omitempty"`
 
@@ -55,6 +63,9 @@ type RoleSpec struct {
 
 	// inRoles are the roles this role is a member of, and the only ones: a membership
 	// not listed here is revoked. Each must exist (in spec.roles or made by hand).
+	// postgres, pg_execute_server_program, pg_read_server_files, pg_write_server_files
+	// and pgpilot's roles (pgpilot_*) are refused, and the primary's agent refuses any
+	// role that reaches one of them or a superuser (docs/operations.md).
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:Pattern=`^[a-z_][a-z0-9_]{0,62}$`
 	// +kubebuilder:validation:items:MaxLength=63
@@ -173,4 +184,21 @@ func (p PasswordSecretRef) SecretKey() string {
 		return "password"
 	}
 	return p.Key
+}
+
+// UnsafeMemberships are the roles spec.roles[].inRoles never names, besides pgpilot's
+// own (OwnRolePrefix): the superuser, and PostgreSQL's roles that run programs or read
+// and write files as the database's OS user, in the container that holds the pod's
+// credentials (the ServiceAccount token that may move the primary Lease, the
+// replication certificate). The CRD's rule on RoleSpec lists the same; the agent
+// refuses them too, and any role that is or reaches a superuser (IsUnsafeMembership).
+var UnsafeMemberships = []string{"postgres", "pg_execute_server_program", "pg_read_server_files", "pg_write_server_files"}
+
+// OwnRolePrefix starts the names of pgpilot's own roles (pgpilot_replication,
+// pgpilot_monitor): none may be granted through spec.roles.
+const OwnRolePrefix = "pgpilot_"
+
+// IsUnsafeMembership reports whether role is one spec.roles[].inRoles may never name.
+func IsUnsafeMembership(role string) bool {
+	return slices.Contains(UnsafeMemberships, role) || strings.HasPrefix(role, OwnRolePrefix)
 }

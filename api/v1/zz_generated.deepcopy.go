@@ -368,6 +368,11 @@ func (in *PostgreSQLSpec) DeepCopyInto(out *PostgreSQLSpec) {
 			(*out)[key] = val
 		}
 	}
+	if in.LossBudget != nil {
+		in, out := &in.LossBudget, &out.LossBudget
+		x := (*in).DeepCopy()
+		*out = &x
+	}
 	if in.IdleSlotTimeout != nil {
 		in, out := &in.IdleSlotTimeout, &out.IdleSlotTimeout
 		*out = new(metav1.Duration)

@@ -625,6 +625,9 @@ func (a *Agent) follow(ctx context.Context, primary string) error {
 // the earlier timelines left unarchived (walgap.go).
 func (a *Agent) maintainPrimary(ctx context.Context) error {
 	a.startGate()
+	if err := a.terminateGateImpostors(ctx); err != nil {
+		return err
+	}
 	if err := a.maintainSync(ctx); err != nil {
 		return err
 	}
@@ -634,6 +637,30 @@ func (a *Agent) maintainPrimary(ctx context.Context) error {
 	}
 	a.readyWALGaps(ctx)
 	return a.keepSlots(ctx, false)
+}
+
+// terminateGateImpostors ends, at every step of a primary, any replication connection
+// that took the commit gate's name (DB.TerminateGateImpostors), logs each and counts
+// them (status gateImpostorsTerminated, metric pgpilot_gate_impostors_terminated_total).
+// A failure fails the step, like the synchronous rule's, and is tried again at the next.
+func (a *Agent) terminateGateImpostors(ctx context.Context) error {
+	a.mu.Lock()
+	g := a.gate
+	a.mu.Unlock()
+	var own uint32
+	if g != nil {
+		own = g.PID()
+	}
+	gone, err := a.db.TerminateGateImpostors(ctx, own)
+	for _, imp := range gone {
+		a.gateImpostors.Add(1)
+		a.log.Info("Terminated a replication connection that took the commit gate's name: only the agent's own gate may acknowledge commits",
+			"pid", imp.PID, "client", imp.Client, "user", imp.User, "gatePid", own)
+	}
+	if err != nil {
+		return fmt.Errorf("looking for replication connections that took the commit gate's name: %w", err)
+	}
+	return nil
 }
 
 // readyWALGaps readies for the archiver the whole segments of this primary's earlier

@@ -55,6 +55,8 @@ type Agent struct {
 	lockedOut atomic.Bool
 	// lossLimit is how far the commit gate may confirm WAL (lossbudget.go).
 	lossLimit atomic.Uint64
+	// gateImpostors counts the walsenders that took the gate's name, terminated.
+	gateImpostors atomic.Int64
 
 	// rolesMu runs one PUT /roles at a time.
 	rolesMu sync.Mutex
@@ -523,6 +525,7 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 		st.Confirmation = a.conf.status(view.Term, now)
 		st.Gate = gateState(gate, a.allowed())
 	}
+	st.GateImpostorsTerminated = a.gateImpostors.Load()
 	var arch agentapi.ArchiverStatus
 	if st.Running && (st.Role == agentapi.RolePrimary || st.Role == agentapi.RoleReplica) {
 		if err := a.db.Observe(ctx, &st, &arch, st.Role == agentapi.RolePrimary); err != nil {

@@ -306,6 +306,44 @@ func (d *DB) StreamingStandbys(ctx context.Context) (map[string]bool, error) {
 	return out, err
 }
 
+// GateImpostor is a walsender that took the commit gate's name.
+type GateImpostor struct {
+	PID uint32
+	// Client is its address, or "local socket".
+	Client, User string
+}
+
+// TerminateGateImpostors terminates every walsender named GateName but the gate's own
+// (its backend pid gate; 0 while the gate has no connection), and returns them.
+// synchronous_standby_names counts a standby by its application_name, which any
+// replication client chooses: one holding the replication certificate could connect
+// over TCP as the gate and acknowledge commits the gate withholds. The agent's gate
+// comes over the local socket as the superuser (pg_hba.conf admits no other
+// replication there), so such a session is never terminated, not even a previous
+// connection of the gate's that has not ended yet.
+func (d *DB) TerminateGateImpostors(ctx context.Context, gate uint32) ([]GateImpostor, error) {
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	// Materialized: pg_terminate_backend must see only the walsenders chosen, never a
+	// row of pg_stat_activity before the view's join filters it out.
+	rows, err := conn.Query(ctx, `WITH impostor AS MATERIALIZED (
+			SELECT pid, coalesce(host(client_addr), 'local socket') AS client, usename::text AS usename
+			FROM pg_stat_replication
+			WHERE application_name = $1 AND pid <> $2 AND (client_addr IS NOT NULL OR usename <> current_user))
+		SELECT pid, client, usename FROM impostor WHERE pg_terminate_backend(pid)`, GateName, int64(gate))
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (GateImpostor, error) {
+		var g GateImpostor
+		err := row.Scan(&g.PID, &g.Client, &g.User)
+		return g, err
+	})
+}
+
 // ReceiverStopped reports whether this standby's WAL receiver is gone (after a freeze).
 func (d *DB) ReceiverStopped(ctx context.Context) (bool, error) {
 	conn, err := d.connect(ctx)
@@ -381,6 +419,14 @@ func (d *DB) SyncPasswords(ctx context.Context, cs Credentials) (changed []strin
 		return nil, err
 	}
 	defer conn.Release()
+	// The statements that set a password hold its verifier: they run in a session of
+	// their own that logs no statement, opened at the first.
+	var quiet *pgx.Conn
+	defer func() {
+		if quiet != nil {
+			quiet.Close(context.WithoutCancel(ctx))
+		}
+	}()
 	for _, c := range []Credential{cs.Superuser, cs.Replication, cs.App} {
 		var current *string
 		err := conn.QueryRow(ctx, "SELECT rolpassword FROM pg_authid WHERE rolname = $1", c.Username).Scan(&current)
@@ -397,8 +443,12 @@ func (d *DB) SyncPasswords(ctx context.Context, cs Credentials) (changed []strin
 		if err != nil {
 			return changed, err
 		}
-		// A verifier is base64 and "$:" only; nothing in it needs escaping.
-		if _, err := conn.Exec(ctx, "ALTER ROLE "+pgx.Identifier{c.Username}.Sanitize()+" PASSWORD '"+verifier+"'"); err != nil {
+		if quiet == nil {
+			if quiet, err = d.quietConn(ctx, ""); err != nil {
+				return changed, err
+			}
+		}
+		if _, err := quiet.Exec(ctx, alterPassword(c.Username, &verifier)); err != nil {
 			return changed, fmt.Errorf("setting the password of %s: %w", c.Username, err)
 		}
 		changed = append(changed, c.Username)

@@ -45,6 +45,9 @@ type Gate struct {
 	draining  atomic.Bool
 	connected atomic.Bool
 	confirmed atomic.Uint64
+	// pid is the backend pid of the gate's connection, its walsender's; 0 between
+	// connections.
+	pid atomic.Uint32
 	// reporting is held while a report is built and sent, so that Drain knows the
 	// last position any report confirmed.
 	reporting sync.Mutex
@@ -52,6 +55,10 @@ type Gate struct {
 
 // Connected reports whether the gate streams from postgres now.
 func (g *Gate) Connected() bool { return g.connected.Load() }
+
+// PID is the backend pid of the gate's walsender, 0 while it has no connection: any
+// other walsender named GateName is not the gate (TerminateGateImpostors).
+func (g *Gate) PID() uint32 { return g.pid.Load() }
 
 // Confirmed is the last WAL position the gate confirmed.
 func (g *Gate) Confirmed() uint64 { return g.confirmed.Load() }
@@ -112,7 +119,11 @@ func (g *Gate) session(ctx context.Context, streaming func()) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.Background())
+	g.pid.Store(conn.PID())
+	defer func() {
+		g.pid.Store(0)
+		conn.Close(context.Background())
+	}()
 	sys, err := pglogrepl.IdentifySystem(ctx, conn)
 	if err != nil {
 		return fmt.Errorf("IDENTIFY_SYSTEM: %w", err)

@@ -276,11 +276,12 @@ func PostgresqlConf(in ConfInput) string {
 // others, but a config.json made by hand or under an older CRD is not checked by it. A
 // name that is not a setting's could add a line of its own (a newline in it), and a
 // managed setting in another case (ARCHIVE_COMMAND) would stay in force where pgpilot
-// does not set its own: both are left out.
+// does not set its own: both are left out, and so is a library named by path (or a
+// library directory other than $libdir: dbv1.UnsafeLibraryValue).
 func userSettings(params map[string]string) map[string]string {
 	out := make(map[string]string, len(params))
 	for k, v := range params {
-		if dbv1.ParameterName.MatchString(k) && !dbv1.IsManagedParameter(k) {
+		if dbv1.ParameterName.MatchString(k) && !dbv1.IsManagedParameter(k) && dbv1.UnsafeLibraryValue(k, v) == "" {
 			out[k] = v
 		}
 	}

@@ -287,16 +287,19 @@ func TestUncheckedParametersAreLeftOut(t *testing.T) {
 			"RESTORE_COMMAND":             "touch /tmp/x",
 			"Archive_Cleanup_Command":     "touch /tmp/y",
 			"x = 1\nrecovery_end_command": "touch /tmp/z",
+			"shared_preload_libraries":    "/tmp/evil",
+			"Dynamic_Library_Path":        "/var/lib/postgresql/data:$libdir",
+			"session_preload_libraries":   "auto_explain",
 		}},
 		Pod: "db-0", Port: 5432, Role: AsPrimary,
 	}
 	conf := PostgresqlConf(in)
-	for _, bad := range []string{"touch", "RESTORE_COMMAND", "Archive_Cleanup_Command", "recovery_end_command"} {
+	for _, bad := range []string{"touch", "RESTORE_COMMAND", "Archive_Cleanup_Command", "recovery_end_command", "/tmp/evil", "Dynamic_Library_Path"} {
 		if strings.Contains(conf, bad) {
 			t.Errorf("postgresql.conf holds %q:\n%s", bad, conf)
 		}
 	}
-	for _, good := range []string{"work_mem = '8MB'", "pg_stat_statements.max = '5000'"} {
+	for _, good := range []string{"work_mem = '8MB'", "pg_stat_statements.max = '5000'", "session_preload_libraries = 'auto_explain'"} {
 		if !strings.Contains(conf, good) {
 			t.Errorf("postgresql.conf lacks %q", good)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 )
 
@@ -17,7 +18,25 @@ type Catalog struct {
 	// Databases by name: the owner's name, and the extensions when the request names
 	// the database.
 	Databases map[string]CatalogDatabase
+	// Reaches are, for each role a request's inRoles name or its roles are members of,
+	// that role and every role it is a member of, directly or not: a member can SET
+	// ROLE to any of them.
+	Reaches map[string][]ReachedRole
+	// ServerVersion is server_version_num (150004).
+	ServerVersion int
 }
+
+// ReachedRole is a role of pg_roles a membership reaches, with the attributes that make
+// it unsafe to grant.
+type ReachedRole struct {
+	Name                                          string
+	Superuser, Replication, BypassRLS, CreateRole bool
+}
+
+// createRoleIsLimited is the first server_version_num where a CREATEROLE role can grant
+// only the roles it has ADMIN OPTION on (PostgreSQL 16). Before, it can grant itself
+// any role but a superuser, pg_execute_server_program included.
+const createRoleIsLimited = 160000
 
 // CatalogRole is one role of pg_authid.
 type CatalogRole struct {
@@ -65,6 +84,9 @@ type Step struct {
 	SQL      []string
 	// Done says what the statements change, for the item's result.
 	Done string
+	// Secret: a statement holds a password verifier, so the step runs in a session
+	// that logs no statement (QuietSettings).
+	Secret bool
 }
 
 // RolesPlan is what PlanRoles decided.
@@ -94,10 +116,22 @@ func PlanRoles(req agentapi.RolesRequest, cat Catalog, reserved []string, verifi
 			return p, err
 		}
 		p.add(KindPassword, pw.Role, phasePasswords, "", "password set", alterPassword(pw.Role, &v))
+		p.Steps[len(p.Steps)-1].Secret = true
 	}
 	for _, want := range req.Roles {
 		if why := refusedRole(want.Name, cat, reserved); why != "" {
 			p.Refused[ItemKey(KindRole, want.Name)] = why
+			continue
+		}
+		if why := refusedAttributes(want, cat); why != "" {
+			p.Refused[ItemKey(KindRole, want.Name)] = why
+			continue
+		}
+		if why, revoke := refusedMemberships(want, cat); why != "" {
+			p.Refused[ItemKey(KindRole, want.Name)] = why
+			if len(revoke) > 0 {
+				p.add(KindRole, want.Name, phaseMembers, "", "unsafe memberships revoked", revoke...)
+			}
 			continue
 		}
 		if err := p.planRole(want, cat, verifier); err != nil {
@@ -113,10 +147,77 @@ func PlanRoles(req agentapi.RolesRequest, cat Catalog, reserved []string, verifi
 
 func refusedRole(name string, cat Catalog, reserved []string) string {
 	switch r, ok := cat.Roles[name]; {
-	case slices.Contains(reserved, name) || strings.HasPrefix(name, "pg_"):
+	case slices.Contains(reserved, name) || strings.HasPrefix(name, "pg_") || strings.HasPrefix(name, dbv1.OwnRolePrefix):
 		return "role " + name + " is reserved: pgpilot manages it itself"
 	case ok && (r.Superuser || r.Replication):
 		return "role " + name + " is a superuser or replication role: pgpilot does not manage those"
+	}
+	return ""
+}
+
+// refusedAttributes says why a role may not have the attributes want asks for: on
+// PostgreSQL 14 and 15 CREATEROLE can grant itself pg_execute_server_program, and so
+// run programs as the database's OS user (the CRD refuses it too).
+func refusedAttributes(want agentapi.Role, cat Catalog) string {
+	if want.Absent || !want.CreateRole || cat.ServerVersion >= createRoleIsLimited {
+		return ""
+	}
+	return "role " + want.Name + " cannot have CREATEROLE on PostgreSQL before 16: it could grant itself pg_execute_server_program " +
+		"and run programs in the database container; grant what the role needs instead"
+}
+
+// refusedMemberships says why want may not be a member of one of its inRoles, and the
+// statements that revoke the unsafe memberships the role holds already. A membership is
+// unsafe when it names pgpilot's or PostgreSQL's program and file roles
+// (dbv1.IsUnsafeMembership), or reaches, through the roles it is a member of, one of
+// those or a superuser, a replication role (which reads files for pg_rewind), a
+// BYPASSRLS role, or, before PostgreSQL 16, a CREATEROLE role: a member can SET ROLE to
+// any of them.
+func refusedMemberships(want agentapi.Role, cat Catalog) (string, []string) {
+	if want.Absent {
+		return "", nil
+	}
+	var why []string
+	for _, r := range want.InRoles {
+		if reason := unsafeGrant(r, cat); reason != "" {
+			why = append(why, reason)
+		}
+	}
+	if len(why) == 0 {
+		return "", nil
+	}
+	var revoke []string
+	for _, r := range cat.Roles[want.Name].MemberOf {
+		if unsafeGrant(r, cat) != "" {
+			revoke = append(revoke, "REVOKE "+pgx.Identifier{r}.Sanitize()+" FROM "+pgx.Identifier{want.Name}.Sanitize())
+		}
+	}
+	return "role " + want.Name + " cannot be a member of " + strings.Join(why, "; ") +
+		": grant the role privileges on the objects it needs instead", revoke
+}
+
+// unsafeGrant says why role may not be granted through spec.roles, "" when it may.
+func unsafeGrant(role string, cat Catalog) string {
+	if dbv1.IsUnsafeMembership(role) {
+		return role + " (the superuser, pgpilot's own roles and the roles that run programs or read or write files are never granted)"
+	}
+	for _, r := range cat.Reaches[role] {
+		via := role
+		if r.Name != role {
+			via = role + ", a member of " + r.Name + ","
+		}
+		switch {
+		case r.Superuser:
+			return via + " which is a superuser"
+		case r.Replication:
+			return via + " which is a replication role"
+		case r.BypassRLS:
+			return via + " which bypasses row security"
+		case r.CreateRole && cat.ServerVersion < createRoleIsLimited:
+			return via + " which has CREATEROLE (before PostgreSQL 16, it can grant itself any role)"
+		case dbv1.IsUnsafeMembership(r.Name):
+			return via + " which runs programs, reads or writes files or is pgpilot's"
+		}
 	}
 	return ""
 }
@@ -149,6 +250,7 @@ func (p *RolesPlan) planRole(want agentapi.Role, cat Catalog, verifier func(stri
 			sql += " PASSWORD '" + *password + "'"
 		}
 		p.add(KindRole, want.Name, phaseRoles, "", "created", sql)
+		p.Steps[len(p.Steps)-1].Secret = password != nil
 	} else {
 		var sql, done []string
 		if attrs != roleAttributes(agentapi.Role{Login: have.Login, CreateDB: have.CreateDB, CreateRole: have.CreateRole,
@@ -163,6 +265,7 @@ func (p *RolesPlan) planRole(want agentapi.Role, cat Catalog, verifier func(stri
 		}
 		if len(sql) > 0 {
 			p.add(KindRole, want.Name, phaseRoles, "", strings.Join(done, ", "), sql...)
+			p.Steps[len(p.Steps)-1].Secret = password != nil
 		}
 	}
 	var grants []string

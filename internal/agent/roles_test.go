@@ -31,7 +31,7 @@ func TestPlanRoles(t *testing.T) {
 			name: "a new role with a password and memberships",
 			req:  agentapi.RolesRequest{Roles: []agentapi.Role{with(login("alice"), func(r *agentapi.Role) { r.Password = pw("s3cret"); r.InRoles = []string{"readers"} })}},
 			want: []Step{
-				{Kind: KindRole, Name: "alice", Phase: phaseRoles, Done: "created",
+				{Kind: KindRole, Name: "alice", Phase: phaseRoles, Done: "created", Secret: true,
 					SQL: []string{`CREATE ROLE "alice" WITH LOGIN NOCREATEDB NOCREATEROLE INHERIT CONNECTION LIMIT -1 PASSWORD 'SCRAM-SHA-256$4096:c2FsdA==$s3cret'`}},
 				{Kind: KindRole, Name: "alice", Phase: phaseMembers, Done: "memberships set", SQL: []string{`GRANT "readers" TO "alice"`}},
 			},
@@ -48,7 +48,7 @@ func TestPlanRoles(t *testing.T) {
 			})}},
 			cat: Catalog{Roles: map[string]CatalogRole{"alice": func() CatalogRole { r := existing; r.MemberOf = []string{"admins"}; return r }()}},
 			want: []Step{
-				{Kind: KindRole, Name: "alice", Phase: phaseRoles, Done: "attributes set, password set", SQL: []string{
+				{Kind: KindRole, Name: "alice", Phase: phaseRoles, Done: "attributes set, password set", Secret: true, SQL: []string{
 					`ALTER ROLE "alice" WITH LOGIN CREATEDB NOCREATEROLE INHERIT CONNECTION LIMIT 5`,
 					`ALTER ROLE "alice" PASSWORD 'SCRAM-SHA-256$4096:c2FsdA==$new'`}},
 				{Kind: KindRole, Name: "alice", Phase: phaseMembers, Done: "memberships set", SQL: []string{`REVOKE "admins" FROM "alice"`}},
@@ -112,7 +112,7 @@ func TestPlanRoles(t *testing.T) {
 			name: "pgpilot's own passwords: set where they differ, skipped for a missing role",
 			req:  agentapi.RolesRequest{Passwords: []agentapi.Password{{Role: "postgres", Password: "old"}, {Role: "app", Password: "fresh"}, {Role: "nobody", Password: "x"}}},
 			cat:  Catalog{Roles: map[string]CatalogRole{"postgres": existing, "app": existing}},
-			want: []Step{{Kind: KindPassword, Name: "app", Phase: phasePasswords, Done: "password set",
+			want: []Step{{Kind: KindPassword, Name: "app", Phase: phasePasswords, Done: "password set", Secret: true,
 				SQL: []string{`ALTER ROLE "app" PASSWORD 'SCRAM-SHA-256$4096:c2FsdA==$fresh'`}}},
 		},
 	} {
@@ -154,5 +154,81 @@ func TestRolesResults(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, r.Summarize(req, plan)); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// A role of the spec is never granted a role that runs programs, reads or writes files,
+// is pgpilot's or reaches a superuser, even when the CRD's rule was bypassed; one it
+// holds already is revoked. CREATEROLE is refused before PostgreSQL 16.
+func TestPlanRolesRefusesUnsafeMemberships(t *testing.T) {
+	fake := func(pw string) (string, error) { return "SCRAM-SHA-256$4096:c2FsdA==$" + pw, nil }
+	member := func(name string, in ...string) agentapi.Role {
+		return agentapi.Role{Name: name, Login: true, Inherit: true, ConnectionLimit: -1, InRoles: in}
+	}
+	existing := CatalogRole{Login: true, Inherit: true, ConnectionLimit: -1}
+	reaches := map[string][]ReachedRole{
+		"readers":    {{Name: "readers"}},
+		"admins":     {{Name: "admins"}, {Name: "postgres", Superuser: true}},
+		"shell":      {{Name: "shell"}, {Name: "pg_execute_server_program"}},
+		"repl":       {{Name: "repl", Replication: true}},
+		"rls":        {{Name: "rls", BypassRLS: true}},
+		"creators":   {{Name: "creators", CreateRole: true}},
+		"boss":       {{Name: "boss", Superuser: true}},
+		"pg_monitor": {{Name: "pg_monitor"}},
+	}
+	for _, tc := range []struct {
+		name    string
+		role    agentapi.Role
+		version int
+		have    []string
+		want    []Step
+		refused string
+	}{
+		{name: "a role's own and pg_monitor: granted", role: member("alice", "readers", "pg_monitor"), version: 150000,
+			want: []Step{{Kind: KindRole, Name: "alice", Phase: phaseMembers, Done: "memberships set",
+				SQL: []string{`GRANT "readers" TO "alice"`, `GRANT "pg_monitor" TO "alice"`}}}},
+		{name: "pg_execute_server_program", role: member("alice", "pg_execute_server_program"), version: 150000,
+			refused: "role alice cannot be a member of pg_execute_server_program (the superuser, pgpilot's own roles and the roles that run programs or read or write files are never granted): grant the role privileges on the objects it needs instead"},
+		{name: "pg_read_server_files, held already: revoked", role: member("alice", "pg_read_server_files"), version: 150000, have: []string{"pg_read_server_files", "readers"},
+			want: []Step{{Kind: KindRole, Name: "alice", Phase: phaseMembers, Done: "unsafe memberships revoked",
+				SQL: []string{`REVOKE "pg_read_server_files" FROM "alice"`}}},
+			refused: "role alice cannot be a member of pg_read_server_files (the superuser, pgpilot's own roles and the roles that run programs or read or write files are never granted): grant the role privileges on the objects it needs instead"},
+		{name: "the superuser", role: member("alice", "postgres"), version: 160000,
+			refused: "role alice cannot be a member of postgres (the superuser, pgpilot's own roles and the roles that run programs or read or write files are never granted): grant the role privileges on the objects it needs instead"},
+		{name: "pgpilot's monitoring role", role: member("alice", "pgpilot_monitor"), version: 160000,
+			refused: "role alice cannot be a member of pgpilot_monitor (the superuser, pgpilot's own roles and the roles that run programs or read or write files are never granted): grant the role privileges on the objects it needs instead"},
+		{name: "a role made by hand that reaches the superuser", role: member("alice", "admins"), version: 160000,
+			refused: "role alice cannot be a member of admins, a member of postgres, which is a superuser: grant the role privileges on the objects it needs instead"},
+		{name: "a role made by hand that reaches a program role", role: member("alice", "shell"), version: 170000,
+			refused: "role alice cannot be a member of shell, a member of pg_execute_server_program, which runs programs, reads or writes files or is pgpilot's: grant the role privileges on the objects it needs instead"},
+		{name: "superuser, replication and bypassrls roles", role: member("alice", "boss", "repl", "rls"), version: 160000,
+			refused: "role alice cannot be a member of boss which is a superuser; repl which is a replication role; rls which bypasses row security: grant the role privileges on the objects it needs instead"},
+		{name: "a CREATEROLE role before 16", role: member("alice", "creators"), version: 150004,
+			refused: "role alice cannot be a member of creators which has CREATEROLE (before PostgreSQL 16, it can grant itself any role): grant the role privileges on the objects it needs instead"},
+		{name: "a CREATEROLE role from 16", role: member("alice", "creators"), version: 160000,
+			want: []Step{{Kind: KindRole, Name: "alice", Phase: phaseMembers, Done: "memberships set", SQL: []string{`GRANT "creators" TO "alice"`}}}},
+		{name: "CREATEROLE before 16", role: func() agentapi.Role { r := member("alice"); r.CreateRole = true; return r }(), version: 150004,
+			refused: "role alice cannot have CREATEROLE on PostgreSQL before 16: it could grant itself pg_execute_server_program and run programs in the database container; grant what the role needs instead"},
+		{name: "CREATEROLE from 16", role: func() agentapi.Role { r := member("alice"); r.CreateRole = true; return r }(), version: 160000,
+			want: []Step{{Kind: KindRole, Name: "alice", Phase: phaseRoles, Done: "attributes set",
+				SQL: []string{`ALTER ROLE "alice" WITH LOGIN NOCREATEDB CREATEROLE INHERIT CONNECTION LIMIT -1`}}}},
+		{name: "a role named like pgpilot's", role: member("pgpilot_monitor"), version: 160000,
+			refused: "role pgpilot_monitor is reserved: pgpilot manages it itself"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			have := existing
+			have.MemberOf = tc.have
+			cat := Catalog{Roles: map[string]CatalogRole{tc.role.Name: have}, Reaches: reaches, ServerVersion: tc.version}
+			got, err := PlanRoles(agentapi.RolesRequest{Roles: []agentapi.Role{tc.role}}, cat, []string{"postgres"}, fake)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got.Steps); diff != "" {
+				t.Errorf("steps (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.refused, got.Refused[ItemKey(KindRole, tc.role.Name)]); diff != "" {
+				t.Errorf("refused (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"maps"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 )
@@ -86,6 +88,19 @@ func (d *DB) ReadCatalog(ctx context.Context, req agentapi.RolesRequest) (Catalo
 	if err := rows.Err(); err != nil {
 		return cat, err
 	}
+	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&cat.ServerVersion); err != nil {
+		return cat, err
+	}
+	// What the roles may be granted, and what they hold: a refused role's unsafe
+	// memberships are revoked.
+	var granted []string
+	for _, r := range req.Roles {
+		granted = append(granted, r.InRoles...)
+		granted = append(granted, cat.Roles[r.Name].MemberOf...)
+	}
+	if cat.Reaches, err = reaches(ctx, conn, granted); err != nil {
+		return cat, err
+	}
 	rows, err = conn.Query(ctx, `SELECT datname::text, pg_get_userbyid(datdba)::text FROM pg_database`)
 	if err != nil {
 		return cat, err
@@ -114,6 +129,34 @@ func (d *DB) ReadCatalog(ctx context.Context, req agentapi.RolesRequest) (Catalo
 	return cat, nil
 }
 
+// reaches reads, for every role of names, the roles a member of it can SET ROLE to:
+// itself and every role it is a member of, directly or not.
+func reaches(ctx context.Context, conn *pgxpool.Conn, names []string) (map[string][]ReachedRole, error) {
+	out := map[string][]ReachedRole{}
+	if len(names) == 0 {
+		return out, nil
+	}
+	rows, err := conn.Query(ctx, `WITH RECURSIVE up(start, oid) AS (
+			SELECT oid, oid FROM pg_roles WHERE rolname = ANY($1)
+			UNION SELECT up.start, m.roleid FROM up JOIN pg_auth_members m ON m.member = up.oid)
+		SELECT s.rolname::text, r.rolname::text, r.rolsuper, r.rolreplication, r.rolbypassrls, r.rolcreaterole
+		FROM up JOIN pg_roles s ON s.oid = up.start JOIN pg_roles r ON r.oid = up.oid
+		ORDER BY s.rolname, up.start <> up.oid, r.rolname`, names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var start string
+		var r ReachedRole
+		if err := rows.Scan(&start, &r.Name, &r.Superuser, &r.Replication, &r.BypassRLS, &r.CreateRole); err != nil {
+			return nil, err
+		}
+		out[start] = append(out[start], r)
+	}
+	return out, rows.Err()
+}
+
 func (d *DB) extensions(ctx context.Context, database string) ([]string, error) {
 	conn, err := d.connectTo(ctx, database)
 	if err != nil {
@@ -130,22 +173,59 @@ func (d *DB) extensions(ctx context.Context, database string) ([]string, error) 
 // connectTo opens a session in another database than postgres (extensions live in
 // each database), as the superuser over the socket; the caller closes it.
 func (d *DB) connectTo(ctx context.Context, database string) (*pgx.Conn, error) {
+	return d.dial(ctx, database, nil)
+}
+
+// QuietSettings keep a statement that holds a password verifier out of the server's
+// log and statistics, whatever spec.postgresql.parameters, ALTER ROLE ... SET or ALTER
+// DATABASE ... SET say (log_statement = 'all' or 'ddl' would log ALTER ROLE ...
+// PASSWORD with its verifier): no statement logged, by kind, duration or sampling, nor
+// with its error; no parse tree printed; pg_stat_statements (loaded or not) keeps no
+// utility statement. They are given when the session starts, which outranks role and
+// database settings and comes before log_transaction_sample_rate samples the first
+// transaction.
+var QuietSettings = map[string]string{
+	"log_statement":                    "none",
+	"log_min_duration_statement":       "-1",
+	"log_min_duration_sample":          "-1",
+	"log_transaction_sample_rate":      "0",
+	"log_min_error_statement":          "panic",
+	"debug_print_parse":                "off",
+	"debug_print_rewritten":            "off",
+	"debug_print_plan":                 "off",
+	"pg_stat_statements.track_utility": "off",
+}
+
+// quietConn opens a session with QuietSettings, for statements that hold a password
+// verifier; the caller closes it.
+func (d *DB) quietConn(ctx context.Context, database string) (*pgx.Conn, error) {
+	return d.dial(ctx, database, QuietSettings)
+}
+
+// dial opens a session as the superuser over the socket, with settings besides the
+// agent's own.
+func (d *DB) dial(ctx context.Context, database string, settings map[string]string) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig("")
 	if err != nil {
 		return nil, err
 	}
+	if database == "" {
+		database = "postgres"
+	}
 	cfg.Host, cfg.Port, cfg.User, cfg.Database = d.SocketDir, uint16(d.Port), d.User, database
 	cfg.RuntimeParams["application_name"] = "pgpilot-agent"
 	cfg.RuntimeParams["synchronous_commit"] = "local"
+	maps.Copy(cfg.RuntimeParams, settings)
 	return pgx.ConnectConfig(ctx, cfg)
 }
 
 // RunStep runs a step's statements in order, each on its own (CREATE DATABASE cannot
 // run in a transaction), and stops at the first that fails. The error is PostgreSQL's,
-// without the statement: a statement may hold a password verifier.
+// without the statement: a statement may hold a password verifier, and a step that
+// does runs in a session of its own with QuietSettings.
 func (d *DB) RunStep(ctx context.Context, s Step) error {
 	var exec func(sql string) error
-	if s.Database == "" {
+	if s.Database == "" && !s.Secret {
 		conn, err := d.connect(ctx)
 		if err != nil {
 			return err
@@ -153,7 +233,11 @@ func (d *DB) RunStep(ctx context.Context, s Step) error {
 		defer conn.Release()
 		exec = func(sql string) error { _, err := conn.Exec(ctx, sql); return err }
 	} else {
-		conn, err := d.connectTo(ctx, s.Database)
+		dial := d.connectTo
+		if s.Secret {
+			dial = d.quietConn
+		}
+		conn, err := dial(ctx, s.Database)
 		if err != nil {
 			return err
 		}

@@ -99,6 +99,11 @@ type Status struct {
 	// Gate is a primary's commit gate: GateAcking, GateWithholding, GateDraining or
 	// GateDisconnected; empty on a standby.
 	Gate string `json:"gate,omitempty"`
+	// GateImpostorsTerminated counts the replication connections that took the commit
+	// gate's name (application_name pgpilot_gate) and that this agent terminated since
+	// it started: a client holding the replication certificate trying to acknowledge
+	// commits in the gate's place (docs/security.md).
+	GateImpostorsTerminated int64 `json:"gateImpostorsTerminated,omitempty"`
 	// Confirmation is a primary's right to acknowledge commits (docs/failover.md).
 	Confirmation *Confirmation `json:"confirmation,omitempty"`
 	// FailsafeConfirmed is the last time this standby confirmed its primary to it while

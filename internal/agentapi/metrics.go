@@ -64,6 +64,8 @@ var (
 		"Whether the last attempt to archive WAL failed (1) or not (0).", nil, nil)
 	pendingRestartDesc = prometheus.NewDesc("pgpilot_pending_restart",
 		"Settings of postgresql.conf that wait for a restart of postgres (pg_settings.pending_restart), one series each.", []string{"setting"}, nil)
+	gateImpostorsDesc = prometheus.NewDesc("pgpilot_gate_impostors_terminated_total",
+		"Replication connections that took the commit gate's name and that the agent terminated since it started.", nil, nil)
 	lastArchivedDesc = prometheus.NewDesc("pgpilot_wal_last_archived_time_seconds",
 		"When a WAL file was last archived, in seconds since the Unix epoch.", nil, nil)
 )
@@ -80,7 +82,7 @@ func (c *instanceCollector) Describe(ch chan<- *prometheus.Desc) {
 		upDesc, readyDesc, roleDesc, timelineDesc, walLSNDesc, lagDesc,
 		replicasDesc, replicaLagDesc, exposureDesc, fencedDesc, startTimeDesc,
 		connectionsDesc, slotActiveDesc, slotRetainedDesc,
-		volumeSizeDesc, volumeFreeDesc, setAsideDesc,
+		volumeSizeDesc, volumeFreeDesc, setAsideDesc, gateImpostorsDesc,
 		archivedDesc, archiveFailedDesc, archivePendingDesc, archivePendingBytesDesc, volumeFullInDesc, archiveFailingDesc, lastArchivedDesc,
 		pendingRestartDesc,
 	} {
@@ -154,6 +156,7 @@ func (c *instanceCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	gauge(fencedDesc, boolValue(st.Fenced))
+	ch <- prometheus.MustNewConstMetric(gateImpostorsDesc, prometheus.CounterValue, float64(st.GateImpostorsTerminated))
 	gauge(connectionsDesc, float64(st.Connections))
 	seen := map[string]bool{}
 	for _, sl := range st.Slots {

@@ -333,3 +333,16 @@ pgpilot_volume_full_in_seconds 1500
 		t.Error(err)
 	}
 }
+
+// The walsenders that took the commit gate's name, terminated, are a counter.
+func TestGateImpostorsMetric(t *testing.T) {
+	st := primaryStatus()
+	st.GateImpostorsTerminated = 2
+	reg := prometheus.NewRegistry()
+	NewServer(newFakeInstance(st), ServerOptions{Registry: reg})
+	want := "# HELP pgpilot_gate_impostors_terminated_total Replication connections that took the commit gate's name and that the agent terminated since it started.\n" +
+		"# TYPE pgpilot_gate_impostors_terminated_total counter\npgpilot_gate_impostors_terminated_total 2\n"
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "pgpilot_gate_impostors_terminated_total"); err != nil {
+		t.Error(err)
+	}
+}

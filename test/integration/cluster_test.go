@@ -398,10 +398,18 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 		{"the superuser as a role", roles(map[string]any{"name": "postgres"}), "role name is reserved"},
 		{"a pg_ role", roles(map[string]any{"name": "pg_monitor"}), "role name is reserved"},
 		{"the replication role", roles(map[string]any{"name": "pgpilot_replication"}), "role name is reserved"},
+		{"a name of pgpilot's", roles(map[string]any{"name": "pgpilot_backup"}), "role name is reserved"},
 		{"a role name to quote", roles(map[string]any{"name": "Robert'); DROP"}), "spec.roles[0].name in body should match"},
 		{"a role twice", roles(map[string]any{"name": "a"}, map[string]any{"name": "a"}), "Duplicate value"},
 		{"a member of itself", roles(map[string]any{"name": "a", "inRoles": []any{"a"}}), "a role cannot be a member of itself"},
 		{"the bootstrap owner as a role", roles(map[string]any{"name": "app"}), "roles cannot name the bootstrap owner"},
+		{"a member of pg_execute_server_program", roles(map[string]any{"name": "a", "inRoles": []any{"readers", "pg_execute_server_program"}}), "inRoles cannot name postgres (the superuser), pg_execute_server_program"},
+		{"a member of pg_read_server_files", roles(map[string]any{"name": "a", "inRoles": []any{"pg_read_server_files"}}), "inRoles cannot name"},
+		{"a member of pg_write_server_files", roles(map[string]any{"name": "a", "inRoles": []any{"pg_write_server_files"}}), "inRoles cannot name"},
+		{"a member of the superuser", roles(map[string]any{"name": "a", "inRoles": []any{"postgres"}}), "inRoles cannot name"},
+		{"a member of the replication role", roles(map[string]any{"name": "a", "inRoles": []any{"pgpilot_replication"}}), "inRoles cannot name"},
+		{"a member of the monitoring role", roles(map[string]any{"name": "a", "inRoles": []any{"pgpilot_monitor"}}), "inRoles cannot name"},
+		{"createrole on 15", map[string]any{"version": "15", "roles": []any{map[string]any{"name": "a", "createrole": true}}}, "roles cannot have createrole with PostgreSQL 14 or 15"},
 		{"template1", databases(map[string]any{"name": "template1", "owner": "a"}), "database name is reserved"},
 		{"a database without owner", databases(map[string]any{"name": "d"}), "a database needs an owner unless ensure is absent"},
 		{"the bootstrap database dropped", databases(map[string]any{"name": "app", "ensure": "absent"}), "the bootstrap database cannot be ensured absent"},
@@ -426,6 +434,11 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 	for _, p := range dbv1.ManagedParameters {
 		cases = append(cases, invalid{"managed parameter " + p, parameters(p, "x"), managed})
 	}
+	const libraries = "libraries must come from PostgreSQL's own library directory"
+	for _, p := range []string{"shared_preload_libraries", "session_preload_libraries", "local_preload_libraries", "jit_provider"} {
+		cases = append(cases, invalid{p + " by path", parameters(p, "pg_stat_statements,/var/lib/postgresql/data/x"), libraries})
+	}
+	cases = append(cases, invalid{"dynamic_library_path", parameters("dynamic_library_path", "$libdir:/tmp"), libraries})
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			u := &unstructured.Unstructured{Object: map[string]any{
@@ -439,6 +452,18 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 			}
 		})
 	}
+	t.Run("safe libraries, memberships and createrole from 16 are accepted", func(t *testing.T) {
+		spec := parameters("shared_preload_libraries", "pg_stat_statements, auto_explain", "dynamic_library_path", "$libdir")
+		spec["roles"] = []any{map[string]any{"name": "a", "createrole": true, "inRoles": []any{"pg_monitor", "pg_read_all_data", "readers"}}}
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": dbv1.GroupVersion.String(), "kind": "PostgresCluster",
+			"metadata": map[string]any{"name": "safe", "namespace": ns},
+			"spec":     spec,
+		}}
+		if err := k8s.Create(context.Background(), u); err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Run("name too long", func(t *testing.T) {
 		err := k8s.Create(context.Background(), newCluster(ns, strings.Repeat("a", 51)))
 		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "at most 50 characters") {
@@ -457,6 +482,7 @@ func TestParametersTheCRDCannotCheck(t *testing.T) {
 		{"work_mem = 1\narchive_command": "x"},
 		{"application_name": "a\nb"},
 		{"fsync": "off"},
+		{"Shared_Preload_Libraries": "/tmp/x"},
 	} {
 		c := newCluster(ns, fmt.Sprintf("unchecked-%d", i))
 		c.Spec.PostgreSQL.Parameters = params

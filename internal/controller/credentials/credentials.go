@@ -1,5 +1,6 @@
 // Package credentials creates the superuser, replication and application Secrets of a
-// cluster once, with random passwords, and never changes them afterwards.
+// cluster once, with random passwords, and never changes a password afterwards (the
+// application Secret's uri follows its password and pgpilot's TLS: keepAppURI).
 package credentials
 
 import (
@@ -73,7 +74,8 @@ func NewCredentialsReconciler(c client.Client, reader client.Reader, scheme *run
 
 // Reconcile creates whichever of the cluster's credentials Secrets is missing. Existing
 // Secrets, including ones a user created beforehand to choose a password, are used as
-// they are and never modified.
+// they are; only the uri key of the application Secret pgpilot made is kept current
+// (keepAppURI).
 func (r *CredentialsReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var cluster dbv1.PostgresCluster
 	if err := r.client.Get(ctx, req.NamespacedName, &cluster); err != nil {
@@ -83,11 +85,16 @@ func (r *CredentialsReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, nil
 	}
 	for _, want := range Wanted(&cluster) {
-		err := r.ensure(ctx, &cluster, want.Name, "role "+want.Username, func() (*corev1.Secret, error) {
+		s, err := r.ensured(ctx, &cluster, want.Name, "role "+want.Username, func() (*corev1.Secret, error) {
 			return r.newSecret(&cluster, want)
 		})
 		if err != nil {
 			return ctrl.Result{}, err
+		}
+		if want.App {
+			if err := r.keepAppURI(ctx, &cluster, s); err != nil {
+				return ctrl.Result{}, err
+			}
 		}
 	}
 	names := cluster.Names()
@@ -151,6 +158,50 @@ func (r *CredentialsReconciler) ensureAgentAuth(ctx context.Context, c *dbv1.Pos
 	}
 	log.FromContext(ctx).Info("Updated the agents' API credentials: a token changed", "secret", s.Name)
 	return nil
+}
+
+// keepAppURI keeps the uri key of the application Secret pgpilot made in step with its
+// username and password and with what a client needs to verify the server
+// (AppURI): Secrets made before the uri carried sslmode=verify-full get it, and a
+// password written into the Secret reaches the uri. Only the uri key is written,
+// never the password; a Secret pgpilot did not make (a user's, made beforehand) is
+// left as it is.
+func (r *CredentialsReconciler) keepAppURI(ctx context.Context, c *dbv1.PostgresCluster, s *corev1.Secret) error {
+	if !metav1.IsControlledBy(s, c) || s.Labels["app.kubernetes.io/managed-by"] != "pgpilot" || Problem(s) != "" {
+		return nil
+	}
+	want := AppURI(c, string(s.Data[KeyUsername]), string(s.Data[KeyPassword]))
+	if string(s.Data[KeyURI]) == want {
+		return nil
+	}
+	s = s.DeepCopy()
+	s.Data[KeyURI] = []byte(want)
+	if err := r.client.Update(ctx, s); err != nil {
+		return fmt.Errorf("updating the uri of Secret %s: %w", s.Name, err)
+	}
+	log.FromContext(ctx).Info("Updated the uri of the application Secret: sslmode=verify-full, the CA's path, the Secret's password", "secret", s.Name)
+	return nil
+}
+
+// ClientCAPath is where the application Secret's uri expects the cluster's CA
+// certificate: the Secret <cluster>-ca (key ca.crt) mounted at /etc/pgpilot/ca in the
+// client's container (docs/security.md, "Connecting").
+const ClientCAPath = "/etc/pgpilot/ca/ca.crt"
+
+// AppURI is the application Secret's uri: the read-write Service by its namespaced
+// name (which the server certificate names), the bootstrap database, and
+// sslmode=verify-full with the CA at ClientCAPath, so that a client that uses it
+// verifies the server it talks to (libpq's default, prefer, verifies nothing).
+func AppURI(c *dbv1.PostgresCluster, username, password string) string {
+	uri := url.URL{
+		Scheme: "postgresql",
+		User:   url.UserPassword(username, password),
+		Host:   c.ReadWriteServiceName() + "." + c.Namespace + ":" + strconv.Itoa(PostgresPort),
+		Path:   "/" + c.Spec.Bootstrap.Database,
+		// Written out, not url.Values: a path's slashes stay readable.
+		RawQuery: "sslmode=verify-full&sslrootcert=" + ClientCAPath,
+	}
+	return uri.String()
 }
 
 // ensure creates Secret name with build unless it exists.
@@ -234,18 +285,10 @@ func (r *CredentialsReconciler) newSecret(c *dbv1.PostgresCluster, want Credenti
 		KeyPassword: []byte(password),
 	}
 	if want.App {
-		host := c.ReadWriteServiceName()
-		port := strconv.Itoa(PostgresPort)
-		uri := url.URL{
-			Scheme: "postgresql",
-			User:   url.UserPassword(want.Username, password),
-			Host:   host + "." + c.Namespace + ":" + port,
-			Path:   "/" + c.Spec.Bootstrap.Database,
-		}
 		data[KeyDatabase] = []byte(c.Spec.Bootstrap.Database)
-		data[KeyHost] = []byte(host)
-		data[KeyPort] = []byte(port)
-		data[KeyURI] = []byte(uri.String())
+		data[KeyHost] = []byte(c.ReadWriteServiceName())
+		data[KeyPort] = []byte(strconv.Itoa(PostgresPort))
+		data[KeyURI] = []byte(AppURI(c, want.Username, password))
 	}
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{

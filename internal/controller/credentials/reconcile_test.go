@@ -214,6 +214,10 @@ func TestReconcileCreatesSecrets(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("db-app uri %s (-want +got):\n%s", uri.Redacted(), diff)
 	}
+	// A client that uses the uri verifies the server with the cluster's CA.
+	if q := uri.Query(); q.Get("sslmode") != "verify-full" || q.Get("sslrootcert") != "/etc/pgpilot/ca/ca.crt" {
+		t.Errorf("db-app uri %s: want sslmode=verify-full and sslrootcert=/etc/pgpilot/ca/ca.crt", uri.Redacted())
+	}
 
 	events := e.events()
 	wantEvents := []string{
@@ -233,6 +237,44 @@ func TestReconcileCreatesSecrets(t *testing.T) {
 				t.Errorf("event %q contains the password of %s", ev, name)
 			}
 		}
+	}
+}
+
+// The application Secret pgpilot made before its uri carried sslmode=verify-full gets
+// the new uri, built from the Secret's own password (here one a user rotated): only
+// the uri key changes. A Secret a user made is left as it is.
+func TestReconcileUpdatesTheAppURIOnly(t *testing.T) {
+	e := newEnv(t, newCluster())
+	e.reconcile("db")
+	app := e.secrets()["db-app"]
+	app.Data["password"] = []byte("rotated-by-a-user")
+	app.Data["uri"] = []byte("postgresql://app:old@db-rw.prod:5432/app")
+	if err := e.client.Update(context.Background(), &app); err != nil {
+		t.Fatal(err)
+	}
+	before := e.secrets()["db-app"]
+	e.events()
+
+	e.reconcile("db")
+	after := e.secrets()["db-app"]
+	if got, want := string(after.Data["uri"]), "postgresql://app:rotated-by-a-user@db-rw.prod:5432/app?sslmode=verify-full&sslrootcert=/etc/pgpilot/ca/ca.crt"; got != want {
+		t.Errorf("uri %s, want %s", got, want)
+	}
+	delete(before.Data, "uri")
+	delete(after.Data, "uri")
+	if diff := cmp.Diff(before.Data, after.Data); diff != "" {
+		t.Errorf("keys other than uri changed (-before +after):\n%s", diff)
+	}
+	if events := e.events(); len(events) != 0 {
+		t.Errorf("events %q", events)
+	}
+
+	// A user's own application Secret, made beforehand, keeps its uri.
+	mine := newSecret("db-app", map[string]string{"username": "app", "password": "chosen", "uri": "postgresql://app:chosen@elsewhere/app"})
+	e = newEnv(t, newCluster(), mine)
+	e.reconcile("db")
+	if got := string(e.secrets()["db-app"].Data["uri"]); got != "postgresql://app:chosen@elsewhere/app" {
+		t.Errorf("a user's Secret's uri became %s", got)
 	}
 }
 
