@@ -138,6 +138,8 @@ type Status struct {
 	// postmaster cannot take without a restart (pg_settings.pending_restart), by name;
 	// empty when none wait.
 	PendingRestart []PendingSetting `json:"pendingRestart,omitempty"`
+	// Receiver is a standby's WAL receiver as the agent watches it; nil on a primary.
+	Receiver *ReceiverStatus `json:"receiver,omitempty"`
 	// Error says what went wrong last, for a person; empty when nothing did.
 	Error string `json:"error,omitempty"`
 }
