@@ -197,6 +197,13 @@ var defaults = map[string]string{
 	// stream whose primary vanished ends within seconds and the receiver reconnects
 	// (docs/failover.md, I6). The agent's watch ends one silent for half of it plus 3 s.
 	"wal_receiver_timeout": "5s",
+	// A primary's walsender whose standby went silent holds that standby's slot until
+	// this passes: the standby's new connection is refused ("replication slot ... is
+	// active for PID ...") meanwhile. With PostgreSQL's 60 s, a standby whose path to
+	// the primary broke streamed again only a minute later (TestHungWALReceiver...,
+	// test/pg). The walsender asks for a reply after half of it; standbys and the
+	// commit gate (every 100 ms) answer at once.
+	"wal_sender_timeout": "10s",
 	// TLS 1.0 and 1.1 have known weaknesses; a parameter may raise this to TLSv1.3.
 	"ssl_min_protocol_version": "TLSv1.2",
 }

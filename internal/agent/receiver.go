@@ -8,8 +8,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 )
 
@@ -42,7 +40,8 @@ const lagSamplesMax = 4096
 type receiverSample struct {
 	// PID is the receiver's process; 0 when none runs.
 	PID int
-	// Status is pg_stat_wal_receiver.status: starting, streaming, waiting, ...
+	// Status is pg_stat_wal_receiver.status (streaming, waiting, ...), or "connecting"
+	// for a receiver that pg_stat_activity shows and pg_stat_wal_receiver not yet.
 	Status string
 	// WaitEvent is what the receiver waits on (LibPQWalReceiverConnect while it
 	// connects).
@@ -93,11 +92,12 @@ type receiverWatch struct {
 	// notStreaming is when the standby last stopped streaming from upstream; zero while
 	// it streams.
 	notStreaming time.Time
-	// pid is the receiver last seen, pidSince when it was first seen, streamedAt when it
-	// last streamed (zero: it never did).
-	pid        int
-	pidSince   time.Time
-	lastMsgAge time.Duration
+	// pid is the receiver last seen, pidSince when it was first seen; seenStreaming
+	// whether that receiver was already streaming at the look before.
+	pid           int
+	pidSince      time.Time
+	seenStreaming bool
+	lastMsgAge    time.Duration
 	// ends are the primary's reported ends of WAL not yet replayed here, oldest first.
 	ends []lsnAt
 	lag  time.Duration
@@ -153,8 +153,10 @@ func (w *receiverWatch) observe(now time.Time, s receiverSample, lim receiverLim
 		return 0, ""
 	}
 	if s.PID != w.pid {
-		w.pid, w.pidSince = s.PID, now
+		w.pid, w.pidSince, w.seenStreaming = s.PID, now, false
 	}
+	wasStreaming := w.seenStreaming
+	w.seenStreaming = s.Status == "streaming"
 	w.measureLag(now, s)
 	switch {
 	case s.PID == 0:
@@ -169,6 +171,12 @@ func (w *receiverWatch) observe(now time.Time, s receiverSample, lim receiverLim
 			}
 			return s.PID, why + ")"
 		}
+		return 0, ""
+	case !wasStreaming:
+		// A receiver says "streaming" once connected, before the primary accepted its
+		// START_REPLICATION: one refused ("replication slot ... is active") showed as
+		// streaming for an instant every 100 ms. It streams when seen twice.
+		w.set(now, agentapi.ReceiverConnecting)
 		return 0, ""
 	}
 	// Streaming. A receiver that never heard from the primary counts from when it was
@@ -376,14 +384,20 @@ func (d *DB) receiver(ctx context.Context) (receiverSample, error) {
 	var s receiverSample
 	var age, timeout int64
 	var end, replayed int64
-	err = conn.QueryRow(ctx, `SELECT coalesce(r.pid, 0), coalesce(r.status, ''), coalesce(a.wait_event, ''),
+	// pg_stat_wal_receiver shows a receiver only once it has connected (PostgreSQL 15:
+	// ready_to_display), and then says "streaming" before the primary accepted
+	// START_REPLICATION. A receiver still connecting is seen in pg_stat_activity only,
+	// waiting on LibPQWalReceiverConnect: found on real PostgreSQL, where the watch first
+	// took a receiver hung in connect for 63 s for no receiver at all.
+	err = conn.QueryRow(ctx, `SELECT coalesce(a.pid, r.pid, 0),
+		coalesce(r.status, CASE WHEN a.pid IS NOT NULL THEN 'connecting' END, ''), coalesce(a.wait_event, ''),
 		coalesce((extract(epoch FROM clock_timestamp() - r.last_msg_receipt_time) * 1000)::bigint, -1),
 		coalesce(pg_wal_lsn_diff(r.latest_end_lsn, '0/0'), 0)::bigint,
 		coalesce(pg_wal_lsn_diff(pg_last_wal_replay_lsn(), '0/0'), 0)::bigint,
 		(SELECT setting::bigint FROM pg_settings WHERE name = 'wal_receiver_timeout')
 		FROM (SELECT 1) one
-		LEFT JOIN pg_stat_wal_receiver r ON true
-		LEFT JOIN pg_stat_activity a ON a.pid = r.pid`).
+		LEFT JOIN (SELECT pid, wait_event FROM pg_stat_activity WHERE backend_type = 'walreceiver' ORDER BY backend_start DESC LIMIT 1) a ON true
+		LEFT JOIN pg_stat_wal_receiver r ON true`).
 		Scan(&s.PID, &s.Status, &s.WaitEvent, &age, &end, &replayed, &timeout)
 	if err != nil {
 		return s, err
@@ -398,26 +412,24 @@ func (d *DB) receiver(ctx context.Context) (receiverSample, error) {
 }
 
 // endReceiver ends the WAL receiver pid; the startup process starts another.
-// pg_terminate_backend refuses processes that are not backends, which the WAL receiver
-// is not in PostgreSQL 15; then the agent, the same OS user as postgres, sends it the
-// SIGTERM itself, once it has checked that pid still is this postgres's receiver.
+// pg_terminate_backend refuses it ("PID ... is not a PostgreSQL backend process": it is
+// an auxiliary process in PostgreSQL 15, checked on real PostgreSQL), so the agent, the
+// same OS user as postgres, sends it SIGTERM itself once it has checked that pid still
+// is this postgres's receiver. It exits with "terminating walreceiver process due to
+// administrator command", as pg_terminate_backend would have it.
 func (d *DB) endReceiver(ctx context.Context, pid int) (string, error) {
 	conn, err := d.connect(ctx)
 	if err != nil {
 		return "", err
 	}
 	defer conn.Release()
-	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&ok); err == nil && ok {
-		return "pg_terminate_backend", nil
-	}
 	var still int
-	err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_wal_receiver WHERE pid = $1`, pid).Scan(&still)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && still == 0) {
-		return "gone already", nil
-	}
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walreceiver' AND pid = $1`, pid).Scan(&still)
 	if err != nil {
 		return "", err
+	}
+	if still == 0 {
+		return "gone already", nil
 	}
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		return "", fmt.Errorf("sending SIGTERM to the WAL receiver %d: %w", pid, err)

@@ -32,8 +32,8 @@ func TestReceiverWatch(t *testing.T) {
 		upstream string
 		looks    []look
 	}{
-		{"a receiver that streams and hears its primary is ready", "p", []look{
-			{streaming(10, 100*time.Millisecond, 100, 100), 0, agentapi.ReceiverStreaming, true},
+		{"a receiver that streams and hears its primary is ready from the second look", "p", []look{
+			{streaming(10, 100*time.Millisecond, 100, 100), 0, agentapi.ReceiverConnecting, false},
 			{streaming(10, 2*time.Second, 100, 100), 0, agentapi.ReceiverStreaming, true},
 			{streaming(10, 500*time.Millisecond, 200, 200), 0, agentapi.ReceiverStreaming, true},
 		}},
@@ -44,6 +44,7 @@ func TestReceiverWatch(t *testing.T) {
 			{connecting(20), 20, agentapi.ReceiverConnecting, false},
 			{connecting(20), 0, agentapi.ReceiverConnecting, false}, // SIGTERM pending: not again
 			{connecting(21), 0, agentapi.ReceiverConnecting, false},
+			{streaming(21, 0, 300, 300), 0, agentapi.ReceiverConnecting, false},
 			{streaming(21, 0, 300, 300), 0, agentapi.ReceiverStreaming, true},
 		}},
 		{"a new receiver every second (each attempt refused) is never ended, and not ready", "p", []look{
@@ -54,6 +55,7 @@ func TestReceiverWatch(t *testing.T) {
 			{connecting(32), 0, agentapi.ReceiverConnecting, false},
 		}},
 		{"a streaming receiver that hears nothing for 5.5 s is stalled and ended", "p", []look{
+			{streaming(40, 0, 100, 100), 0, agentapi.ReceiverConnecting, false},
 			{streaming(40, 1*time.Second, 100, 100), 0, agentapi.ReceiverStreaming, true},
 			{streaming(40, 4*time.Second, 100, 100), 0, agentapi.ReceiverStreaming, true},
 			{streaming(40, 5*time.Second, 100, 100), 0, agentapi.ReceiverStreaming, true},
@@ -61,16 +63,23 @@ func TestReceiverWatch(t *testing.T) {
 			{streaming(40, 7*time.Second, 100, 100), 0, agentapi.ReceiverStalled, false},
 		}},
 		{"with wal_receiver_timeout off, silence proves nothing", "p", []look{
+			{receiverSample{PID: 45, Status: "streaming", MsgAge: time.Minute, LatestEnd: 5, Replayed: 5}, 0, agentapi.ReceiverConnecting, false},
 			{receiverSample{PID: 45, Status: "streaming", MsgAge: time.Minute, LatestEnd: 5, Replayed: 5}, 0, agentapi.ReceiverStreaming, true},
 		}},
 		{"a streaming receiver that never heard from its primary counts from when it was seen", "p", []look{
-			{streaming(50, -1, 0, 0), 0, agentapi.ReceiverStreaming, true},
+			{streaming(50, -1, 0, 0), 0, agentapi.ReceiverConnecting, false},
 			{streaming(50, -1, 0, 0), 0, agentapi.ReceiverStreaming, true},
 			{streaming(50, -1, 0, 0), 0, agentapi.ReceiverStreaming, true},
 			{streaming(50, -1, 0, 0), 0, agentapi.ReceiverStreaming, true},
 			{streaming(50, -1, 0, 0), 0, agentapi.ReceiverStreaming, true},
 			{streaming(50, -1, 0, 0), 0, agentapi.ReceiverStreaming, true},
 			{streaming(50, -1, 0, 0), 50, agentapi.ReceiverStalled, false},
+		}},
+		{"a receiver refused at START_REPLICATION (its slot still held) every 100 ms never counts as streaming", "p", []look{
+			{streaming(60, 0, 100, 100), 0, agentapi.ReceiverConnecting, false},
+			{streaming(61, 0, 100, 100), 0, agentapi.ReceiverConnecting, false},
+			{absent, 0, agentapi.ReceiverAbsent, false},
+			{streaming(62, 0, 100, 100), 0, agentapi.ReceiverConnecting, false},
 		}},
 		{"no receiver at all is absent, not ready, and nothing to end", "p", []look{
 			{absent, 0, agentapi.ReceiverAbsent, false},
@@ -119,6 +128,7 @@ func TestReceiverLag(t *testing.T) {
 	w.follow(t0, "p")
 	lim := receiverLimits{Connect: receiverConnectLimit, Stall: 5500 * time.Millisecond, MaxLag: 10 * time.Second}
 	// The primary writes 100 bytes a second; the standby replays nothing for 15 s.
+	w.observe(t0.Add(-time.Second), receiverSample{PID: 1, Status: "streaming", MsgAge: 0, LatestEnd: 1000, Replayed: 1000}, lim)
 	for i := 0; i <= 15; i++ {
 		now := t0.Add(time.Duration(i) * time.Second)
 		w.observe(now, receiverSample{PID: 1, Status: "streaming", MsgAge: 0, LatestEnd: uint64(1000 + 100*i), Replayed: 1000}, lim)
@@ -183,6 +193,7 @@ func TestReceiverWatchReportsAndCountsRestarts(t *testing.T) {
 		t.Fatalf("reason %q", st.Reason)
 	}
 	// Streaming again, then no look for 6 s: not trusted.
+	w.observe(t0.Add(4500*time.Millisecond), receiverSample{PID: 8, Status: "streaming", MsgAge: 0, ReceiverTimeout: 5 * time.Second}, limitsFor(s, 30*time.Second))
 	w.observe(t0.Add(5*time.Second), receiverSample{PID: 8, Status: "streaming", MsgAge: 0, ReceiverTimeout: 5 * time.Second}, limitsFor(s, 30*time.Second))
 	if st := w.status(t0.Add(5*time.Second), 30*time.Second); !st.Healthy || st.NotStreamingSince != nil {
 		t.Fatalf("streaming again: %+v", st)
