@@ -154,6 +154,9 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if verr := c.recordDataVersion(ctx); verr != nil && err == nil {
 		err = verr
 	}
+	if serr := c.recordStreaming(ctx); serr != nil && err == nil {
+		err = serr
+	}
 	if requeue <= 0 || requeue > PollPeriod {
 		requeue = PollPeriod
 	}
