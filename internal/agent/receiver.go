@@ -122,7 +122,10 @@ func (w *receiverWatch) follow(now time.Time, upstream string) {
 	w.upstream = upstream
 	w.pid, w.pidSince, w.lastMsgAge = 0, time.Time{}, -1
 	w.ends, w.lag = nil, 0
-	if w.notStreaming.IsZero() {
+	// Not streaming from this primary counts from when the standby was told to follow
+	// it: a standby frozen through a failover stopped on purpose, and the cluster's record
+	// must not count the failover against it.
+	if w.notStreaming.IsZero() || upstream != "" {
 		w.notStreaming = now
 	}
 	if upstream == "" {
@@ -357,10 +360,14 @@ func (a *Agent) receiverStatus(now time.Time) *agentapi.ReceiverStatus {
 // receiverReady is nil when the standby may serve reads (Ready).
 func (a *Agent) receiverReady(now time.Time) error {
 	maxLag := a.readLagBound()
+	holder := a.lease.View().Holder
 	a.recv.mu.Lock()
 	defer a.recv.mu.Unlock()
 	if a.recv.w == nil {
 		return errors.New("the WAL receiver has not been looked at yet")
+	}
+	if w := a.recv.w; holder != "" && w.upstream != "" && w.upstream != holder {
+		return fmt.Errorf("streams from %s, but the primary Lease names %s", w.upstream, holder)
 	}
 	if ok, why := a.recv.w.health(now, maxLag); !ok {
 		return errors.New(why)

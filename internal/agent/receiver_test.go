@@ -206,6 +206,16 @@ func TestReceiverWatchReportsAndCountsRestarts(t *testing.T) {
 	if ok, why := w.health(t0.Add(12*time.Second), 30*time.Second); ok {
 		t.Fatalf("ready right after following a new primary (%s)", why)
 	}
+	// Frozen through a failover for 20 s, then following the new primary: ready while
+	// frozen (under maxReadLag), and not streaming counts from the follow, not the freeze.
+	w.follow(t0.Add(13*time.Second), "")
+	if ok, why := w.health(t0.Add(30*time.Second), 30*time.Second); !ok {
+		t.Fatalf("frozen for 17 s with maxReadLag 30s: not ready (%s)", why)
+	}
+	w.follow(t0.Add(33*time.Second), "r")
+	if st := w.status(t0.Add(34*time.Second), 30*time.Second); st.NotStreamingSince == nil || !st.NotStreamingSince.Equal(t0.Add(33*time.Second)) {
+		t.Fatalf("after following r at 33 s: not streaming since %v", st.NotStreamingSince)
+	}
 }
 
 func TestReadLagBound(t *testing.T) {
