@@ -4,12 +4,20 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
@@ -168,6 +176,126 @@ func TestHungWALReceiverStreamsAgainWithinSeconds(t *testing.T) {
 	if restarts == 0 {
 		t.Errorf("the agent ended no WAL receiver")
 	}
+}
+
+// TestStalledReplicaMakesTheClusterDegraded: on an operated cluster, a replica whose WAL
+// receiver is frozen (SIGSTOP: it says "streaming" and hears nothing, and cannot even
+// take the agent's SIGTERM) is not ready, and the cluster is Degraded with the replica
+// named in ReplicasStreaming and a ReplicaNotStreaming event; once the receiver runs
+// again (it takes the pending SIGTERM, a new one connects) the cluster is Healthy again,
+// with a ReplicaStreaming event.
+func TestStalledReplicaMakesTheClusterDegraded(t *testing.T) {
+	c := newOperatedCluster(t, 2)
+	startOperated(t, c)
+	r := c.instances[1]
+	getPGC := func() (dbv1.PostgresCluster, error) {
+		var pgc dbv1.PostgresCluster
+		err := k8s.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: c.name}, &pgc)
+		return pgc, err
+	}
+	testutil.Eventually(t, time.Minute, func() error {
+		pgc, err := getPGC()
+		if err != nil {
+			return err
+		}
+		if pgc.Status.Phase != dbv1.PhaseHealthy {
+			return fmt.Errorf("phase %s", pgc.Status.Phase)
+		}
+		return nil
+	})
+	var pid int
+	testutil.Eventually(t, 30*time.Second, func() (err error) {
+		pid, err = r.walReceiverPid()
+		return err
+	})
+	stopped := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	defer resume()
+	// A writer, so that the primary has WAL the stalled replica lacks.
+	if err := c.writeThroughRW("CREATE TABLE w (i int)"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, func() error {
+		_ = c.writeThroughRW("INSERT INTO w VALUES (1)")
+		pgc, err := getPGC()
+		if err != nil {
+			return err
+		}
+		cond := dbv1.FindCondition(pgc.Status.Conditions, dbv1.ConditionReplicasStreaming)
+		if pgc.Status.Phase != dbv1.PhaseDegraded || cond == nil || cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, r.pod+" has not streamed from "+c.instances[0].pod) {
+			return fmt.Errorf("phase %s, ReplicasStreaming %+v", pgc.Status.Phase, cond)
+		}
+		return nil
+	})
+	degraded := time.Since(stopped)
+	pgc, _ := getPGC()
+	t.Logf("receiver stopped → phase Degraded: %s; %s", degraded.Round(10*time.Millisecond), dbv1.FindCondition(pgc.Status.Conditions, dbv1.ConditionReplicasStreaming).Message)
+	if ready, _ := r.readyz(context.Background()); ready {
+		t.Errorf("%s's /readyz says ready while its receiver is stopped", r.pod)
+	}
+	if !c.hasEvent(dbv1.ReasonReplicaNotStreaming) {
+		t.Error("no ReplicaNotStreaming event")
+	}
+	resumedAt := time.Now()
+	resume()
+	testutil.Eventually(t, time.Minute, func() error {
+		pgc, err := getPGC()
+		if err != nil {
+			return err
+		}
+		cond := dbv1.FindCondition(pgc.Status.Conditions, dbv1.ConditionReplicasStreaming)
+		if pgc.Status.Phase != dbv1.PhaseHealthy || cond == nil || cond.Status != metav1.ConditionTrue {
+			return fmt.Errorf("phase %s, ReplicasStreaming %+v", pgc.Status.Phase, cond)
+		}
+		return nil
+	})
+	t.Logf("receiver resumed → phase Healthy: %s", time.Since(resumedAt).Round(10*time.Millisecond))
+	if !c.hasEvent(dbv1.ReasonReplicaStreaming) {
+		t.Error("no ReplicaStreaming event")
+	}
+	st := r.mustStatus()
+	if st.Receiver == nil || st.Receiver.Restarts < 1 {
+		t.Errorf("the agent did not end the stalled receiver: %+v", st.Receiver)
+	} else {
+		t.Logf("the agent ended %d receiver(s); the last: %s", st.Receiver.Restarts, st.Receiver.LastRestartReason)
+	}
+}
+
+// walReceiverPid is the process of in's postmaster whose title says walreceiver.
+func (in *instance) walReceiverPid() (int, error) {
+	pm := in.postmasterPid()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(fields) < 2 || fields[1] != strconv.Itoa(pm) {
+			continue
+		}
+		if cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); strings.Contains(string(cmd), "walreceiver") {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("%s's postmaster %d has no walreceiver", in.pod, pm)
 }
 
 func since(from, to time.Time) string {
