@@ -63,6 +63,11 @@ const (
 	// is missing; absent while monitoring is not enabled.
 	ConditionMonitoringReady = "MonitoringReady"
 
+	// ConditionReplicasStreaming is True while every replica streams from the primary
+	// within spec.postgresql.maxReadLag, False naming each that does not (since when,
+	// its WAL receiver's state, or its lag); the cluster is Degraded meanwhile.
+	ConditionReplicasStreaming = "ReplicasStreaming"
+
 	// ConditionHibernated is True while spec.stopped has stopped every instance, False
 	// while they stop or resume (reason Stopping, Resuming, Resumed); absent on a
 	// cluster never stopped.
@@ -103,6 +108,13 @@ const (
 	ReasonBackupPruned       = "BackupPruned"
 	ReasonOneDatabase        = "OneDatabase"
 	ReasonAnotherDatabase    = "AnotherDatabase"
+	// ConditionReplicasStreaming, the Degraded phase and events: every replica streams
+	// (ReasonAllStreaming), one does not stream or lags beyond maxReadLag
+	// (ReasonReplicaNotStreaming, a Warning event), it streams again
+	// (ReasonReplicaStreaming, a Normal event).
+	ReasonAllStreaming        = "AllStreaming"
+	ReasonReplicaNotStreaming = "ReplicaNotStreaming"
+	ReasonReplicaStreaming    = "ReplicaStreaming"
 	// Roles and databases (ConditionRolesReconciled and events).
 	ReasonRolesReconciled  = "Reconciled"
 	ReasonRoleFailed       = "RoleFailed"

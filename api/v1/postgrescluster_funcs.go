@@ -51,6 +51,12 @@ const (
 	// DataConsistent condition and the instances' setAside.
 	AnnotationDataGuard = "db.example.com/data-guard"
 
+	// AnnotationStreaming on the primary Lease is, by replica, why it does not serve
+	// reads (JSON: state, since, reason): it does not stream from the primary or lags
+	// beyond spec.postgresql.maxReadLag, as its agent reports. The failover controller
+	// records it and the status controller shows it as the ReplicasStreaming condition.
+	AnnotationStreaming = "db.example.com/streaming"
+
 	// AnnotationDataVersion on the primary Lease is the PostgreSQL major version of the
 	// cluster's data, as its primary runs it: recorded by the failover controller, shown
 	// as status.dataVersion, and the only version a plan deploys once recorded.

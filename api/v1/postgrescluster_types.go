@@ -224,6 +224,16 @@ type PostgreSQLSpec struct {
 	// +optional
 	IdleSlotTimeout *metav1.Duration `json:"idleSlotTimeout,omitempty"`
 
+	// maxReadLag is how far behind the primary a replica may be and still serve reads:
+	// a replica is ready (in the -ro and -r Services) only while its WAL receiver
+	// streams from the current primary and it has replayed what the primary had
+	// maxReadLag ago. One that does not stream, or lags more, is not ready and makes
+	// the cluster Degraded (condition ReplicasStreaming) until it catches up.
+	// +kubebuilder:default="30s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="maxReadLag must be a duration between 1s and 24h, such as 30s"
+	// +optional
+	MaxReadLag *metav1.Duration `json:"maxReadLag,omitempty"`
+
 	// allowUnsafeDurability lets parameters turn fsync or full_page_writes off, or
 	// synchronous_commit off or local, and keeps a database's or role's
 	// synchronous_commit = local or off (ALTER DATABASE/ROLE ... SET), which the primary

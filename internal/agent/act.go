@@ -320,6 +320,7 @@ const walGoneFor = 15 * time.Second
 // there is no archive to restore it from. Without this it would stay a replica that
 // never streams again.
 func (a *Agent) maintainStandby(ctx context.Context, proc *Process, primary string) error {
+	a.watchReceiver(ctx, proc, primary)
 	if err := a.keepSlots(ctx, true); err != nil {
 		// The slots only make a later promotion faster: never a reason to stop here.
 		a.log.Info("Could not keep the replication slots on this standby", "error", err.Error())

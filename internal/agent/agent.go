@@ -97,7 +97,9 @@ type Agent struct {
 	volume volumeTrend
 	// walGone is since when this standby's WAL receiver has been failing because the
 	// primary no longer has the WAL it needs; zero while it is not.
-	walGone  time.Time
+	walGone time.Time
+	// recv watches a standby's WAL receiver (receiver.go).
+	recv     receiverWatcher
 	recovery *Recovery // set while restoring from a backup
 	backups  map[string]*backupJob
 	runCtx   context.Context // Run's context: background work ends with it
@@ -250,6 +252,9 @@ func (a *Agent) setState(p *Process, role, upstream string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.proc, a.role, a.upstream = p, role, upstream
+	if role != agentapi.RoleReplica {
+		a.recv.reset()
+	}
 	switch {
 	case role == agentapi.RolePrimary || role == agentapi.RoleReplica:
 		a.downSince = time.Time{}
@@ -352,6 +357,8 @@ func (a *Agent) act(ctx context.Context, d Decision, view LeaseView) error {
 	case KeepStandby:
 		if p := a.process(); p != nil && d.Target != "" {
 			return a.maintainStandby(ctx, p, d.Target)
+		} else if p != nil {
+			a.watchReceiver(ctx, p, "") // frozen
 		}
 	case StartPrimary, StartStandby:
 		return a.startInstance(ctx, d, view)
@@ -474,6 +481,11 @@ func (a *Agent) Ready(ctx context.Context) error {
 	if inRecovery != (role == agentapi.RoleReplica) {
 		return fmt.Errorf("postgres is not yet in its %s role", role)
 	}
+	if role == agentapi.RoleReplica {
+		// I6: a standby serves reads only while it streams from the primary within
+		// maxReadLag (receiver.go).
+		return a.receiverReady(time.Now())
+	}
 	return nil
 }
 
@@ -521,6 +533,9 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 	gate := a.gate
 	a.mu.Unlock()
 	st.LockedOut = a.lockedOut.Load()
+	if st.Running && st.Role == agentapi.RoleReplica {
+		st.Receiver = a.receiverStatus(now)
+	}
 	if st.Role == agentapi.RolePrimary || view.Holder == a.cfg.PodName {
 		st.Confirmation = a.conf.status(view.Term, now)
 		st.Gate = gateState(gate, a.allowed())

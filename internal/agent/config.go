@@ -98,6 +98,9 @@ type ClusterConfig struct {
 	// CustomQueries is the path of the custom queries' file the pod mounts
 	// (spec.monitoring.customQueries); empty without one.
 	CustomQueries string `json:"customQueries,omitempty"`
+	// MaxReadLag is spec.postgresql.maxReadLag, a Go duration: how far behind the
+	// primary a standby may replay and still serve reads. Read with ReadLagBound.
+	MaxReadLag string `json:"maxReadLag,omitempty"`
 }
 
 // DefaultIdleSlotTimeout is spec.postgresql.idleSlotTimeout's default.
@@ -109,6 +112,19 @@ func (c ClusterConfig) SlotTimeout() time.Duration {
 	d, err := time.ParseDuration(c.IdleSlotTimeout)
 	if err != nil || d < 0 {
 		return DefaultIdleSlotTimeout
+	}
+	return d
+}
+
+// DefaultMaxReadLag is spec.postgresql.maxReadLag's default.
+const DefaultMaxReadLag = 30 * time.Second
+
+// ReadLagBound is MaxReadLag; the default when it is unset, not a duration or not
+// positive (the CRD validates it, so only a hand-made config can be wrong).
+func (c ClusterConfig) ReadLagBound() time.Duration {
+	d, err := time.ParseDuration(c.MaxReadLag)
+	if err != nil || d <= 0 {
+		return DefaultMaxReadLag
 	}
 	return d
 }

@@ -171,6 +171,15 @@ func managed(in ConfInput) map[string]string {
 		m["primary_conninfo"] = in.Upstream.Conninfo(map[string]string{
 			"application_name": in.Pod,
 			"keepalives_idle":  "5", "keepalives_interval": "2", "keepalives_count": "3",
+			// The WAL receiver ignores connect_timeout (PostgreSQL 15): connecting to an
+			// address that no longer answers (the primary's pod came back with a new
+			// IP) waited for the kernel's SYN retries, 2 min 14 s. Linux ends a connect
+			// whose SYNs go unanswered after TCP_USER_TIMEOUT (measured: 3.1 s with
+			// 3000, over 25 s without), and an established stream whose data goes
+			// unacknowledged as long. The agent's watch (receiver.go) ends a hang
+			// sooner still, and one the kernel cannot see (an answered SYN, then
+			// silence).
+			"tcp_user_timeout": "5000",
 		})
 		m["primary_slot_name"] = SlotName(in.Pod)
 	}
@@ -193,6 +202,18 @@ var defaults = map[string]string{
 	// a small database. syncfs asks the kernel to sync the volume in one call
 	// (PostgreSQL 14 and later, Linux; errors are reported reliably since Linux 5.8).
 	"recovery_init_sync_method": "syncfs",
+	// A standby's WAL receiver asks its primary for a reply after half of this
+	// without a message, and gives up after all of it: 5 s rather than 60 s, so that a
+	// stream whose primary vanished ends within seconds and the receiver reconnects
+	// (docs/failover.md, I6). The agent's watch ends one silent for half of it plus 3 s.
+	"wal_receiver_timeout": "5s",
+	// A primary's walsender whose standby went silent holds that standby's slot until
+	// this passes: the standby's new connection is refused ("replication slot ... is
+	// active for PID ...") meanwhile. With PostgreSQL's 60 s, a standby whose path to
+	// the primary broke streamed again only a minute later (TestHungWALReceiver...,
+	// test/pg). The walsender asks for a reply after half of it; standbys and the
+	// commit gate (every 100 ms) answer at once.
+	"wal_sender_timeout": "10s",
 	// TLS 1.0 and 1.1 have known weaknesses; a parameter may raise this to TLSv1.3.
 	"ssl_min_protocol_version": "TLSv1.2",
 }

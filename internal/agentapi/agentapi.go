@@ -155,6 +155,8 @@ type Status struct {
 	// DurabilityOverridesKept are such overrides spec.postgresql.allowUnsafeDurability
 	// keeps, as the primary last saw them.
 	DurabilityOverridesKept []string `json:"durabilityOverridesKept,omitempty"`
+	// Receiver is a standby's WAL receiver as the agent watches it; nil on a primary.
+	Receiver *ReceiverStatus `json:"receiver,omitempty"`
 	// Error says what went wrong last, for a person; empty when nothing did.
 	Error string `json:"error,omitempty"`
 }

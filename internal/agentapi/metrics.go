@@ -88,6 +88,9 @@ func (c *instanceCollector) Describe(ch chan<- *prometheus.Desc) {
 	} {
 		ch <- d
 	}
+	for _, d := range receiverDescs {
+		ch <- d
+	}
 }
 
 func (c *instanceCollector) Collect(ch chan<- prometheus.Metric) {
@@ -185,10 +188,11 @@ func (c *instanceCollector) Collect(ch chan<- prometheus.Metric) {
 	if st.StartedAt != nil {
 		gauge(startTimeDesc, float64(st.StartedAt.UnixNano())/1e9)
 	}
+	counter := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	}
+	collectReceiver(st, gauge, counter)
 	if a := st.Archiver; a != nil && a.Enabled {
-		counter := func(d *prometheus.Desc, v float64) {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
-		}
 		counter(archivedDesc, float64(a.ArchivedCount))
 		counter(archiveFailedDesc, float64(a.FailedCount))
 		gauge(archivePendingDesc, float64(a.Pending))

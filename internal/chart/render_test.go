@@ -922,6 +922,7 @@ func wantConfig(replicas int, parameters map[string]string, database, owner stri
 		IdleSlotTimeout: "30m0s",
 	}
 	c.Bootstrap.Database, c.Bootstrap.Owner = database, owner
+	c.MaxReadLag = "30s"
 	c.Services.ReadWrite, c.Services.Headless = dbv1.NamesOf(name).ReadWriteService(), dbv1.NamesOf(name).HeadlessService()
 	return c
 }
@@ -1061,7 +1062,7 @@ func TestPodMonitor(t *testing.T) {
 // select only this cluster's instances.
 func TestPrometheusRule(t *testing.T) {
 	ruleAPI := "monitoring.coreos.com/v1/PrometheusRule"
-	always := []string{"PgpilotPrimaryUnavailable", "PgpilotFailoverHappened", "PgpilotReplicationLagHigh",
+	always := []string{"PgpilotPrimaryUnavailable", "PgpilotFailoverHappened", "PgpilotReplicationLagHigh", "PgpilotReplicaNotStreaming",
 		"PgpilotWALArchiveFailing", "PgpilotWALArchivePendingGrowing", "PgpilotVolumeFillsUpSoon", "PgpilotVolumeAlmostFull",
 		"PgpilotXIDWraparoundNear", "PgpilotXIDWraparoundImminent"}
 	withSync := append(slices.Clone(always[:2]), append([]string{"PgpilotSynchronousStandbyMissing"}, always[2:]...)...)

@@ -311,6 +311,7 @@ func clusterConfig(cluster string, v Values, replicas int) agent.ClusterConfig {
 		Parameters:             v.PostgreSQL.Parameters,
 		SynchronousReplicas:    int(v.PostgreSQL.SynchronousReplicas),
 		IdleSlotTimeout:        agent.DefaultIdleSlotTimeout.String(),
+		MaxReadLag:             agent.DefaultMaxReadLag.String(),
 		Bootstrap:              agent.Bootstrap{Database: v.Bootstrap.Database, Owner: v.Bootstrap.Owner},
 		PrimaryLease:           n.PrimaryLease(),
 		SuperuserNetworkAccess: v.PostgreSQL.SuperuserNetworkAccess,
@@ -325,6 +326,9 @@ func clusterConfig(cluster string, v Values, replicas int) agent.ClusterConfig {
 	}
 	if t := v.PostgreSQL.IdleSlotTimeout; t != nil {
 		c.IdleSlotTimeout = t.Duration.String()
+	}
+	if t := v.PostgreSQL.MaxReadLag; t != nil && t.Duration > 0 {
+		c.MaxReadLag = t.Duration.String()
 	}
 	c.Services.ReadWrite = n.ReadWriteService()
 	c.Services.Headless = n.HeadlessService()

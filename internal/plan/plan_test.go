@@ -311,6 +311,7 @@ func TestConfig(t *testing.T) {
 			Parameters:          map[string]string{"work_mem": "8MB"},
 			SynchronousReplicas: 1,
 			IdleSlotTimeout:     &metav1.Duration{Duration: 0},
+			MaxReadLag:          &metav1.Duration{Duration: 10e9}, // 10s
 		}
 	})
 	p, err := plan.Decide(cluster, v, plan.Observed{})
@@ -321,7 +322,7 @@ func TestConfig(t *testing.T) {
 		ClusterName: "my-db", Version: "16", Replicas: 3,
 		Parameters: map[string]string{"work_mem": "8MB"}, SynchronousReplicas: 1,
 		IdleSlotTimeout: "0s", Bootstrap: agent.Bootstrap{Database: "app", Owner: "app"},
-		PrimaryLease: "my-db-primary",
+		PrimaryLease: "my-db-primary", MaxReadLag: "10s",
 	}
 	want.Services.ReadWrite, want.Services.Headless = "my-db-rw", "my-db-headless"
 	if diff := cmp.Diff(want, p.Config); diff != "" {
@@ -338,6 +339,9 @@ func TestConfig(t *testing.T) {
 	}
 	if p.Config.SlotTimeout() != agent.DefaultIdleSlotTimeout || p.Config.Parameters == nil {
 		t.Errorf("defaults: idleSlotTimeout %q, parameters %v", p.Config.IdleSlotTimeout, p.Config.Parameters)
+	}
+	if p.Config.ReadLagBound() != agent.DefaultMaxReadLag || p.Config.MaxReadLag != "30s" {
+		t.Errorf("defaults: maxReadLag %q", p.Config.MaxReadLag)
 	}
 }
 

@@ -391,6 +391,8 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 			"postgresql": map[string]any{"synchronousReplicas": int64(2)}}, "synchronousReplicas must be less than replicas"},
 		{"negative idle slot timeout", map[string]any{"version": "16", "postgresql": map[string]any{"idleSlotTimeout": "-5m"}}, "idleSlotTimeout must be a duration between 0s and 168h"},
 		{"idle slot timeout over a week", map[string]any{"version": "16", "postgresql": map[string]any{"idleSlotTimeout": "200h"}}, "idleSlotTimeout must be a duration between 0s and 168h"},
+		{"zero read lag", map[string]any{"version": "16", "postgresql": map[string]any{"maxReadLag": "0s"}}, "maxReadLag must be a duration between 1s and 24h"},
+		{"read lag over a day", map[string]any{"version": "16", "postgresql": map[string]any{"maxReadLag": "25h"}}, "maxReadLag must be a duration between 1s and 24h"},
 		{"a client of no selector", map[string]any{"version": "16", "networkPolicy": map[string]any{"clients": []any{map[string]any{}}}},
 			"each of clients needs a podSelector, a namespaceSelector or an ipBlock"},
 		{"a metrics scraper of no selector", map[string]any{"version": "16", "networkPolicy": map[string]any{"metricsScrapers": []any{map[string]any{}}}},

@@ -4,6 +4,7 @@ package pg
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -230,6 +231,8 @@ type instance struct {
 	cmd    *exec.Cmd
 	log    *bytes.Buffer
 	done   chan struct{}
+	// peers, when set, replaces the cluster's pod=address list this agent is given.
+	peers string
 }
 
 // nextCluster numbers a new cluster k: name c<k>, namespace pg-<k>, its own work
@@ -396,7 +399,7 @@ func (in *instance) start() {
 		"--listen", in.ip, "--port", "5432", "--socket-dir", filepath.Join(in.dir, "run"),
 		"--config", filepath.Join(in.c.dir, "config.json"), "--secrets", filepath.Join(in.c.dir, "secrets"),
 		"--api-address", in.ip+":8008", "--auth", filepath.Join(in.c.dir, "auth"), "--tls", in.c.tlsDir(),
-		"--peers", in.c.peers(), "--kubeconfig", filepath.Join(in.dir, "kubeconfig"), "--shutdown-timeout", "20s",
+		"--peers", cmp.Or(in.peers, in.c.peers()), "--kubeconfig", filepath.Join(in.dir, "kubeconfig"), "--shutdown-timeout", "20s",
 		"--lease-probe", "500ms", "--linger", "0s", "--custom-queries", in.c.customQueries)
 	in.cmd.Stdout, in.cmd.Stderr = syncWriter(in.log), syncWriter(in.log)
 	in.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: pgUID, Gid: pgGID}, Pdeathsig: syscall.SIGKILL}

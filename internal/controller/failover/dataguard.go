@@ -115,27 +115,40 @@ func (c *cycle) recordDataGuard(ctx context.Context) error {
 	if prev != nil && equalGuard(*prev, next) {
 		return nil
 	}
-	var answered []string
-	for _, i := range c.instances {
-		if i.Reachable {
-			answered = append(answered, i.Name)
-		}
-	}
-	for _, e := range DataGuardEvents(prev, next, answered) {
+	for _, e := range DataGuardEvents(prev, next, answered(c.instances)) {
 		c.log("Data protection changed", "reason", e.Reason, "message", e.Message)
 		c.r.recorder.Event(c.cluster, e.Type, e.Reason, e.Message)
 	}
+	if err := c.recordJSON(ctx, dbv1.AnnotationDataGuard, next, empty); err != nil {
+		return fmt.Errorf("recording the agents' data protection in the Lease: %w", err)
+	}
+	return nil
+}
+
+// answered are the instances whose agents answered.
+func answered(instances []Instance) []string {
+	var out []string
+	for _, i := range instances {
+		if i.Reachable {
+			out = append(out, i.Name)
+		}
+	}
+	return out
+}
+
+// recordJSON sets the Lease's annotation key to v as JSON, or removes it when empty.
+func (c *cycle) recordJSON(ctx context.Context, key string, v any, empty bool) error {
 	value := ""
 	if !empty {
-		b, err := json.Marshal(next)
+		b, err := json.Marshal(v)
 		if err != nil {
 			return err
 		}
 		value = string(b)
 	}
-	l, err := c.apply(ctx, primarylease.SetAnnotation(dbv1.AnnotationDataGuard, value))
+	l, err := c.apply(ctx, primarylease.SetAnnotation(key, value))
 	if err != nil {
-		return fmt.Errorf("recording the agents' data protection in the Lease: %w", err)
+		return err
 	}
 	c.lease = l
 	return nil

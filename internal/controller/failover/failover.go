@@ -158,6 +158,9 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		err = verr
 	}
 	c.reportDurability()
+	if serr := c.recordStreaming(ctx); serr != nil && err == nil {
+		err = serr
+	}
 	if requeue <= 0 || requeue > PollPeriod {
 		requeue = PollPeriod
 	}

@@ -11,6 +11,7 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
+	"github.com/pgpilot/pgpilot/internal/controller/failover"
 	"github.com/pgpilot/pgpilot/internal/controller/restart"
 	"github.com/pgpilot/pgpilot/internal/controller/roles"
 	"github.com/pgpilot/pgpilot/internal/controller/storage"
@@ -60,6 +61,9 @@ type Observed struct {
 	// OperatorVersion is this operator's version (internal/version); "" keeps the
 	// recorded one.
 	OperatorVersion string
+	// Streaming are the replicas that do not stream from the primary within
+	// maxReadLag, as the failover controller last recorded them; nil when none.
+	Streaming failover.StreamingRecord
 }
 
 // ArchivingHealth is whether the primary archives WAL, and what it last said.
@@ -109,6 +113,7 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 	}
 
 	phase, reason, message := phaseOf(o, primaryReady, st.ReadyInstances)
+	phase, reason, message = notStreaming(o, phase, reason, message)
 	st.Phase = phase
 	if phase == dbv1.PhaseHealthy && !c.Bootstrapped() {
 		dbv1.SetCondition(&st.Conditions, dbv1.Condition{
@@ -158,6 +163,11 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 	}
 
 	dbv1.SetCondition(&st.Conditions, dataConsistent(o, c.Generation), now)
+	if c.Spec.Replicas > 1 {
+		dbv1.SetCondition(&st.Conditions, replicasStreaming(o, c.Generation), now)
+	} else {
+		dbv1.RemoveCondition(&st.Conditions, dbv1.ConditionReplicasStreaming)
+	}
 	if o.PendingRestart != nil {
 		dbv1.SetCondition(&st.Conditions, pendingRestart(*o.PendingRestart, c.Generation), now)
 	}
@@ -301,4 +311,39 @@ func phaseOf(o Observed, primaryReady bool, readyInstances int32) (dbv1.Phase, s
 		return dbv1.PhaseUnavailable, dbv1.ReasonPrimaryNotReady,
 			fmt.Sprintf("The primary %s is not ready; %d of %d instances are ready", o.Primary, readyInstances, want)
 	}
+}
+
+// streamingProblems describes the replicas that do not stream, one per pod, sorted.
+func streamingProblems(o Observed) []string {
+	var out []string
+	for _, pod := range slices.Sorted(maps.Keys(o.Streaming)) {
+		if pod == o.Primary {
+			continue
+		}
+		out = append(out, o.Streaming[pod].Describe(pod))
+	}
+	return out
+}
+
+// notStreaming makes a Healthy or Degraded phase Degraded with the replicas that do not
+// stream from the primary within maxReadLag (I6): such a replica is not ready, and one
+// whose probe has not failed yet must not leave the cluster Healthy meanwhile.
+func notStreaming(o Observed, phase dbv1.Phase, reason, message string) (dbv1.Phase, string, string) {
+	problems := streamingProblems(o)
+	if len(problems) == 0 || (phase != dbv1.PhaseHealthy && phase != dbv1.PhaseDegraded) {
+		return phase, reason, message
+	}
+	return dbv1.PhaseDegraded, dbv1.ReasonReplicaNotStreaming, message + "; " + strings.Join(problems, "; ")
+}
+
+// replicasStreaming is True while every replica streams within maxReadLag, False naming
+// each one that does not.
+func replicasStreaming(o Observed, generation int64) dbv1.Condition {
+	cond := dbv1.Condition{Type: dbv1.ConditionReplicasStreaming, Status: metav1.ConditionTrue, Reason: dbv1.ReasonAllStreaming,
+		Message: "Every replica that answers streams from the primary within maxReadLag", ObservedGeneration: generation}
+	if problems := streamingProblems(o); len(problems) > 0 {
+		cond.Status, cond.Reason = metav1.ConditionFalse, dbv1.ReasonReplicaNotStreaming
+		cond.Message = strings.Join(problems, "; ") + ". Such a replica is not ready (it leaves the -ro and -r Services) until it streams within maxReadLag; its agent restarts a WAL receiver that hangs"
+	}
+	return cond
 }

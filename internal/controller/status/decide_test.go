@@ -1,6 +1,7 @@
 package status_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/controller/failover"
 	"github.com/pgpilot/pgpilot/internal/controller/restart"
 	"github.com/pgpilot/pgpilot/internal/controller/status"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
@@ -87,6 +90,11 @@ var failoverReady = dbv1.Condition{
 var dataConsistent = dbv1.Condition{
 	Type: dbv1.ConditionDataConsistent, Status: metav1.ConditionTrue, Reason: dbv1.ReasonOneDatabase,
 	Message: "No instance refuses to follow the primary for holding another database", ObservedGeneration: generation, LastTransitionTime: now,
+}
+
+var replicasStreaming = dbv1.Condition{
+	Type: dbv1.ConditionReplicasStreaming, Status: metav1.ConditionTrue, Reason: dbv1.ReasonAllStreaming,
+	Message: "Every replica that answers streams from the primary within maxReadLag", ObservedGeneration: generation, LastTransitionTime: now,
 }
 
 // bootstrappedCondition is what wasBootstrapped adds.
@@ -531,6 +539,7 @@ func TestDecideStatus(t *testing.T) {
 					{Type: dbv1.ConditionCredentialsReady, Status: metav1.ConditionTrue, Reason: dbv1.ReasonCredentialsCreated,
 						Message: credentialsOK, ObservedGeneration: generation, LastTransitionTime: now},
 					dataConsistent,
+					replicasStreaming,
 				},
 				Phase:          dbv1.PhaseCreating,
 				CurrentPrimary: "db-0",
@@ -585,6 +594,7 @@ func TestDecideStatus(t *testing.T) {
 					{Type: dbv1.ConditionDataConsistent, Status: metav1.ConditionFalse, Reason: dbv1.ReasonAnotherDatabase,
 						Message:            "db-0: refusing to rewind onto db-1: it holds another database",
 						ObservedGeneration: generation, LastTransitionTime: now},
+					replicasStreaming,
 				},
 				Phase:          dbv1.PhaseDegraded,
 				CurrentPrimary: "db-1",
@@ -641,6 +651,39 @@ func TestBootstrappedIsSetOnceAndKept(t *testing.T) {
 
 // A blocked failover and the last failover, as the failover controller recorded them on
 // the Lease, reach the status.
+// A replica the failover controller recorded as not streaming (I6) makes a cluster whose
+// pods are all ready Degraded, names the replica and since when, and the condition
+// goes back to True once the record is empty.
+func TestDecideReplicasStreaming(t *testing.T) {
+	since := time.Date(2026, 11, 27, 5, 12, 1, 0, time.UTC)
+	o := status.Observed{Cluster: newCluster(wasReady(dbv1.ReasonAllInstancesReady)), Pods: pods("db-0", "db-1", "db-2"), Primary: "db-0",
+		Streaming: failover.StreamingRecord{"db-2": {Upstream: "db-0", State: agentapi.ReceiverConnecting, Since: since,
+			Reason: "not streaming from db-0 for 5.2s: the WAL receiver is connecting"}}}
+	st := status.Decide(o, now)
+	if st.Phase != dbv1.PhaseDegraded {
+		t.Errorf("phase %s, want Degraded", st.Phase)
+	}
+	ready := dbv1.FindCondition(st.Conditions, dbv1.ConditionReady)
+	if ready == nil || ready.Reason != dbv1.ReasonReplicaNotStreaming || !strings.Contains(ready.Message, "db-2 has not streamed from db-0 since 2026-11-27T05:12:01Z") {
+		t.Errorf("Ready condition %+v", ready)
+	}
+	c := dbv1.FindCondition(st.Conditions, dbv1.ConditionReplicasStreaming)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != dbv1.ReasonReplicaNotStreaming ||
+		!strings.Contains(c.Message, "db-2 has not streamed from db-0 since 2026-11-27T05:12:01Z (not streaming from db-0 for 5.2s: the WAL receiver is connecting)") {
+		t.Errorf("ReplicasStreaming condition %+v", c)
+	}
+	o.Streaming = nil
+	st = status.Decide(o, now)
+	if c := dbv1.FindCondition(st.Conditions, dbv1.ConditionReplicasStreaming); st.Phase != dbv1.PhaseHealthy || c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("streaming again: phase %s, condition %+v", st.Phase, c)
+	}
+	// One instance: no replica, no condition.
+	o.Cluster = newCluster(withReplicas(1), wasReady(dbv1.ReasonAllInstancesReady))
+	if c := dbv1.FindCondition(status.Decide(o, now).Conditions, dbv1.ConditionReplicasStreaming); c != nil {
+		t.Errorf("a single instance has a ReplicasStreaming condition: %+v", c)
+	}
+}
+
 func TestDecideFailover(t *testing.T) {
 	rec := &dbv1.FailoverRecord{From: "db-0", To: "db-1", Time: earlier, Duration: "3.2s", Reason: "the primary db-0's agent does not answer"}
 	st := status.Decide(status.Observed{Cluster: newCluster(), Pods: pods("db-1"), Primary: "db-1",

@@ -26,6 +26,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/controller/backup"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
 	"github.com/pgpilot/pgpilot/internal/controller/credentials"
+	"github.com/pgpilot/pgpilot/internal/controller/failover"
 	"github.com/pgpilot/pgpilot/internal/controller/restart"
 	"github.com/pgpilot/pgpilot/internal/controller/roles"
 	"github.com/pgpilot/pgpilot/internal/controller/storage"
@@ -131,6 +132,7 @@ func (r *StatusReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster)
 	switch {
 	case err == nil:
 		rec := primarylease.Parse(&lease)
+		obs.Streaming = failover.ParseStreaming(lease.Annotations[dbv1.AnnotationStreaming])
 		obs.Primary, obs.FailoverBlocked, obs.LastFailover = rec.Holder, rec.FailoverBlocked, rec.LastFailover
 		obs.DataGuard, obs.DataVersion = rec.DataGuard, rec.DataVersion
 		if h := rec.Hibernation; h != nil && h.Holder == rec.Holder && h.Term == rec.Term {
