@@ -221,11 +221,11 @@ func runRound(t *testing.T, c *cluster, f fault, r *row, round int) *cluster {
 	}
 	// The pace keeps the harness light on a 2-core node: about 50 commits a second on
 	// the persistent connection, 5 new connections a second, and 30 probe connections.
-	// The writers a mode or a fault adds go at 20 a second, a bulk transaction at most
-	// every second.
+	// The writers a mode or a fault adds go at the persistent one's pace, a bulk
+	// transaction at most every 2 s.
 	w := testutil.StartWriter(c.rwTarget, testutil.WriterOptions{Table: "acked", FirstID: c.nextID,
 		Timeout: 3 * time.Second, Interval: 20 * time.Millisecond, PerStatementInterval: 200 * time.Millisecond,
-		LocalSession: c.mode.localCommit, Cancelling: f.cancelling, BulkRows: bulkRowsOf(f), BulkInterval: time.Second})
+		LocalSession: c.mode.localCommit, Cancelling: f.cancelling, BulkRows: bulkRowsOf(f), BulkInterval: 2 * time.Second})
 	// At most two attempts wait on an instance at a time: one that swallows packets
 	// gets two a second, not ten, and a slow one is not buried under abandoned
 	// connections.

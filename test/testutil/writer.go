@@ -250,7 +250,9 @@ func (w *Writer) persistent(ctx context.Context, l loop) {
 	for ctx.Err() == nil {
 		a := Attempt{Writer: l.name, ID: w.next.Add(1) - 1, Rows: rows, Start: time.Now()}
 		w.begin(a)
-		actx, cancel := context.WithTimeout(ctx, l.timeout)
+		// Connecting is bounded by Timeout at least: the cancelling writer's shorter
+		// timeout is the commit's.
+		actx, cancel := context.WithTimeout(ctx, max(w.opts.Timeout, l.timeout))
 		if conn == nil {
 			warns = &syncWarnings{}
 			if conn, a.Err = w.open(actx, warns, l.cancel); a.Err == nil {
@@ -261,9 +263,11 @@ func (w *Writer) persistent(ctx context.Context, l loop) {
 			}
 		}
 		if a.Err == nil {
+			ictx, icancel := context.WithTimeout(actx, l.timeout)
 			warns.take()
-			_, a.Err = conn.Exec(actx, l.sql, a.ID)
+			_, a.Err = conn.Exec(ictx, l.sql, a.ID)
 			a.SyncWarning = warns.take()
+			icancel()
 		}
 		cancel()
 		a.End = time.Now()
