@@ -436,7 +436,8 @@ func probeSummary(results []testutil.ProbeResult) string {
 	return strings.Join(parts, ", ")
 }
 
-// idRanges writes sorted ids as ranges: 1-3,7.
+// idRanges writes sorted ids as ranges: 1-3,7; the first 12 ranges, when the writers'
+// interleaved ids cut a loss into hundreds.
 func idRanges(ids []int64) string {
 	var parts []string
 	for i := 0; i < len(ids); {
@@ -450,6 +451,9 @@ func idRanges(ids []int64) string {
 			parts = append(parts, fmt.Sprintf("%d-%d", ids[i], ids[j]))
 		}
 		i = j + 1
+	}
+	if len(parts) > 12 {
+		return strings.Join(parts[:12], ",") + fmt.Sprintf(",... (%d ranges in all, up to %d)", len(parts), ids[len(ids)-1])
 	}
 	return strings.Join(parts, ",")
 }
@@ -536,8 +540,8 @@ func (rs *rows) table(took time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "chaos: rounds per fault and mode %d, hold %s, recovery timeout %s, PostgreSQL %s, %s in all\n\n",
 		settings.rounds, settings.hold, settings.recoveryTimeout, settings.pgMajor, took.Round(time.Second))
-	b.WriteString("| fault | mode | rounds | not recovered | unavailable p50 | p95 | max | acked / attempted | acked rows lost | of which local-session or cancelled (after the bound) | lost rows acked (from the fault) | two-writable moments | acked with sync-rep WARNING (by the cancelling writer) | pods recreated between rounds |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| fault | mode | rounds | not recovered | unavailable p50 | p95 | max | acked / attempted | acked rows lost | of which local-session or cancelled (after the bound) | lost rows acked (from the fault) | two-writable moments | acked with sync-rep WARNING (by the cancelling writer) | recovered p50 / max | pods recreated between rounds |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs.rows {
 		var (
 			gaps                           []time.Duration
@@ -547,8 +551,12 @@ func (rs *rows) table(took time.Duration) string {
 			loose, late, cancelWarned      int
 			spans                          []string
 		)
+		var recoveries []time.Duration
 		for _, res := range r.rounds {
 			gaps = append(gaps, res.gap.Duration())
+			if res.recoverErr == nil {
+				recoveries = append(recoveries, res.recovered.Sub(res.faultAt))
+			}
 			if res.recoverErr != nil {
 				failed++
 			}
@@ -575,9 +583,11 @@ func (rs *rows) table(took time.Duration) string {
 			lostCell += fmt.Sprintf(" (%d rounds unchecked)", unchecked)
 		}
 		sec := func(q float64) string { return fmt.Sprintf("%.1f s", testutil.Percentile(gaps, q).Seconds()) }
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %s | %d / %d | %s | %d (%d) | %s | %d | %d (%d) | %d |\n", r.fault.name, r.mode.name,
-			len(r.rounds), failed, sec(0.5), sec(0.95), sec(1), acked, attempted, lostCell, loose, late, strings.Join(spans, ", "),
-			moments, warned, cancelWarned, r.renewed)
+		recovered := fmt.Sprintf("%.1f s / %.1f s", testutil.Percentile(recoveries, 0.5).Seconds(),
+			testutil.Percentile(recoveries, 1).Seconds())
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %s | %d / %d | %s | %d (%d) | %s | %d | %d (%d) | %s | %d |\n", r.fault.name,
+			r.mode.name, len(r.rounds), failed, sec(0.5), sec(0.95), sec(1), acked, attempted, lostCell, loose, late,
+			strings.Join(spans, ", "), moments, warned, cancelWarned, recovered, r.renewed)
 	}
 	var broken []string
 	for _, r := range rs.rows {
