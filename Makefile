@@ -176,11 +176,11 @@ e2e-monitoring: $(PROMETHEUS) ## The monitoring proof on a fresh local cluster: 
 	@E2E_TAGS=monitoring E2E_RUN='^TestMonitoring$$' bash hack/e2e/run.sh
 
 .PHONY: chaos
-chaos: ## Run the fault suite on a fresh local cluster: every fault on the primary, async and sync, CHAOS_ROUNDS (3) each (CHAOS_FAULTS=regexp, CHAOS_KEEP=1).
+chaos: ## Run the fault suite on a fresh local cluster: every fault on the primary, async, sync and sync-local, CHAOS_ROUNDS (3) each (CHAOS_FAULTS=regexp, CHAOS_MODES=regexp, CHAOS_KEEP=1).
 	@bash hack/chaos/run.sh
 
 .PHONY: chaos-short
-chaos-short: ## The fault suite's CI subset: graceful delete, container kill, freeze, network cut; async and sync, 1 round each.
+chaos-short: ## The fault suite's CI subset: eviction, container kill, sandbox kill, freeze, network cut, client-reachable cut; async and sync, 1 round each.
 	@CHAOS_SHORT=1 bash hack/chaos/run.sh
 
 .PHONY: localcluster

@@ -6,9 +6,11 @@
 # suite passed. docs/chaos.md says what is measured.
 #
 #   CHAOS_ROUNDS=3         rounds per fault and mode
-#   CHAOS_FAULTS=regexp    faults to run (default all); CHAOS_MODES=regexp (async, sync)
-#   CHAOS_SHORT=1          the CI subset unless CHAOS_FAULTS/CHAOS_ROUNDS say otherwise:
-#                          evict, container-kill, freeze, network-cut, 1 round
+#   CHAOS_FAULTS=regexp    faults to run (default all); CHAOS_MODES=regexp (async, sync,
+#                          sync-local)
+#   CHAOS_SHORT=1          the CI subset unless CHAOS_FAULTS/CHAOS_ROUNDS/CHAOS_MODES say
+#                          otherwise: evict, container-kill, sandbox-kill, freeze,
+#                          network-cut, reachable-cut; async and sync; 1 round
 #   CHAOS_HOLD=20s         how long a frozen or cut primary stays so
 #   CHAOS_RECOVERY_TIMEOUT=5m
 #   CHAOS_KEEP=1           leave the cluster up afterwards (make demo-down removes it)
@@ -18,8 +20,9 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../e2e/lib.sh"
 
 if [[ ${CHAOS_SHORT:-} == 1 ]]; then
-  export CHAOS_FAULTS=${CHAOS_FAULTS:-^(evict|container-kill|freeze|network-cut)$}
+  export CHAOS_FAULTS=${CHAOS_FAULTS:-^(evict|container-kill|sandbox-kill|freeze|network-cut|reachable-cut)$}
   export CHAOS_ROUNDS=${CHAOS_ROUNDS:-1}
+  export CHAOS_MODES=${CHAOS_MODES:-^(async|sync)$}
 fi
 # Each mode's cluster takes three local volumes, and one more cluster for every round
 # that does not recover.

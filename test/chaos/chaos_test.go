@@ -181,7 +181,10 @@ type roundResult struct {
 	injectErr, recoverErr, checkErr error
 	gap                             testutil.Gap
 	check                           testutil.RowCheck
-	moments                         []testutil.Moment
+	loss                            losses
+	// warned counts the cancelling writer's commits acknowledged with the WARNING.
+	cancelWarned int
+	moments      []testutil.Moment
 	// probes sums up the probe's results per instance.
 	probes string
 }
@@ -210,21 +213,33 @@ func runRound(t *testing.T, c *cluster, f fault, r *row, round int) *cluster {
 		t.Fatal(err)
 	}
 	res.primary = primary.Name
+	if c.mode.localCommit {
+		// Again before every round: the product may reset it (issue 32).
+		if err := c.exec(ctx, "ALTER DATABASE app SET synchronous_commit = local"); err != nil {
+			t.Fatalf("ALTER DATABASE app SET synchronous_commit = local: %v", err)
+		}
+	}
 	// The pace keeps the harness light on a 2-core node: about 50 commits a second on
 	// the persistent connection, 5 new connections a second, and 30 probe connections.
+	// The writers a mode or a fault adds go at the persistent one's pace, a bulk
+	// transaction at most every 2 s.
 	w := testutil.StartWriter(c.rwTarget, testutil.WriterOptions{Table: "acked", FirstID: c.nextID,
-		Timeout: 3 * time.Second, Interval: 20 * time.Millisecond, PerStatementInterval: 200 * time.Millisecond})
+		Timeout: 3 * time.Second, Interval: 20 * time.Millisecond, PerStatementInterval: 200 * time.Millisecond,
+		LocalSession: c.mode.localCommit, Cancelling: f.cancelling, BulkRows: bulkRowsOf(f), BulkInterval: 2 * time.Second})
 	// At most two attempts wait on an instance at a time: one that swallows packets
 	// gets two a second, not ten, and a slow one is not buried under abandoned
 	// connections.
 	p := testutil.StartProbe(c.probeTargets, testutil.ProbeOptions{MaxInFlight: 2})
 	var faultedLog *followed
 	if res.injectErr = baseline(w, p, primary.Name); res.injectErr == nil {
+		if c.mode.localCommit {
+			logf("a new session of the application owner has synchronous_commit = %s", c.show(ctx, "synchronous_commit"))
+		}
 		res.faultAt = time.Now()
 		faultedLog = follow(primary)
 		logf("%s: %s", f.name, primary.Name)
 		fctx, cancel := context.WithTimeout(ctx, settings.recoveryTimeout)
-		res.injectErr = f.inject(fctx, &faulting{c: c, primary: primary, logf: logf})
+		res.injectErr = f.inject(fctx, &faulting{c: c, primary: primary, w: w, logf: logf})
 		cancel()
 	} else {
 		res.faultAt = time.Now()
@@ -239,8 +254,13 @@ func runRound(t *testing.T, c *cluster, f fault, r *row, round int) *cluster {
 			indent(lastLines(faultedLog.stop(), 200)))
 	}
 	c.nextID = w.NextID()
-	res.gap = testutil.Unavailability(attempts, res.faultAt, res.recovered)
-	res.check, res.checkErr = c.checkRows(attempts)
+	res.gap = testutil.Unavailability(gated(attempts), res.faultAt, res.recovered)
+	res.check, res.loss, res.checkErr = c.checkRows(attempts, res.faultAt)
+	for _, a := range attempts {
+		if a.Writer == testutil.WriterCancelling && a.Acked() && a.SyncWarning != "" {
+			res.cancelWarned++
+		}
+	}
 	sections = append(sections, attemptsAround(attempts, res.gap))
 	res.moments = testutil.TwoWritable(probes, 100*time.Millisecond)
 	res.probes = probeSummary(probes)
@@ -252,7 +272,7 @@ func runRound(t *testing.T, c *cluster, f fault, r *row, round int) *cluster {
 	if problems := r.problems(res); len(problems) > 0 {
 		logf("FAILED: %s", strings.Join(problems, "; "))
 		c.dump(t, start, sections...)
-	} else if len(res.check.Lost) > 0 || os.Getenv("CHAOS_DUMP") == "1" {
+	} else if res.loss.count() > 0 || os.Getenv("CHAOS_DUMP") == "1" {
 		// A loss the mode allows (asynchronous, after a crash) still needs explaining.
 		c.dump(t, start, sections...)
 	}
@@ -262,6 +282,24 @@ func runRound(t *testing.T, c *cluster, f fault, r *row, round int) *cluster {
 		return newCluster(t, c.mode, c.gen+1)
 	}
 	return c
+}
+
+// bulkRowsOf is the size of the bulk writer's transactions in f's rounds, 0 for none.
+func bulkRowsOf(f fault) int {
+	if f.bulk {
+		return bulkRows
+	}
+	return 0
+}
+
+// gated returns the attempts of the writers that never loosen durability (the
+// persistent and the per-statement one), which the unavailability is measured on: a
+// local-session commit or a cancelled one acknowledged by an isolated primary is not a
+// write that was available.
+func gated(attempts []testutil.Attempt) []testutil.Attempt {
+	return slices.DeleteFunc(slices.Clone(attempts), func(a testutil.Attempt) bool {
+		return a.Writer != testutil.WriterPersistent && a.Writer != testutil.WriterPerStatement
+	})
 }
 
 // attemptsAround lists the writers' attempts that ended within the longest gap, or a
@@ -326,11 +364,26 @@ func (res roundResult) summary() string {
 		fmt.Fprintf(&b, "rows not checked: %v; ", res.checkErr)
 	} else {
 		fmt.Fprintf(&b, "%d of %d attempts acknowledged (%d with a synchronous-replication warning), %d acknowledged rows lost",
-			res.check.Acked, res.check.Attempted, res.check.SyncWarned, len(res.check.Lost))
+			res.check.Acked, res.check.Attempted, res.check.SyncWarned, res.loss.count())
 		if len(res.check.Lost) > 0 {
 			fmt.Fprintf(&b, " (ids %s)", idRanges(res.check.Lost))
 		}
+		if l := res.loss; l.count() > 0 {
+			fmt.Fprintf(&b, ": %d that waited for the gate, %d local-session or cancelled acknowledged within %s of the fault, %d after",
+				len(l.strict), len(l.bounded), lossBound, len(l.late))
+			if len(l.bulk) > 0 {
+				fmt.Fprintf(&b, ", %d rows of %d bulk transactions (%s)", l.bulkRows, len(l.bulk), idRanges(l.bulk))
+			}
+			fmt.Fprintf(&b, "; lost rows acknowledged %s", l.span())
+		}
 		b.WriteString("; ")
+		if res.loss.bulkChecks > 0 {
+			fmt.Fprintf(&b, "%d bulk transactions of %d rows, %d torn", res.loss.bulkChecks, bulkRows, len(res.loss.torn))
+			if len(res.loss.torn) > 0 {
+				fmt.Fprintf(&b, " (%s)", idRanges(res.loss.torn))
+			}
+			b.WriteString("; ")
+		}
 	}
 	fmt.Fprintf(&b, "%d two-writable moments", len(res.moments))
 	for i, m := range res.moments {
@@ -383,7 +436,8 @@ func probeSummary(results []testutil.ProbeResult) string {
 	return strings.Join(parts, ", ")
 }
 
-// idRanges writes sorted ids as ranges: 1-3,7.
+// idRanges writes sorted ids as ranges: 1-3,7; the first 12 ranges, when the writers'
+// interleaved ids cut a loss into hundreds.
 func idRanges(ids []int64) string {
 	var parts []string
 	for i := 0; i < len(ids); {
@@ -397,6 +451,9 @@ func idRanges(ids []int64) string {
 			parts = append(parts, fmt.Sprintf("%d-%d", ids[i], ids[j]))
 		}
 		i = j + 1
+	}
+	if len(parts) > 12 {
+		return strings.Join(parts[:12], ",") + fmt.Sprintf(",... (%d ranges in all, up to %d)", len(parts), ids[len(ids)-1])
 	}
 	return strings.Join(parts, ",")
 }
@@ -418,6 +475,12 @@ func (r *row) mustKeepAcked() bool {
 	return r.mode.synchronousReplicas > 0 || r.fault.name == "graceful-delete" || r.fault.name == "evict" || r.fault.name == "lease-delete"
 }
 
+// mustBoundLoss reports whether this row asserts that no local-session or cancelled
+// commit acknowledged more than lossBound after the fault is lost: in synchronous
+// mode, where an old primary must stop acknowledging anything T after its last
+// confirmation.
+func (r *row) mustBoundLoss() bool { return r.mode.synchronousReplicas > 0 }
+
 // problems lists the invariants res broke, and the errors that kept it from measuring.
 func (r *row) problems(res roundResult) []string {
 	var p []string
@@ -433,8 +496,15 @@ func (r *row) problems(res roundResult) []string {
 	if len(res.moments) > 0 {
 		p = append(p, fmt.Sprintf("%d two-writable moments", len(res.moments)))
 	}
-	if len(res.check.Lost) > 0 && r.mustKeepAcked() {
-		p = append(p, fmt.Sprintf("%d acknowledged rows lost", len(res.check.Lost)))
+	if n := len(res.loss.strict) + res.loss.bulkRows; n > 0 && r.mustKeepAcked() {
+		p = append(p, fmt.Sprintf("%d acknowledged rows lost", n))
+	}
+	if n := len(res.loss.late); n > 0 && r.mustBoundLoss() {
+		p = append(p, fmt.Sprintf("%d local-session or cancelled commits lost that were acknowledged more than %s after the fault",
+			n, lossBound))
+	}
+	if n := len(res.loss.torn); n > 0 {
+		p = append(p, fmt.Sprintf("%d bulk transactions partly there", n))
 	}
 	return p
 }
@@ -470,17 +540,23 @@ func (rs *rows) table(took time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "chaos: rounds per fault and mode %d, hold %s, recovery timeout %s, PostgreSQL %s, %s in all\n\n",
 		settings.rounds, settings.hold, settings.recoveryTimeout, settings.pgMajor, took.Round(time.Second))
-	b.WriteString("| fault | mode | rounds | not recovered | unavailable p50 | p95 | max | acked / attempted | acked rows lost | two-writable moments | acked with sync-rep WARNING | pods recreated between rounds |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| fault | mode | rounds | not recovered | unavailable p50 | p95 | max | acked / attempted | acked rows lost | of which local-session or cancelled (after the bound) | lost rows acked (from the fault) | two-writable moments | acked with sync-rep WARNING (by the cancelling writer) | recovered p50 / max | pods recreated between rounds |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs.rows {
 		var (
 			gaps                           []time.Duration
 			failed, acked, attempted, lost int
 			moments, warned                int
 			unchecked                      int
+			loose, late, cancelWarned      int
+			spans                          []string
 		)
+		var recoveries []time.Duration
 		for _, res := range r.rounds {
 			gaps = append(gaps, res.gap.Duration())
+			if res.recoverErr == nil {
+				recoveries = append(recoveries, res.recovered.Sub(res.faultAt))
+			}
 			if res.recoverErr != nil {
 				failed++
 			}
@@ -489,17 +565,29 @@ func (rs *rows) table(took time.Duration) string {
 			}
 			acked += res.check.Acked
 			attempted += res.check.Attempted
-			lost += len(res.check.Lost)
+			lost += res.loss.count()
+			loose += len(res.loss.bounded) + len(res.loss.late)
+			late += len(res.loss.late)
+			if sp := res.loss.span(); sp != "" {
+				spans = append(spans, fmt.Sprintf("r%d: %s", res.round, sp))
+			}
 			moments += len(res.moments)
 			warned += res.check.SyncWarned
+			cancelWarned += res.cancelWarned
+		}
+		if len(spans) == 0 {
+			spans = []string{"-"}
 		}
 		lostCell := fmt.Sprint(lost)
 		if unchecked > 0 {
 			lostCell += fmt.Sprintf(" (%d rounds unchecked)", unchecked)
 		}
 		sec := func(q float64) string { return fmt.Sprintf("%.1f s", testutil.Percentile(gaps, q).Seconds()) }
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %s | %d / %d | %s | %d | %d | %d |\n", r.fault.name, r.mode.name,
-			len(r.rounds), failed, sec(0.5), sec(0.95), sec(1), acked, attempted, lostCell, moments, warned, r.renewed)
+		recovered := fmt.Sprintf("%.1f s / %.1f s", testutil.Percentile(recoveries, 0.5).Seconds(),
+			testutil.Percentile(recoveries, 1).Seconds())
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %s | %d / %d | %s | %d (%d) | %s | %d | %d (%d) | %s | %d |\n", r.fault.name,
+			r.mode.name, len(r.rounds), failed, sec(0.5), sec(0.95), sec(1), acked, attempted, lostCell, loose, late,
+			strings.Join(spans, ", "), moments, warned, cancelWarned, recovered, r.renewed)
 	}
 	var broken []string
 	for _, r := range rs.rows {

@@ -33,9 +33,14 @@ type mode struct {
 	name string
 	// synchronousReplicas is spec.postgresql.synchronousReplicas.
 	synchronousReplicas int32
+	// localCommit: before every round the application owner runs ALTER DATABASE app
+	// SET synchronous_commit = local (it owns the database, so PostgreSQL lets it), and
+	// the round adds the writer whose sessions SET synchronous_commit = local
+	// (testutil.WriterLocal).
+	localCommit bool
 }
 
-var modes = []mode{{"async", 0}, {"sync", 1}}
+var modes = []mode{{"async", 0, false}, {"sync", 1, false}, {"sync-local", 1, true}}
 
 // cluster is the PostgresCluster the faults of one mode hit, in a namespace of its own
 // (restricted Pod Security). A cluster that does not recover from a fault is replaced
@@ -56,6 +61,10 @@ type cluster struct {
 	nextID  int64
 	history []testutil.Attempt
 	lost    map[int64]bool
+	// byID finds an attempt of history by its ID; torn holds the bulk transactions
+	// already reported torn.
+	byID map[int64]testutil.Attempt
+	torn map[int64]bool
 }
 
 // newCluster creates a cluster for mode and waits until it is Healthy with every
@@ -65,7 +74,7 @@ func newCluster(t testing.TB, m mode, gen int) *cluster {
 	// A namespace of an earlier run may still be terminating: the run's start time
 	// keeps the names apart.
 	c := &cluster{mode: m, gen: gen, ns: fmt.Sprintf("chaos-%s-%s-%d", runID, m.name, gen), name: "chaos",
-		nextID: 1, lost: map[int64]bool{}}
+		nextID: 1, lost: map[int64]bool{}, byID: map[int64]testutil.Attempt{}, torn: map[int64]bool{}}
 	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.ns,
 		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}
@@ -90,6 +99,7 @@ func newCluster(t testing.TB, m mode, gen int) *cluster {
 	for _, sql := range []string{
 		"CREATE TABLE acked (id bigint PRIMARY KEY)",
 		"CREATE TABLE probe (instance text NOT NULL, at timestamptz NOT NULL DEFAULT now())",
+		"CREATE TABLE bulk (txn bigint NOT NULL, n int NOT NULL)",
 	} {
 		// -rw routes to the primary a moment after it is ready (endpoints, kube-proxy).
 		testutil.Eventually(t, time.Minute, func() error { return c.exec(ctx, sql) })
@@ -298,65 +308,198 @@ func (c *cluster) exec(ctx context.Context, sql string) error {
 	return err
 }
 
-// checkRows reads the table from the current primary's own address and compares it
+// lossBound is how long after the fault a commit that skipped the commit gate (a
+// session's synchronous_commit = local, a commit cancelled while it waited) may still
+// have been acknowledged and then lost: an old primary stops acknowledging anything T
+// (4 s) after its last confirmation, which came before the fault, and the margin (1 s)
+// covers its clock (docs/failover.md).
+const lossBound = 5 * time.Second
+
+// losses sorts the acknowledged rows one round found missing.
+type losses struct {
+	// strict: rows whose commit waited for the gate (or that no gate was asked for,
+	// in asynchronous mode): every writer's but the local sessions', and the
+	// cancelling writer's commits that came without the WARNING.
+	strict []int64
+	// bounded: local-session commits and commits acknowledged with the WARNING,
+	// acknowledged at most lossBound after the fault; late: the same, acknowledged
+	// later, which no mode allows once the old primary stops itself.
+	bounded, late []int64
+	// bulk: the bulk writer's acknowledged transactions not wholly there (their IDs),
+	// bulkRows their missing rows; torn: transactions partly there.
+	bulk       []int64
+	bulkRows   int
+	torn       []int64
+	from, to   time.Duration
+	earlier    int
+	haveSpan   bool
+	bulkChecks int
+}
+
+// count is how many acknowledged rows were lost in all.
+func (l losses) count() int { return len(l.strict) + len(l.bounded) + len(l.late) + l.bulkRows }
+
+// span says when the lost rows of this round were acknowledged, relative to the fault,
+// and how many were acknowledged in earlier rounds.
+func (l losses) span() string {
+	var parts []string
+	if l.haveSpan {
+		parts = append(parts, fmt.Sprintf("%+.1f s to %+.1f s", l.from.Seconds(), l.to.Seconds()))
+	}
+	if l.earlier > 0 {
+		parts = append(parts, fmt.Sprintf("%d from earlier rounds", l.earlier))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// show returns a setting as a new session of the application owner through -rw sees
+// it, or the error.
+func (c *cluster) show(ctx context.Context, setting string) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := testutil.Connect(ctx, c.rw, nil)
+	if err != nil {
+		return err.Error()
+	}
+	defer conn.Close(context.Background())
+	var v string
+	if err := conn.QueryRow(ctx, "SHOW "+setting).Scan(&v); err != nil {
+		return err.Error()
+	}
+	return v
+}
+
+// checkRows reads the tables from the current primary's own address and compares them
 // with every attempt on this cluster so far. It returns the check of this round's
-// attempts, with Lost replaced by the acknowledged ids (of any round) missing now that
-// no earlier round reported.
-func (c *cluster) checkRows(round []testutil.Attempt) (testutil.RowCheck, error) {
+// attempts and the acknowledged rows (of any round) missing now that no earlier round
+// reported, sorted by what the commit promised, with when they were acknowledged
+// relative to faultAt.
+func (c *cluster) checkRows(round []testutil.Attempt, faultAt time.Time) (testutil.RowCheck, losses, error) {
 	c.history = append(c.history, round...)
+	for _, a := range round {
+		c.byID[a.ID] = a
+	}
 	var (
 		present map[int64]bool
+		counts  map[int64]int
 		err     error
 	)
 	// The primary was just found recovered; a few tries cover a blip.
 	for try := 0; try < 5; try++ {
-		if present, err = c.readIDs(); err == nil {
+		if present, counts, err = c.readIDs(); err == nil {
 			break
 		}
 		time.Sleep(2 * time.Second)
 	}
 	if err != nil {
-		return testutil.RowCheck{}, err
+		return testutil.RowCheck{}, losses{}, err
 	}
 	check := testutil.CompareRows(present, round)
 	check.Lost, check.LostSyncWarned = nil, 0
-	for _, id := range testutil.CompareRows(present, c.history).Lost {
-		if !c.lost[id] {
-			c.lost[id] = true
-			check.Lost = append(check.Lost, id)
-		}
+	var l losses
+	// The ids grow from round to round on a cluster.
+	first := c.nextID
+	for _, a := range round {
+		first = min(first, a.ID)
 	}
-	for _, a := range c.history {
-		if a.SyncWarning != "" && slices.Contains(check.Lost, a.ID) {
+	note := func(a testutil.Attempt) {
+		if a.ID < first {
+			l.earlier++
+			return
+		}
+		d := a.End.Sub(faultAt)
+		if !l.haveSpan || d < l.from {
+			l.from = d
+		}
+		if !l.haveSpan || d > l.to {
+			l.to = d
+		}
+		l.haveSpan = true
+	}
+	for _, id := range testutil.CompareRows(present, c.history).Lost {
+		if c.lost[id] {
+			continue
+		}
+		c.lost[id] = true
+		a := c.byID[id]
+		check.Lost = append(check.Lost, id)
+		if a.SyncWarning != "" {
 			check.LostSyncWarned++
 		}
+		note(a)
+		switch {
+		case a.Writer != testutil.WriterLocal && a.SyncWarning == "":
+			l.strict = append(l.strict, id)
+		case a.End.Sub(faultAt) <= lossBound:
+			l.bounded = append(l.bounded, id)
+		default:
+			l.late = append(l.late, id)
+		}
 	}
-	return check, nil
+	bulk := testutil.CompareBulk(counts, c.history)
+	for _, id := range bulk.Lost {
+		if c.lost[id] {
+			continue
+		}
+		c.lost[id] = true
+		a := c.byID[id]
+		note(a)
+		l.bulk = append(l.bulk, id)
+		l.bulkRows += a.Rows - counts[id]
+	}
+	for _, id := range bulk.Torn {
+		if !c.torn[id] {
+			c.torn[id] = true
+			l.torn = append(l.torn, id)
+		}
+	}
+	l.bulkChecks = testutil.CompareBulk(counts, round).Attempted
+	return check, l, nil
 }
 
-func (c *cluster) readIDs() (map[int64]bool, error) {
+// readIDs reads the ids of acked and the rows per transaction of bulk.
+func (c *cluster) readIDs() (map[int64]bool, map[int64]int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	p, err := c.primary(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if p.Status.PodIP == "" {
-		return nil, fmt.Errorf("primary %s has no address", p.Name)
+		return nil, nil, fmt.Errorf("primary %s has no address", p.Name)
 	}
 	conn, err := testutil.Connect(ctx, c.at(p.Status.PodIP), nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer conn.Close(context.Background())
 	var recovery bool
 	if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovery); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if recovery {
-		return nil, fmt.Errorf("%s, the current primary, is in recovery", p.Name)
+		return nil, nil, fmt.Errorf("%s, the current primary, is in recovery", p.Name)
 	}
-	return testutil.IDs(ctx, conn, "acked")
+	ids, err := testutil.IDs(ctx, conn, "acked")
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err := conn.Query(ctx, "SELECT txn, count(*) FROM bulk GROUP BY txn")
+	if err != nil {
+		return nil, nil, err
+	}
+	counts := map[int64]int{}
+	for rows.Next() {
+		var (
+			txn int64
+			n   int
+		)
+		if err := rows.Scan(&txn, &n); err != nil {
+			return nil, nil, err
+		}
+		counts[txn] = n
+	}
+	return ids, counts, rows.Err()
 }
 
 // status is the part of the agent's GET /status the suite reads.

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
 // fault is one way the primary fails. inject hits primary (the pod status.currentPrimary
@@ -29,46 +30,54 @@ type fault struct {
 	// what says what inject does, for the report.
 	what   string
 	inject func(ctx context.Context, f *faulting) error
+	// cancelling adds the writer that sends a cancel request when an attempt times
+	// out (testutil.WriterCancelling) to the round; bulk the writer that commits
+	// bulkRows rows per transaction (testutil.WriterBulk).
+	cancelling, bulk bool
 }
+
+// bulkRows is the size of the bulk writer's transactions.
+const bulkRows = 20000
 
 // faulting is what a fault works on.
 type faulting struct {
 	c       *cluster
 	primary corev1.Pod
+	w       *testutil.Writer
 	logf    func(format string, args ...any)
 }
 
 // controls run only when CHAOS_FAULTS names them. "none" is the writers and the probe
 // alone for the hold: whatever happens to the cluster then is the harness's doing.
 var controls = []fault{
-	{"none", "no fault: the writers and the probe run for the hold (20 s)", func(ctx context.Context, _ *faulting) error {
+	{name: "none", what: "no fault: the writers and the probe run for the hold (20 s)", inject: func(ctx context.Context, _ *faulting) error {
 		return hold(ctx)
 	}},
 }
 
 var faults = []fault{
-	{"graceful-delete", "the primary's pod is deleted (default grace period, 60 s)", func(ctx context.Context, f *faulting) error {
+	{name: "graceful-delete", what: "the primary's pod is deleted (default grace period, 60 s)", inject: func(ctx context.Context, f *faulting) error {
 		if err := k8s.Delete(ctx, &f.primary); err != nil {
 			return err
 		}
 		return gone(ctx, f.primary)
 	}},
-	{"evict", "the primary's pod is evicted through the Eviction API, as kubectl drain does (retried every 5 s while a disruption budget refuses)",
-		func(ctx context.Context, f *faulting) error {
+	{name: "evict", what: "the primary's pod is evicted through the Eviction API, as kubectl drain does (retried every 5 s while a disruption budget refuses)",
+		inject: func(ctx context.Context, f *faulting) error {
 			if err := evict(ctx, f.primary); err != nil {
 				return err
 			}
 			return gone(ctx, f.primary)
 		}},
-	{"forced-delete", "the primary's pod is deleted with grace period 0, forced (kubectl delete --force --grace-period=0)",
-		func(ctx context.Context, f *faulting) error {
+	{name: "forced-delete", what: "the primary's pod is deleted with grace period 0, forced (kubectl delete --force --grace-period=0)",
+		inject: func(ctx context.Context, f *faulting) error {
 			if err := k8s.Delete(ctx, &f.primary, client.GracePeriodSeconds(0)); err != nil {
 				return err
 			}
 			return gone(ctx, f.primary)
 		}},
-	{"container-kill", "SIGKILL to PID 1 of the primary's postgres container; the kubelet restarts it in the same pod",
-		func(ctx context.Context, f *faulting) error {
+	{name: "container-kill", what: "SIGKILL to PID 1 of the primary's postgres container; the kubelet restarts it in the same pod",
+		inject: func(ctx context.Context, f *faulting) error {
 			pid, err := killContainer(f.primary, "postgres")
 			f.logf("killed PID 1 (%d) of %s/postgres", pid, f.primary.Name)
 			if err != nil {
@@ -76,20 +85,28 @@ var faults = []fault{
 			}
 			return restarted(ctx, f.primary, "postgres")
 		}},
-	{"crash-loop", "SIGKILL to the primary's postmaster every time one appears (polled every 50 ms), until another pod is primary",
-		crashLoop},
-	{"freeze", "SIGSTOP to every process of the primary's pod, SIGCONT after the hold (20 s)", freezePod},
-	{"network-cut", "the primary's pod loses every packet but loopback's (iptables DROP in its network namespace) during the hold (20 s)",
-		func(ctx context.Context, f *faulting) error {
+	{name: "sandbox-kill", what: "SIGKILL to every process of the primary's pod, its sandbox's pause process first; the kubelet makes a new sandbox, and the pod comes back with a new IP",
+		inject: sandboxKill},
+	{name: "bulk-kill", what: fmt.Sprintf("SIGKILL to PID 1 of the primary's postgres container halfway through a %d-row INSERT ... SELECT", bulkRows),
+		inject: bulkKill, bulk: true},
+	{name: "crash-loop", what: "SIGKILL to the primary's postmaster every time one appears (polled every 50 ms), until another pod is primary",
+		inject: crashLoop},
+	{name: "freeze", what: "SIGSTOP to every process of the primary's pod, SIGCONT after the hold (20 s)", inject: freezePod},
+	{name: "network-cut", what: "the primary's pod loses every packet but loopback's (iptables DROP in its network namespace) during the hold (20 s)",
+		inject: func(ctx context.Context, f *faulting) error {
 			return cut(ctx, f, []rule{
 				{"INPUT", []string{"!", "-i", "lo", "-j", "DROP"}},
 				{"OUTPUT", []string{"!", "-o", "lo", "-j", "DROP"}},
 			})
 		}},
-	{"apiserver-cut", "the primary's pod loses the API server only (the kubernetes Service and the server's own address) during the hold (20 s)",
-		apiserverCut},
-	{"sidecar-kill", "SIGKILL to PID 1 of the primary's postgres container, then 1.5 s later to the operator's sidecar container",
-		func(ctx context.Context, f *faulting) error {
+	{name: "apiserver-cut", what: "the primary's pod loses the API server only (the kubernetes Service and the server's own address) during the hold (20 s)",
+		inject: apiserverCut},
+	{name: "reachable-cut", what: "the primary's pod loses the API server, its peers and the operator but not its clients (the suite's writers and probe, from the node, on port 5432) during the hold (20 s)",
+		inject: reachableCut},
+	{name: "reachable-cut-cancel", what: "reachable-cut, with a writer that sends a cancel request when a commit waits for more than 1 s",
+		inject: reachableCut, cancelling: true},
+	{name: "sidecar-kill", what: "SIGKILL to PID 1 of the primary's postgres container, then 1.5 s later to the operator's sidecar container",
+		inject: func(ctx context.Context, f *faulting) error {
 			pid, err := killContainer(f.primary, "postgres")
 			if err != nil {
 				return err
@@ -105,10 +122,10 @@ var faults = []fault{
 			f.logf("killed PID 1 (%d) of %s/sidecar", pid, op.Name)
 			return err
 		}},
-	{"lease-delete", "the primary Lease is deleted (the record of who may write, not the pod); the operator must rebuild it from the agents",
-		leaseDelete},
-	{"back-to-back", "the primary's pod is deleted; as soon as status.currentPrimary names another pod, SIGKILL to that pod's postgres container",
-		func(ctx context.Context, f *faulting) error {
+	{name: "lease-delete", what: "the primary Lease is deleted (the record of who may write, not the pod); the operator must rebuild it from the agents",
+		inject: leaseDelete},
+	{name: "back-to-back", what: "the primary's pod is deleted; as soon as status.currentPrimary names another pod, SIGKILL to that pod's postgres container",
+		inject: func(ctx context.Context, f *faulting) error {
 			if err := k8s.Delete(ctx, &f.primary); err != nil {
 				return err
 			}
@@ -294,6 +311,100 @@ func apiserverCut(ctx context.Context, f *faulting) error {
 	}
 	if len(rules) <= 2 {
 		return errors.New("found no address of the API server behind the kubernetes Service")
+	}
+	return cut(ctx, f, rules)
+}
+
+// sandboxKill kills every process of the primary's pod with SIGKILL, the sandbox's (the
+// pause process, which holds the pod's network namespace) first, as a node whose
+// runtime loses a pod does. The kubelet then creates a new sandbox, with a new network
+// namespace and a new address, and starts the containers again in it. It waits until
+// the pod has a new IP (or was replaced).
+func sandboxKill(ctx context.Context, f *faulting) error {
+	sandbox, others, err := sandboxProcs(f.primary)
+	if err != nil {
+		return err
+	}
+	for _, pid := range append(sandbox, others...) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	f.logf("SIGKILL to the sandbox of %s (%v) and its %d other processes", f.primary.Name, sandbox, len(others))
+	for {
+		var now corev1.Pod
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(&f.primary), &now)
+		switch {
+		case apierrors.IsNotFound(err) || err == nil && now.UID != f.primary.UID:
+			f.logf("%s was replaced", f.primary.Name)
+			return nil
+		case err == nil && now.Status.PodIP != "" && now.Status.PodIP != f.primary.Status.PodIP:
+			f.logf("%s came back with IP %s (was %s)", f.primary.Name, now.Status.PodIP, f.primary.Status.PodIP)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pod %s did not come back with a new IP: %w", f.primary.Name, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// bulkKill waits until the round's bulk writer is halfway through a transaction (by
+// the duration of its last acknowledged one, at least 100 ms in), then kills PID 1 of
+// the primary's postgres container as container-kill does.
+func bulkKill(ctx context.Context, f *faulting) error {
+	half := 100 * time.Millisecond
+	for _, a := range f.w.Attempts() {
+		if a.Writer == testutil.WriterBulk && a.Acked() {
+			half = max(half, a.End.Sub(a.Start)/2)
+		}
+	}
+	for {
+		if start, ok := f.w.InFlight(testutil.WriterBulk); ok && time.Since(start) >= half {
+			f.logf("a %d-row transaction has been in flight for %s", bulkRows, time.Since(start).Round(time.Millisecond))
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no bulk transaction in flight: %w", ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	pid, err := killContainer(f.primary, "postgres")
+	f.logf("killed PID 1 (%d) of %s/postgres", pid, f.primary.Name)
+	if err != nil {
+		return err
+	}
+	return restarted(ctx, f.primary, "postgres")
+}
+
+// reachableCut cuts the primary's pod from everything but its clients for the hold:
+// in its network namespace, TCP to port 5432 from the suite's own addresses and the
+// answers are accepted, loopback too, and every other packet is dropped. The suite
+// runs in the node's network namespace, so its writers and probe reach the pod from
+// the node: directly (the probe, from the bridge's address) and through the -rw
+// Service (the writers, from the address the Service's route gives, masqueraded or
+// not by kube-proxy). The API server (on the node, but on its own port), the peers and
+// the operator (pods) are cut: the primary loses its Lease confirmation and its
+// standbys while clients still reach it, so what it acknowledges then is seen.
+func reachableCut(ctx context.Context, f *faulting) error {
+	if f.primary.Status.PodIP == "" {
+		return fmt.Errorf("pod %s has no IP", f.primary.Name)
+	}
+	sources, err := clientSources(f.primary.Status.PodIP, f.c.rw.Host)
+	if err != nil {
+		return err
+	}
+	f.logf("clients of %s reach it from %v", f.primary.Name, sources)
+	// Inserted one by one at the head of their chain: the last inserted comes first, so
+	// the DROPs go in first and the exceptions after them.
+	rules := []rule{
+		{"INPUT", []string{"!", "-i", "lo", "-j", "DROP"}},
+		{"OUTPUT", []string{"!", "-o", "lo", "-j", "DROP"}},
+	}
+	for _, ip := range sources {
+		rules = append(rules,
+			rule{"INPUT", []string{"-s", ip, "-p", "tcp", "--dport", "5432", "-j", "ACCEPT"}},
+			rule{"OUTPUT", []string{"-d", ip, "-p", "tcp", "--sport", "5432", "-j", "ACCEPT"}})
 	}
 	return cut(ctx, f, rules)
 }

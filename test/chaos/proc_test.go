@@ -4,8 +4,10 @@ package chaos
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -94,6 +96,56 @@ func nsPID(pid int) int {
 		}
 	}
 	return 0
+}
+
+// sandboxProcs returns the processes of pod's sandbox (the pause process: those of the
+// pod's cgroup that belong to none of its containers) and the others. It fails when
+// there is no sandbox process, or a container has no ID yet.
+func sandboxProcs(p corev1.Pod) (sandbox, others []int, err error) {
+	pids, err := podProcs(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	var ids []string
+	for _, cs := range p.Status.ContainerStatuses {
+		id, err := containerID(p, cs.Name)
+		if err != nil {
+			return nil, nil, err
+		}
+		ids = append(ids, id)
+	}
+	for _, pid := range pids {
+		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if slices.ContainsFunc(ids, func(id string) bool { return strings.Contains(string(cg), id) }) {
+			others = append(others, pid)
+		} else {
+			sandbox = append(sandbox, pid)
+		}
+	}
+	if len(sandbox) == 0 {
+		return nil, others, fmt.Errorf("no sandbox process among the %d processes of pod %s", len(pids), p.Name)
+	}
+	return sandbox, others, nil
+}
+
+// clientSources returns the addresses the suite's connections to a pod come from: the
+// source the node's routes choose for the pod's own address (the probe's) and for the
+// Service address service (the writers'), where kube-proxy may masquerade the latter
+// to the first. A UDP socket only asks the routes; nothing is sent.
+func clientSources(podIP, service string) ([]string, error) {
+	var out []string
+	for _, to := range []string{podIP, service} {
+		c, err := net.Dial("udp", net.JoinHostPort(to, "5432"))
+		if err != nil {
+			return nil, fmt.Errorf("the node's source address towards %s: %w", to, err)
+		}
+		ip := c.LocalAddr().(*net.UDPAddr).IP.String()
+		c.Close()
+		if !slices.Contains(out, ip) {
+			out = append(out, ip)
+		}
+	}
+	return out, nil
 }
 
 // killContainer sends SIGKILL to PID 1 of pod's container name. The kernel then kills

@@ -33,9 +33,13 @@ func CheckRows(ctx context.Context, conn *pgx.Conn, table string, attempts []Att
 }
 
 // CompareRows compares the ids present in a table with the attempts that wrote it.
+// Bulk attempts (Rows > 1), which write another table, are left to CompareBulk.
 func CompareRows(present map[int64]bool, attempts []Attempt) RowCheck {
 	var c RowCheck
 	for _, a := range attempts {
+		if a.Rows > 1 {
+			continue
+		}
 		c.Attempted++
 		switch {
 		case !a.Acked():
@@ -55,6 +59,45 @@ func CompareRows(present map[int64]bool, attempts []Attempt) RowCheck {
 		}
 	}
 	slices.Sort(c.Lost)
+	return c
+}
+
+// BulkCheck compares a bulk table (WriterOptions.BulkTable) with the bulk attempts.
+type BulkCheck struct {
+	Attempted, Acked int
+	// Lost are the IDs of acknowledged transactions not wholly in the table; LostRows
+	// counts their missing rows.
+	Lost     []int64
+	LostRows int
+	// Torn are the IDs of transactions only partly in the table, acknowledged or not:
+	// a transaction is all or nothing, so any is a broken guarantee.
+	Torn []int64
+}
+
+// CompareBulk compares the rows per transaction present in a bulk table (txn → count)
+// with the attempts; attempts of one row are left to CompareRows.
+func CompareBulk(counts map[int64]int, attempts []Attempt) BulkCheck {
+	var c BulkCheck
+	for _, a := range attempts {
+		if a.Rows <= 1 {
+			continue
+		}
+		c.Attempted++
+		n := counts[a.ID]
+		if n > 0 && n != a.Rows {
+			c.Torn = append(c.Torn, a.ID)
+		}
+		if !a.Acked() {
+			continue
+		}
+		c.Acked++
+		if n < a.Rows {
+			c.Lost = append(c.Lost, a.ID)
+			c.LostRows += a.Rows - n
+		}
+	}
+	slices.Sort(c.Lost)
+	slices.Sort(c.Torn)
 	return c
 }
 

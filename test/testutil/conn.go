@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -61,6 +62,24 @@ func Connect(ctx context.Context, cfg *pgx.ConnConfig, onNotice func(*pgconn.Not
 	// from here on nothing may.
 	connected.Store(true)
 	return conn, err
+}
+
+// ConnectCancelling is Connect for a client that behaves as most drivers do: when a
+// statement's context ends, it sends PostgreSQL a cancel request (on a new connection,
+// at once), and closes the connection only if no answer has come 2 s later. A commit
+// waiting for synchronous replication that is cancelled so is acknowledged, with the
+// WARNING "canceling wait for synchronous replication" (onNotice receives it), although
+// no standby may have it: the chaos suite's cancelling writer counts those commits.
+func ConnectCancelling(ctx context.Context, cfg *pgx.ConnConfig, onNotice func(*pgconn.Notice)) (*pgx.Conn, error) {
+	cfg = cfg.Copy()
+	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 2 * time.Second}
+	}
+	if onNotice != nil {
+		cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { onNotice(n) }
+	}
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	return pgx.ConnectConfig(ctx, cfg)
 }
 
 // syncWarnings remembers the last notice of a connection that says a commit's wait for

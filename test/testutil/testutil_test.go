@@ -65,6 +65,27 @@ func TestCompareRows(t *testing.T) {
 	}
 }
 
+// A bulk transaction is lost when acknowledged and not wholly there, torn when partly
+// there, acknowledged or not; attempts of one row are CompareRows's.
+func TestCompareBulk(t *testing.T) {
+	attempts := []Attempt{
+		{ID: 1, Rows: 1, End: at(1)},
+		{ID: 10, Rows: 100, End: at(2)},
+		{ID: 11, Rows: 100, End: at(3)},
+		{ID: 12, Rows: 100, End: at(4)},
+		{ID: 13, Rows: 100, End: at(5), Err: errors.New("timeout")},
+		{ID: 14, Rows: 100, End: at(6), Err: errors.New("timeout")},
+	}
+	got := CompareBulk(map[int64]int{1: 1, 10: 100, 12: 40, 13: 100, 14: 3}, attempts)
+	want := BulkCheck{Attempted: 5, Acked: 3, Lost: []int64{11, 12}, LostRows: 160, Torn: []int64{12, 14}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Error(diff)
+	}
+	if c := CompareRows(map[int64]bool{1: true}, attempts); c.Attempted != 1 || len(c.Lost) != 0 {
+		t.Errorf("CompareRows counted bulk attempts: %+v", c)
+	}
+}
+
 func TestTwoWritable(t *testing.T) {
 	ok := func(instance string, endMs int) ProbeResult {
 		return ProbeResult{Instance: instance, Start: at(endMs - 5), End: at(endMs)}
