@@ -130,8 +130,8 @@ func run(m *testing.M) int {
 // TestChaos runs every fault (CHAOS_FAULTS) in every mode (CHAOS_MODES), CHAOS_ROUNDS
 // times each, on one cluster per mode, and asserts the invariants: no two-writable
 // moment ever; no acknowledged row lost in synchronous mode, nor in asynchronous mode
-// when the primary is deleted gracefully (a clean stop hands its WAL over). A round
-// whose cluster does not recover in time fails too. Timings are reported, not asserted.
+// when the primary is deleted gracefully (a clean stop hands its WAL over); with a loss
+// budget, no more lost than it. A round whose cluster does not recover in time fails too. Timings are reported, not asserted.
 func TestChaos(t *testing.T) {
 	ran := false
 	for _, m := range modes {
@@ -502,6 +502,10 @@ func (r *row) problems(res roundResult) []string {
 	if n := len(res.loss.late); n > 0 && r.mustBoundLoss() {
 		p = append(p, fmt.Sprintf("%d local-session or cancelled commits lost that were acknowledged more than %s after the fault",
 			n, lossBound))
+	}
+	if n := len(res.loss.strict) + len(res.loss.bounded) + len(res.loss.late); r.mode.lossBudget > 0 && int64(n)*minRowWAL > r.mode.lossBudget {
+		p = append(p, fmt.Sprintf("%d acknowledged rows lost, at least %d bytes of WAL: more than the loss budget of %d bytes",
+			n, int64(n)*minRowWAL, r.mode.lossBudget))
 	}
 	if n := len(res.loss.torn); n > 0 {
 		p = append(p, fmt.Sprintf("%d bulk transactions partly there", n))

@@ -18,6 +18,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -38,9 +39,21 @@ type mode struct {
 	// the round adds the writer whose sessions SET synchronous_commit = local
 	// (testutil.WriterLocal).
 	localCommit bool
+	// lossBudget is spec.postgresql.lossBudget in bytes; 0 leaves it unset.
+	lossBudget int64
 }
 
-var modes = []mode{{"async", 0, false}, {"sync", 1, false}, {"sync-local", 1, true}}
+var modes = []mode{{"async", 0, false, 0}, {"async-budget", 0, false, lossBudget}, {"sync", 1, false, 0}, {"sync-local", 1, true, 0}}
+
+// lossBudget is the async-budget mode's spec.postgresql.lossBudget: small enough that
+// a primary cut from its standbys but not from its clients, which loses every commit
+// it acknowledges within T without a budget (hundreds of rows), stops at it.
+const lossBudget = 8 << 10
+
+// minRowWAL is the least WAL one acknowledged row of the writers costs: its own
+// transaction's heap insert record and commit record. A loss of n rows is at least
+// n × minRowWAL bytes of acknowledged WAL no standby had.
+const minRowWAL = 100
 
 // cluster is the PostgresCluster the faults of one mode hit, in a namespace of its own
 // (restricted Pod Security). A cluster that does not recover from a fault is replaced
@@ -84,6 +97,9 @@ func newCluster(t testing.TB, m mode, gen int) *cluster {
 	pgc := &dbv1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: c.ns},
 		Spec: dbv1.PostgresClusterSpec{Replicas: instances, Version: settings.pgMajor}}
 	pgc.Spec.PostgreSQL.SynchronousReplicas = m.synchronousReplicas
+	if m.lossBudget > 0 {
+		pgc.Spec.PostgreSQL.LossBudget = resource.NewQuantity(m.lossBudget, resource.BinarySI)
+	}
 	if err := k8s.Create(ctx, pgc); err != nil {
 		t.Fatal(err)
 	}
