@@ -632,10 +632,6 @@ func (a *Agent) maintainPrimary(ctx context.Context) error {
 	if err := a.maintainSync(ctx); err != nil {
 		return err
 	}
-	if err := a.keepDurability(ctx); err != nil {
-		// Not a reason to skip the rest: the lockout still stops such commits past T.
-		a.log.Error(err, "Keeping synchronous_commit overrides off")
-	}
 	a.readyWALGaps(ctx)
 	return a.keepSlots(ctx, false)
 }

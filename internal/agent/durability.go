@@ -13,11 +13,15 @@ import (
 // ALTER ROLE ... SET: allowed to a database's owner and to a role with CREATEROLE) gives
 // every new session of that database or role commits the commit gate never sees: they
 // are acknowledged by a primary that may no longer hold the Lease, and in synchronous
-// mode before any standby has them. So the primary's agent looks for such overrides at
-// every step (about once a second) and, unless spec.postgresql.allowUnsafeDurability
-// is set, resets them and terminates the sessions that may have started with them; the
-// operator turns what it reset into a Warning event (DurabilityOverrideReset). With
-// allowUnsafeDurability the overrides are reported and kept.
+// mode before any standby has them. So the primary's agent, every lockoutEvery, pins
+// synchronous_commit for every login role in every database: a role's setting in a
+// database takes precedence over the database's and the role's own, so their overrides
+// have no effect at all. An override that replaces a pin (ALTER ROLE ... IN DATABASE
+// ... SET) or reaches a role or database not pinned yet is replaced or reset at the next
+// look, and the sessions that may have started with it are terminated; the operator
+// turns each into a Warning event (DurabilityOverrideReset). With
+// spec.postgresql.allowUnsafeDurability nothing is pinned or reset: the overrides are
+// reported and kept.
 
 // DurabilityOverride is a synchronous_commit setting of a database, a role, or a role in
 // a database (pg_db_role_setting) that lets commits skip the gate.
@@ -59,12 +63,22 @@ func unsafeSynchronousCommit(value string) bool {
 	return false
 }
 
-// DurabilityOverrides lists the synchronous_commit overrides of pg_db_role_setting that
-// let commits skip the gate.
-func (d *DB) DurabilityOverrides(ctx context.Context) ([]DurabilityOverride, error) {
+// DurabilityGaps are what keepDurability acts on: the synchronous_commit overrides of
+// pg_db_role_setting that let commits skip the gate, and the login roles and databases
+// not pinned yet.
+type DurabilityGaps struct {
+	Unsafe   []DurabilityOverride
+	Unpinned []DurabilityOverride // Role and Database set, Value empty
+}
+
+// DurabilityGaps reads the synchronous_commit settings of databases and roles, and the
+// pairs of a login role and a database that accepts connections with none of their
+// own, in one round trip.
+func (d *DB) DurabilityGaps(ctx context.Context) (DurabilityGaps, error) {
+	var g DurabilityGaps
 	conn, err := d.connect(ctx)
 	if err != nil {
-		return nil, err
+		return g, err
 	}
 	defer conn.Release()
 	rows, err := conn.Query(ctx, `SELECT coalesce(db.datname, ''), coalesce(r.rolname, ''), split_part(c, '=', 2)
@@ -73,33 +87,52 @@ func (d *DB) DurabilityOverrides(ctx context.Context) ([]DurabilityOverride, err
 		LEFT JOIN pg_roles r ON r.oid = s.setrole,
 		unnest(s.setconfig) c
 		WHERE lower(split_part(c, '=', 1)) = 'synchronous_commit'
+		UNION ALL
+		SELECT db.datname, r.rolname, NULL FROM pg_roles r CROSS JOIN pg_database db
+		WHERE r.rolcanlogin AND db.datallowconn AND NOT EXISTS (
+			SELECT FROM pg_db_role_setting s, unnest(s.setconfig) c
+			WHERE s.setrole = r.oid AND s.setdatabase = db.oid AND lower(split_part(c, '=', 1)) = 'synchronous_commit')
 		ORDER BY 1, 2`)
 	if err != nil {
-		return nil, err
+		return g, err
 	}
-	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DurabilityOverride, error) {
-		var o DurabilityOverride
-		return o, r.Scan(&o.Database, &o.Role, &o.Value)
-	})
-	if err != nil {
-		return nil, err
-	}
-	var unsafe []DurabilityOverride
-	for _, o := range all {
-		if unsafeSynchronousCommit(o.Value) {
-			unsafe = append(unsafe, o)
+	var database, role string
+	var value *string
+	_, err = pgx.ForEachRow(rows, []any{&database, &role, &value}, func() error {
+		switch o := (DurabilityOverride{Database: database, Role: role}); {
+		case value == nil:
+			g.Unpinned = append(g.Unpinned, o)
+		case unsafeSynchronousCommit(*value):
+			o.Value = *value
+			g.Unsafe = append(g.Unsafe, o)
 		}
-	}
-	return unsafe, nil
+		return nil
+	})
+	return g, err
 }
 
-// ResetDurabilityOverride removes o and terminates the client sessions that may have
-// started with it (those of its database, or of its role), returning how many.
-func (d *DB) ResetDurabilityOverride(ctx context.Context, o DurabilityOverride) (int, error) {
-	if err := d.exec(ctx, o.statement("RESET synchronous_commit")); err != nil {
+// ResetDurabilityOverride replaces o: a role's setting in a database by the pin, any
+// other by nothing (RESET); then it terminates the client sessions that may have started
+// with it (those of its database, or of its role), and returns how many.
+func (d *DB) ResetDurabilityOverride(ctx context.Context, o DurabilityOverride, pin string) (int, error) {
+	action := "RESET synchronous_commit"
+	if o.Database != "" && o.Role != "" {
+		action = pinAction(pin)
+	}
+	if err := d.exec(ctx, o.statement(action)); err != nil {
 		return 0, err
 	}
 	return d.TerminateClients(ctx, &sessionsOf{Database: o.Database, Role: o.Role})
+}
+
+// Pin sets synchronous_commit to pin for o's role in o's database.
+func (d *DB) Pin(ctx context.Context, o DurabilityOverride, pin string) error {
+	return d.exec(ctx, o.statement(pinAction(pin)))
+}
+
+// pinAction is the SET of a pin; pin is one of the safe values (pinValue).
+func pinAction(pin string) string {
+	return "SET synchronous_commit = '" + pin + "'"
 }
 
 // sessionsOf narrows TerminateClients to a database's sessions, a role's, or both.
@@ -155,16 +188,32 @@ type durabilityResets struct {
 	Kept []string
 }
 
-// keepDurability resets the synchronous_commit overrides that let commits skip the gate
-// (or, with allowUnsafeDurability, records them), on a primary.
+// pinValue is the synchronous_commit the pins set: spec.postgresql.parameters' when it
+// waits for the gate (remote_write, remote_apply), else on.
+func (c ClusterConfig) pinValue() string {
+	for name, value := range c.Parameters {
+		v := strings.ToLower(strings.TrimSpace(value))
+		if strings.EqualFold(name, "synchronous_commit") && (v == "remote_write" || v == "remote_apply") {
+			return v
+		}
+	}
+	return "on"
+}
+
+// keepDurability keeps every session's synchronous_commit waiting for the gate, on a
+// primary (every lockoutEvery, guardPrimary): it pins synchronous_commit for every login
+// role in every database (ALTER ROLE ... IN DATABASE ... SET, which takes precedence over
+// a database's and a role's own setting, so ALTER DATABASE/ROLE ... SET local has no
+// effect), and replaces or resets the overrides that skip the gate. With
+// allowUnsafeDurability it only records them.
 func (a *Agent) keepDurability(ctx context.Context) error {
-	found, err := a.db.DurabilityOverrides(ctx)
+	gaps, err := a.db.DurabilityGaps(ctx)
 	if err != nil {
-		return fmt.Errorf("reading synchronous_commit overrides (pg_db_role_setting): %w", err)
+		return fmt.Errorf("reading synchronous_commit settings (pg_db_role_setting): %w", err)
 	}
 	if a.cluster.AllowUnsafeDurability {
-		kept := make([]string, 0, len(found))
-		for _, o := range found {
+		kept := make([]string, 0, len(gaps.Unsafe))
+		for _, o := range gaps.Unsafe {
 			kept = append(kept, o.String())
 		}
 		a.mu.Lock()
@@ -172,8 +221,18 @@ func (a *Agent) keepDurability(ctx context.Context) error {
 		a.mu.Unlock()
 		return nil
 	}
-	for _, o := range found {
-		n, err := a.db.ResetDurabilityOverride(ctx, o)
+	pin := a.cluster.pinValue()
+	for _, o := range gaps.Unpinned {
+		if err := a.db.Pin(ctx, o, pin); err != nil {
+			return fmt.Errorf("pinning synchronous_commit for role %s in database %s: %w", o.Role, o.Database, err)
+		}
+	}
+	if len(gaps.Unpinned) > 0 {
+		a.log.Info("Pinned synchronous_commit for login roles in databases: a database's or role's own setting cannot loosen it",
+			"value", pin, "pairs", len(gaps.Unpinned))
+	}
+	for _, o := range gaps.Unsafe {
+		n, err := a.db.ResetDurabilityOverride(ctx, o, pin)
 		if err != nil {
 			return fmt.Errorf("resetting %q: %w", o.String(), err)
 		}

@@ -36,11 +36,13 @@ import (
 // backends while they are locked out.
 const lockoutEvery = 50 * time.Millisecond
 
-// guardPrimary locks a running primary's clients out while it may not acknowledge
-// commits, until ctx ends.
+// guardPrimary keeps a running primary's commits behind the gate until ctx ends: it
+// locks its clients out while it may not acknowledge commits, keeps synchronous_commit
+// pinned (durability.go) and the loss budget's limit current (lossbudget.go).
 func (a *Agent) guardPrimary(ctx context.Context) {
 	t := time.NewTicker(lockoutEvery)
 	defer t.Stop()
+	lastErr := "" // logged once, not every tick
 	for {
 		select {
 		case <-ctx.Done():
@@ -52,6 +54,13 @@ func (a *Agent) guardPrimary(ctx context.Context) {
 		a.mu.Unlock()
 		if primary {
 			a.keepLossLimit(ctx)
+			err := a.keepDurability(ctx)
+			if msg := errOrNil(err); msg != lastErr {
+				if err != nil {
+					a.log.Error(err, "Keeping synchronous_commit waiting for the commit gate")
+				}
+				lastErr = msg
+			}
 		}
 		switch {
 		case primary && !a.allowed():

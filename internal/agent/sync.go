@@ -153,7 +153,12 @@ func (a *Agent) maintainSync(ctx context.Context) error {
 			next.Members[m] = ""
 		}
 		view := a.lease.View()
-		if err := a.lease.Apply(ctx, primarylease.Renew(a.cfg.PodName, view.Term, next)); err != nil {
+		// Bounded as a renewal is: an API server that does not answer must not hold up
+		// the agent's steps (a Lease that moved on, seen later, means a step down).
+		rctx, cancel := context.WithTimeout(ctx, renewTimeout)
+		err := a.lease.Apply(rctx, primarylease.Renew(a.cfg.PodName, view.Term, next))
+		cancel()
+		if err != nil {
 			return fmt.Errorf("recording the synchronous set before changing it: %w", err)
 		}
 		a.mu.Lock()

@@ -170,14 +170,48 @@ func TestUnconfirmedPrimaryLocksOutEveryCommit(t *testing.T) {
 
 // The application owner may set synchronous_commit = local on its database and role
 // (ALTER DATABASE/ROLE ... SET): commits of such sessions would skip the commit gate.
-// The primary's agent resets both within seconds, terminates the sessions that started
-// with them, and reports it.
+// The primary's agent pins synchronous_commit for every login role in every database,
+// which takes precedence, so such a setting has no effect even on the session that
+// starts right after it; it resets it, and replaces within a moment a setting that
+// replaces the pin itself (ALTER ROLE ... IN DATABASE), terminating the sessions that
+// may have started with it, and reports each.
 func TestSynchronousCommitOverridesAreReset(t *testing.T) {
 	c := newCluster(t, 2)
 	c.startAll()
 	p := c.instances[0]
+	unsafe := func() (n int, err error) {
+		err = p.query(`SELECT count(*) FROM pg_db_role_setting, unnest(setconfig) c
+			WHERE c IN ('synchronous_commit=local', 'synchronous_commit=off')`, &n)
+		return n, err
+	}
+	// The pin is in place once the agent has seen the database.
+	testutil.Eventually(t, 10*time.Second, func() error {
+		var n int
+		if err := p.query(`SELECT count(*) FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase
+			JOIN pg_roles r ON r.oid = s.setrole, unnest(setconfig) c
+			WHERE d.datname = 'app' AND r.rolname = 'app' AND c = 'synchronous_commit=on'`, &n); err != nil || n != 1 {
+			return fmt.Errorf("the application owner's pin in its database: %d (%v)", n, err)
+		}
+		return nil
+	})
+
 	p.mustExec("ALTER DATABASE app SET synchronous_commit = local")
 	p.mustExec("ALTER ROLE app SET synchronous_commit = off")
+	var setting string
+	if err := p.query("SHOW synchronous_commit", &setting); err != nil || setting != "on" {
+		t.Errorf("a session started right after ALTER DATABASE/ROLE ... SET: synchronous_commit %q (%v); want on, the pin", setting, err)
+	}
+	start := time.Now()
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if n, err := unsafe(); err != nil || n != 0 {
+			return fmt.Errorf("%d unsafe synchronous_commit settings left (%v)", n, err)
+		}
+		return nil
+	})
+	t.Logf("the database's and the role's settings were reset %s after they were set", time.Since(start).Round(10*time.Millisecond))
+
+	// The application owner replaces its own pin: the one setting that takes effect.
+	p.mustExec("ALTER ROLE app IN DATABASE app SET synchronous_commit = local")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	early, err := p.conn(ctx)
@@ -189,28 +223,23 @@ func TestSynchronousCommitOverridesAreReset(t *testing.T) {
 	if err := early.QueryRow(ctx, "SHOW synchronous_commit").Scan(&earlySetting); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	testutil.Eventually(t, 20*time.Second, func() error {
-		var n int
-		if err := p.query("SELECT count(*) FROM pg_db_role_setting, unnest(setconfig) c WHERE c LIKE 'synchronous_commit=%'", &n); err != nil {
-			return err
-		}
-		if n != 0 {
-			return fmt.Errorf("%d synchronous_commit overrides left", n)
+	start = time.Now()
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if n, err := unsafe(); err != nil || n != 0 {
+			return fmt.Errorf("%d unsafe synchronous_commit settings left (%v)", n, err)
 		}
 		return nil
 	})
-	t.Logf("the overrides were reset %s after they were set", time.Since(start).Round(10*time.Millisecond))
-	var setting string
-	if err := p.query("SHOW synchronous_commit", &setting); err != nil || setting != "on" {
-		t.Errorf("a new session's synchronous_commit: %q (%v); want on", setting, err)
-	}
+	t.Logf("the replaced pin was set again %s after (a session that started in between had %s)", time.Since(start).Round(10*time.Millisecond), earlySetting)
 	// The session began with the override unless the agent was faster still.
 	if _, err := early.Exec(ctx, "SELECT 1"); err == nil && earlySetting != "on" {
 		t.Errorf("a session that started with synchronous_commit = %s still runs", earlySetting)
 	}
+	if err := p.query("SHOW synchronous_commit", &setting); err != nil || setting != "on" {
+		t.Errorf("a new session: synchronous_commit %q (%v); want on", setting, err)
+	}
 	st := p.mustStatus()
-	if st.DurabilityResets != 2 || !strings.Contains(st.LastDurabilityReset, "synchronous_commit") {
-		t.Errorf("status: %d resets, last %q; want 2 reported", st.DurabilityResets, st.LastDurabilityReset)
+	if st.DurabilityResets != 3 || !strings.Contains(st.LastDurabilityReset, "synchronous_commit") {
+		t.Errorf("status: %d resets, last %q; want 3 reported", st.DurabilityResets, st.LastDurabilityReset)
 	}
 }
