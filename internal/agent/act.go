@@ -87,7 +87,10 @@ func (a *Agent) confInput(role Role, upstream string) ConfInput {
 	in := ConfInput{
 		Cluster: a.cluster, Pod: a.cfg.PodName, Listen: a.cfg.ListenAddress, Port: a.cfg.Port,
 		Socket: a.cfg.SocketDir, Role: role, TLS: a.cfg.TLS, ReplicationUser: a.creds.Replication.Username,
-		Commands: a.commands(), Recovery: a.recovery, LockedOut: a.lockedOut.Load(),
+		Commands: a.commands(), Recovery: a.recovery,
+		// A primary starts with its clients locked out until its Lease is confirmed
+		// (lockout.go lets them in at the next tick when it is).
+		LockedOut: role == AsPrimary && !a.allowed(),
 	}
 	if upstream != "" {
 		up := a.upstreamOf(upstream)

@@ -50,9 +50,6 @@ type Agent struct {
 	// every reply, without the lock.
 	handingOver atomic.Bool
 	fencedNow   atomic.Bool
-	// lockedOut: pg_hba.conf has no line for clients, and their sessions are
-	// terminated, while this primary may not acknowledge commits (lockout.go).
-	lockedOut atomic.Bool
 	// lossLimit is how far the commit gate may confirm WAL (lossbudget.go).
 	lossLimit atomic.Uint64
 	// gateImpostors counts the walsenders that took the gate's name, terminated.
@@ -171,6 +168,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.pg.Lock = lock
 	go a.keepLease(ctx)
 	go a.guardPrimary(ctx)
+	go a.keepPrimary(ctx)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var retryAt time.Time
@@ -532,7 +530,7 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 	st.DurabilityOverridesKept = slices.Clone(a.durability.Kept)
 	gate := a.gate
 	a.mu.Unlock()
-	st.LockedOut = a.lockedOut.Load()
+	st.LockedOut = a.pg.HBALocked()
 	if st.Running && st.Role == agentapi.RoleReplica {
 		st.Receiver = a.receiverStatus(now)
 	}

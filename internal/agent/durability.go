@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -166,6 +167,38 @@ func (d *DB) TerminateClients(ctx context.Context, only *sessionsOf) (int, error
 	return n, err
 }
 
+// EndClientSessions terminates every client backend but the agent's own and waits, up
+// to terminateWait each, for them to exit. It returns how many there were: 0 means none
+// was left when it looked.
+func (d *DB) EndClientSessions(ctx context.Context) (int, error) {
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	var found, ended int
+	err = conn.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE pg_terminate_backend(pid, $3)) FROM (
+		SELECT pid FROM pg_stat_activity
+		WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
+		AND NOT (client_addr IS NULL AND client_port = -1 AND usename = ANY($1) AND application_name = ANY($2))
+		OFFSET 0) s`,
+		[]string{d.User, MonitorUser}, []string{agentApplicationName, metricsApplicationName}, terminateWait.Milliseconds()).Scan(&found, &ended)
+	return found, err
+}
+
+// terminateWait is how long EndClientSessions waits for one backend to exit.
+const terminateWait = 500 * time.Millisecond
+
+// WALInsertLSN is the end of WAL as written so far, flushed or not: a commit
+// acknowledged with synchronous_commit off is before it.
+func (d *DB) WALInsertLSN(ctx context.Context) (pglogrepl.LSN, error) {
+	s, err := d.text(ctx, "SELECT pg_current_wal_insert_lsn()::text")
+	if err != nil {
+		return 0, err
+	}
+	return pglogrepl.ParseLSN(s)
+}
+
 // exec runs one statement in a pooled session.
 func (d *DB) exec(ctx context.Context, sql string) error {
 	conn, err := d.connect(ctx)
@@ -206,12 +239,12 @@ func (c ClusterConfig) pinValue() string {
 // a database's and a role's own setting, so ALTER DATABASE/ROLE ... SET local has no
 // effect), and replaces or resets the overrides that skip the gate. With
 // allowUnsafeDurability it only records them.
-func (a *Agent) keepDurability(ctx context.Context) error {
+func (a *Agent) keepDurability(ctx context.Context, cluster ClusterConfig) error {
 	gaps, err := a.db.DurabilityGaps(ctx)
 	if err != nil {
 		return fmt.Errorf("reading synchronous_commit settings (pg_db_role_setting): %w", err)
 	}
-	if a.cluster.AllowUnsafeDurability {
+	if cluster.AllowUnsafeDurability {
 		kept := make([]string, 0, len(gaps.Unsafe))
 		for _, o := range gaps.Unsafe {
 			kept = append(kept, o.String())
@@ -221,7 +254,7 @@ func (a *Agent) keepDurability(ctx context.Context) error {
 		a.mu.Unlock()
 		return nil
 	}
-	pin := a.cluster.pinValue()
+	pin := cluster.pinValue()
 	for _, o := range gaps.Unpinned {
 		if err := a.db.Pin(ctx, o, pin); err != nil {
 			return fmt.Errorf("pinning synchronous_commit for role %s in database %s: %w", o.Role, o.Database, err)

@@ -133,17 +133,23 @@ func (g *Gate) session(ctx context.Context, streaming func()) error {
 	}
 	g.connected.Store(true)
 	streaming()
-	start := sys.XLogPos
-	if g.Limit != nil {
-		start = min(start, g.Limit())
-	}
-	s := gateStream{g: g, conn: conn, received: sys.XLogPos, flushed: start}
 	g.reporting.Lock()
+	// What this connection reports as flushed until Allowed says yes: no more than the
+	// gate confirmed before. A connection made while commits may not be acknowledged
+	// (a walsender that timed the gate out while a frozen primary thawed) must not
+	// release the commits that wait for it.
+	before := min(sys.XLogPos, pglogrepl.LSN(g.confirmed.Load()))
+	start := before
 	if g.Allowed() && !g.draining.Load() {
 		// Commits that waited for the gate to connect, before sys.XLogPos (and within
 		// the loss budget), may go.
+		start = sys.XLogPos
+		if g.Limit != nil {
+			start = max(min(start, g.Limit()), before)
+		}
 		g.confirmed.Store(uint64(start))
 	}
+	s := gateStream{g: g, conn: conn, received: sys.XLogPos, flushed: start}
 	g.reporting.Unlock()
 	return s.run(ctx)
 }

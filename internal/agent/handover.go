@@ -21,6 +21,13 @@ func (a *Agent) startGate() {
 	}
 	// Not Run's context: on SIGTERM the gate must outlive Run until postgres stopped.
 	ctx, cancel := context.WithCancel(context.Background())
+	// With a loss budget nothing is confirmed before the first read of the standbys'
+	// positions (keepLossLimit).
+	if a.cluster.LossBudget != nil {
+		a.lossLimit.Store(0)
+	} else {
+		a.lossLimit.Store(uint64(unlimited))
+	}
 	g := &Gate{Connect: a.db.ReplicationConn, Allowed: a.allowed, Limit: a.gateLimit, Log: a.log.WithName("gate")}
 	done := make(chan struct{})
 	go func() {
@@ -55,7 +62,6 @@ func (a *Agent) stopPostgres(mode StopMode) {
 	}
 	a.db.Reset()
 	a.stopGate()
-	a.lockedOut.Store(false) // the next start writes pg_hba.conf afresh
 	a.setState(nil, agentapi.RoleStopped, "")
 	a.log.Info("Postgres stopped")
 }
@@ -156,21 +162,22 @@ func (a *Agent) handover(ctx context.Context, immediate bool) (h agentapi.Handov
 		acked, streaming = gate.Drain()
 	}
 	if streaming && immediate {
-		// Every commit acknowledged without the gate is flushed before the end of WAL
-		// as it is now, with no client session left.
-		final := acked
-		if s, err := a.db.FlushLSN(ctx); err == nil {
-			if lsn, err := pglogrepl.ParseLSN(s); err == nil && lsn > final {
-				final = lsn
+		// Every commit acknowledged without the gate (synchronous_commit local or off)
+		// was made by a client session: once none is left, such commits are all before
+		// the end of WAL as it is then. Without that certainty postgres stops fast
+		// below, which sends standbys all its WAL.
+		if final, ok := a.endOfClientWAL(ctx, acked); ok {
+			tl, has := a.standbyHas(ctx, final)
+			// Looked at again just before the kill: a session whose authentication
+			// began before the lockout's reload may have started since.
+			if again, still := a.endOfClientWAL(ctx, acked); has && still && again == final {
+				a.stopPostgres(StopKill)
+				h.Clean, h.FinalLSN, h.Timeline = true, final.String(), tl
+				a.handedOver(h, "a standby had every acknowledged commit: killed postgres", start)
+				done := make(chan struct{})
+				close(done)
+				return h, done
 			}
-		}
-		if tl, ok := a.standbyHas(ctx, final); ok {
-			a.stopPostgres(StopKill)
-			h.Clean, h.FinalLSN, h.Timeline = true, final.String(), tl
-			a.handedOver(h, "a standby had every acknowledged commit: killed postgres", start)
-			done := make(chan struct{})
-			close(done)
-			return h, done
 		}
 	}
 	done := make(chan struct{})
@@ -243,6 +250,33 @@ func (a *Agent) handedOver(h agentapi.Handover, how string, start time.Time) {
 	a.log.Info("Handed over: stopped acknowledging commits, "+how, "clean", h.Clean,
 		"finalLSN", h.FinalLSN, "timeline", h.Timeline, "took", time.Since(start).Round(time.Millisecond).String())
 }
+
+// endOfClientWAL ends every client session (the lockout keeps new ones out) and returns
+// the end of WAL once a look finds none left, or acked when that is further; false when
+// sessions were still found after endClientPasses looks, or postgres could not be asked.
+func (a *Agent) endOfClientWAL(ctx context.Context, acked pglogrepl.LSN) (pglogrepl.LSN, bool) {
+	for range endClientPasses {
+		n, err := a.db.EndClientSessions(ctx)
+		if err != nil {
+			a.log.Error(err, "Handing over: ending client sessions")
+			return 0, false
+		}
+		if n > 0 {
+			continue
+		}
+		end, err := a.db.WALInsertLSN(ctx)
+		if err != nil {
+			a.log.Error(err, "Handing over: reading the end of WAL")
+			return 0, false
+		}
+		return max(end, acked), true
+	}
+	a.log.Info("Handing over: client sessions were still found after ending them; stopping postgres fast", "looks", endClientPasses)
+	return 0, false
+}
+
+// endClientPasses bounds endOfClientWAL's looks.
+const endClientPasses = 10
 
 // standbyHas waits, within handoverCatchUp, until a standby has flushed lsn; it returns
 // the primary's timeline.

@@ -157,10 +157,13 @@ func (a *Agent) failsafe(ctx context.Context, view LeaseView) bool {
 }
 
 // peers are the other configured instances.
-func (a *Agent) peers() []string {
+func (a *Agent) peers() []string { return a.cluster.peersOf(a.cfg.PodName) }
+
+// peersOf lists the cluster's pods but self.
+func (c ClusterConfig) peersOf(self string) []string {
 	var out []string
-	for i := range a.cluster.Replicas {
-		if pod := fmt.Sprintf("%s-%d", a.cluster.ClusterName, i); pod != a.cfg.PodName {
+	for i := range c.Replicas {
+		if pod := fmt.Sprintf("%s-%d", c.ClusterName, i); pod != self {
 			out = append(out, pod)
 		}
 	}

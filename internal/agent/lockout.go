@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/pgpilot/pgpilot/internal/agentapi"
@@ -36,83 +35,123 @@ import (
 // backends while they are locked out.
 const lockoutEvery = 50 * time.Millisecond
 
-// guardPrimary keeps a running primary's commits behind the gate until ctx ends: it
-// locks its clients out while it may not acknowledge commits, keeps synchronous_commit
-// pinned (durability.go) and the loss budget's limit current (lossbudget.go).
+// guardPrimary locks a running primary's clients out while it may not acknowledge
+// commits, and lets them in again when it may, until ctx ends. It does nothing else:
+// what it does must not wait behind anything slower (keepPrimary does the rest).
+// Whichever writes pg_hba.conf last, this loop or a (re)start's WriteConfig, the next
+// tick makes it agree with allowed().
 func (a *Agent) guardPrimary(ctx context.Context) {
-	t := time.NewTicker(lockoutEvery)
+	every(ctx, lockoutEvery, func() {
+		a.mu.Lock()
+		running, role := a.proc != nil, a.role
+		a.mu.Unlock()
+		switch {
+		case !running:
+			// A stopped postgres gets its pg_hba.conf from its next start (confInput).
+		case role == agentapi.RolePrimary && !a.allowed():
+			a.lockOut(ctx, "the primary Lease is not confirmed")
+		case role == agentapi.RolePrimary || role == agentapi.RoleReplica:
+			a.letIn(ctx)
+		}
+	})
+}
+
+// every calls f every d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
-	lastErr := "" // logged once, not every tick
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		a.mu.Lock()
-		primary := a.proc != nil && a.role == agentapi.RolePrimary
-		a.mu.Unlock()
-		if primary {
-			a.keepLossLimit(ctx)
-			err := a.keepDurability(ctx)
-			if msg := errOrNil(err); msg != lastErr {
-				if err != nil {
-					a.log.Error(err, "Keeping synchronous_commit waiting for the commit gate")
-				}
-				lastErr = msg
-			}
-		}
-		switch {
-		case primary && !a.allowed():
-			a.lockOut(ctx, "the primary Lease is not confirmed")
-		case primary && a.lockedOut.Load():
-			a.letIn(ctx)
-		case !primary:
-			// A stopped postgres writes its pg_hba.conf again at the next start.
-			a.lockedOut.Store(false)
+			f()
 		}
 	}
 }
 
+// keepPrimary keeps, on a running primary, synchronous_commit pinned (durability.go) and
+// the loss budget's limit current (lossbudget.go), every lockoutEvery until ctx ends.
+// Each pass has a deadline, so a statement that waits (a lock held by a client's open
+// transaction) delays the next pass, never the lockout.
+func (a *Agent) keepPrimary(ctx context.Context) {
+	lastErr := "" // logged once, not every tick
+	every(ctx, lockoutEvery, func() {
+		a.mu.Lock()
+		primary := a.proc != nil && a.role == agentapi.RolePrimary
+		cluster := a.cluster
+		a.mu.Unlock()
+		if !primary {
+			return
+		}
+		pass, cancel := context.WithTimeout(ctx, keepPrimaryTimeout)
+		a.keepLossLimit(pass, cluster)
+		err := a.keepDurability(pass, cluster)
+		cancel()
+		if msg := errOrNil(err); msg != lastErr {
+			if err != nil {
+				a.log.Error(err, "Keeping synchronous_commit waiting for the commit gate")
+			}
+			lastErr = msg
+		}
+	})
+}
+
+// keepPrimaryTimeout bounds one pass of keepPrimary.
+const keepPrimaryTimeout = time.Second
+
 // lockOut makes sure no client can commit on this instance: pg_hba.conf has no line for
-// them (reloaded once, when the lockout begins) and every client backend is terminated.
+// them (reloaded when the lockout begins) and every client backend is terminated, again
+// at every tick while the lockout lasts (a session that began its authentication before
+// the reload).
 func (a *Agent) lockOut(ctx context.Context, why string) {
-	if !a.lockedOut.Swap(true) {
-		start := time.Now()
-		if err := a.writeHBA(ctx); err != nil {
-			a.log.Error(err, "Locking clients out: pg_hba.conf")
-		}
-		n, err := a.db.TerminateClients(ctx, nil)
-		if err != nil {
-			a.log.Error(err, "Locking clients out: terminating client sessions")
-		}
+	start := time.Now()
+	began, err := a.writeHBA(ctx, true)
+	if err != nil {
+		a.log.Error(err, "Locking clients out: pg_hba.conf")
+	}
+	n, err := a.db.TerminateClients(ctx, nil)
+	if err != nil && began {
+		a.log.Error(err, "Locking clients out: terminating client sessions")
+	}
+	switch {
+	case began:
 		a.log.Info("Locked clients out: no client may commit while this instance may not acknowledge commits",
 			"reason", why, "terminated", n, "took", time.Since(start).Round(time.Millisecond).String())
-		return
-	}
-	if n, err := a.db.TerminateClients(ctx, nil); err == nil && n > 0 {
+	case n > 0:
 		a.log.Info("Terminated client sessions that began while clients were being locked out", "terminated", n)
 	}
 }
 
-// letIn ends a lockout: the primary may acknowledge commits again.
+// letIn ends a lockout, when there is one: the instance may acknowledge commits (a
+// primary whose Lease is confirmed), or has none to acknowledge (a replica).
 func (a *Agent) letIn(ctx context.Context) {
-	a.lockedOut.Store(false)
-	if err := a.writeHBA(ctx); err != nil {
-		a.lockedOut.Store(true) // tried again at the next tick
+	changed, err := a.writeHBA(ctx, false)
+	if err != nil {
 		a.log.Error(err, "Letting clients in again: pg_hba.conf")
 		return
 	}
-	a.log.Info("Clients may connect again: the primary Lease is confirmed")
+	if changed {
+		a.log.Info("Clients may connect again: the primary Lease is confirmed")
+	}
 }
 
-// writeHBA renders pg_hba.conf for the current lockout state and has postgres reload it.
-func (a *Agent) writeHBA(ctx context.Context) error {
-	in := ConfInput{Cluster: a.cluster, ReplicationUser: a.creds.Replication.Username, LockedOut: a.lockedOut.Load()}
-	if err := writeFileAtomic(filepath.Join(a.cfg.PGData, "pg_hba.conf"), []byte(in.HBA()), 0o600); err != nil {
-		return err
+// writeHBA renders pg_hba.conf with clients locked out or not, when it says otherwise
+// now, and has postgres reload it. It reports whether it changed the file; a failed
+// reload leaves the file to be written and reloaded again at the next call.
+func (a *Agent) writeHBA(ctx context.Context, lockedOut bool) (bool, error) {
+	a.mu.Lock()
+	in := ConfInput{Cluster: a.cluster, ReplicationUser: a.creds.Replication.Username, LockedOut: lockedOut}
+	a.mu.Unlock()
+	changed, err := a.pg.WriteHBA(in)
+	if err != nil || !changed {
+		return changed, err
 	}
-	return a.db.Reload(ctx)
+	if err := a.db.Reload(ctx); err != nil {
+		a.pg.ForgetHBA()
+		return true, fmt.Errorf("reloading postgres: %w", err)
+	}
+	return true, nil
 }
 
 // LockedOutHBAConf renders pg_hba.conf for a primary that locked its clients out: the

@@ -7,14 +7,15 @@ import (
 	"github.com/jackc/pglogrepl"
 )
 
-// StandbysHave is the furthest WAL position any standby is known to have flushed: the
-// flush positions of those streaming, and the restart positions of slots (the flush
-// position their standby last reported), 0 when none.
-func (d *DB) StandbysHave(ctx context.Context, slots []string) (pglogrepl.LSN, error) {
-	s, err := d.text(ctx, `SELECT coalesce(greatest(
-		(SELECT max(flush_lsn) FROM pg_stat_replication WHERE application_name <> $1),
-		(SELECT max(restart_lsn) FROM pg_replication_slots WHERE slot_type = 'physical' AND slot_name = ANY($2))), '0/0')::text`,
-		GateName, slots)
+// StandbysHave is the furthest WAL position that one of standbys (by application_name)
+// streaming now has flushed, 0 when none streams. Only a standby that streams counts:
+// a failover can promote only a standby that is there, so one that went away (its pod
+// deleted, its node lost) bounds nothing, whatever its slot still says; and a
+// connection that is not one of the cluster's standbys (pg_receivewal, pg_basebackup,
+// a replication-certificate holder's own client) is no failover candidate at all.
+func (d *DB) StandbysHave(ctx context.Context, standbys []string) (pglogrepl.LSN, error) {
+	s, err := d.text(ctx, `SELECT coalesce(max(flush_lsn), '0/0')::text FROM pg_stat_replication
+		WHERE application_name = ANY($1) AND state = 'streaming'`, standbys)
 	if err != nil {
 		return 0, err
 	}
@@ -36,24 +37,18 @@ const unlimited = pglogrepl.LSN(math.MaxUint64)
 // gateLimit is how far the commit gate may confirm WAL now.
 func (a *Agent) gateLimit() pglogrepl.LSN { return pglogrepl.LSN(a.lossLimit.Load()) }
 
-// keepLossLimit sets the gate's limit from the most advanced standby's flush position:
-// a standby that streams reports it; one that went away (its pod deleted, its node
-// lost) still has what it flushed, which its replication slot kept as its restart
-// position, until the slot is released (spec.postgresql.idleSlotTimeout).
+// keepLossLimit sets the gate's limit from the flush position of the most advanced
+// standby that streams (StandbysHave): while none streams, commits past the budget wait.
 // Without a budget the limit is unlimited; when the position cannot be read, the last
-// limit stays (a standby's flush position only grows, and one that left is seen at the
-// next read).
-func (a *Agent) keepLossLimit(ctx context.Context) {
-	budget := a.cluster.LossBudget
+// limit stays (read again lockoutEvery later). A primary's gate starts with a limit of
+// 0 when there is a budget (startGate): nothing is confirmed before the first read.
+func (a *Agent) keepLossLimit(ctx context.Context, cluster ClusterConfig) {
+	budget := cluster.LossBudget
 	if budget == nil {
 		a.lossLimit.Store(uint64(unlimited))
 		return
 	}
-	var slots []string
-	for _, pod := range a.peers() {
-		slots = append(slots, SlotName(pod))
-	}
-	flushed, err := a.db.StandbysHave(ctx, slots)
+	flushed, err := a.db.StandbysHave(ctx, cluster.peersOf(a.cfg.PodName))
 	if err != nil {
 		return
 	}

@@ -31,6 +31,42 @@ type Postgres struct {
 	SocketLock string
 	// StaleLockRemoved, when set, is told of every stale lock file removed.
 	StaleLockRemoved func(file string)
+
+	// hbaMu serializes the writes of pg_hba.conf; hbaLocked is whether the last one
+	// locked clients out (lockout.go), hbaWritten whether there was one.
+	hbaMu      sync.Mutex
+	hbaLocked  bool
+	hbaWritten bool
+}
+
+// WriteHBA writes pg_hba.conf for in when it says otherwise now, and reports whether it
+// did (postgres then needs a reload).
+func (p *Postgres) WriteHBA(in ConfInput) (bool, error) {
+	p.hbaMu.Lock()
+	defer p.hbaMu.Unlock()
+	if p.hbaWritten && p.hbaLocked == in.LockedOut {
+		return false, nil
+	}
+	if err := writeFileAtomic(filepath.Join(p.PGData, "pg_hba.conf"), []byte(in.HBA()), 0o600); err != nil {
+		return false, err
+	}
+	p.hbaLocked, p.hbaWritten = in.LockedOut, true
+	return true, nil
+}
+
+// ForgetHBA makes the next WriteHBA write pg_hba.conf whatever it holds (its reload
+// failed).
+func (p *Postgres) ForgetHBA() {
+	p.hbaMu.Lock()
+	defer p.hbaMu.Unlock()
+	p.hbaWritten = false
+}
+
+// HBALocked reports whether pg_hba.conf, as last written, locks clients out.
+func (p *Postgres) HBALocked() bool {
+	p.hbaMu.Lock()
+	defer p.hbaMu.Unlock()
+	return p.hbaWritten && p.hbaLocked
 }
 
 // removeStaleLocks removes postmaster.pid and the socket's lock file when no postgres of
@@ -305,6 +341,8 @@ func ParseControlData(out []byte) ControlData {
 // WriteConfig writes postgresql.conf, pg_hba.conf, pg_ident.conf and, for a standby, standby.signal;
 // for a primary it removes standby.signal.
 func (p *Postgres) WriteConfig(in ConfInput) error {
+	p.hbaMu.Lock()
+	defer p.hbaMu.Unlock()
 	files := map[string]string{
 		"postgresql.conf": PostgresqlConf(in),
 		"pg_hba.conf":     in.HBA(),
@@ -315,6 +353,7 @@ func (p *Postgres) WriteConfig(in ConfInput) error {
 			return err
 		}
 	}
+	p.hbaLocked, p.hbaWritten = in.LockedOut, true
 	signal := filepath.Join(p.PGData, "standby.signal")
 	if in.Role == AsStandby {
 		return writeFileAtomic(signal, nil, 0o600)

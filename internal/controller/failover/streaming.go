@@ -91,13 +91,21 @@ func NextStreaming(prev StreamingRecord, holder string, instances []Instance, no
 			if p.State != StreamingLagging && now.Sub(p.Since) < StreamingGrace {
 				continue
 			}
-			if had && old.State == p.State && old.Upstream == p.Upstream {
+			if had && old.sameAs(p) {
 				p = old // as first recorded
 			}
 			next[i.Name] = p
 		}
 	}
 	return next
+}
+
+// sameAs reports whether p and o are the same problem: the same upstream, and both
+// lagging or both not streaming. The WAL receiver's state while it does not stream
+// (stopped, starting, waiting, connecting) changes from one look to the next; the
+// problem does not, and is not recorded or told again for it.
+func (p StreamingProblem) sameAs(o StreamingProblem) bool {
+	return p.Upstream == o.Upstream && (p.State == StreamingLagging) == (o.State == StreamingLagging)
 }
 
 // Describe is one problem for a person: who, since when, why.
@@ -113,7 +121,7 @@ func (p StreamingProblem) Describe(pod string) string {
 func StreamingEvents(prev, next StreamingRecord, answered []string) []DataGuardEvent {
 	var out []DataGuardEvent
 	for _, pod := range slices.Sorted(maps.Keys(next)) {
-		if old, ok := prev[pod]; !ok || old.State != next[pod].State || old.Upstream != next[pod].Upstream {
+		if old, ok := prev[pod]; !ok || !old.sameAs(next[pod]) {
 			out = append(out, DataGuardEvent{corev1.EventTypeWarning, dbv1.ReasonReplicaNotStreaming, next[pod].Describe(pod) +
 				": it is not ready and serves no reads until it streams within maxReadLag"})
 		}
