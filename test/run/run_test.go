@@ -1,4 +1,4 @@
-// Package run checks the README's first command: `make run` with no reachable cluster
+// Package run checks `make run` (docs/getting-started.md): with no reachable cluster it
 // starts the embedded control plane, and `kubectl get pgc` then shows the example.
 package run
 
