@@ -146,6 +146,11 @@ func TestMove(t *testing.T) {
 		change: primarylease.Move(4, "db-1", sync, nil, 8),
 		want:   moved("db-1", 5, 9, sync),
 	}, {
+		name:   "asynchronous mode: no synchronous set is recorded",
+		seed:   vacant("db-0", 4),
+		change: primarylease.Move(4, "db-1", nil, nil, 2),
+		want:   moved("db-1", 5, 5, nil),
+	}, {
 		name:   "a held Lease, given back to its holder in a new term",
 		seed:   held("db-0", 3),
 		change: primarylease.Move(3, "db-0", sync, nil, 4),
