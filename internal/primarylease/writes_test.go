@@ -3,6 +3,7 @@ package primarylease_test
 import (
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -262,4 +263,62 @@ func TestSetAnnotation(t *testing.T) {
 		change: primarylease.SetAnnotation(dbv1.AnnotationDataVersion, "18"),
 		want:   func(s *state) { s.DataVersion = "18" },
 	}})
+}
+
+// New and Rebuild make the Lease the operator creates: a new cluster's, or one
+// recreated after it was deleted with what Rebuild's documentation lists (holder, term,
+// bootstrapped mark, handover, synchronous set, timeline reservation), renewed now.
+func TestNewAndRebuild(t *testing.T) {
+	sync := &primarylease.SyncSet{K: 1, Members: map[string]string{"db-0": "", "db-2": ""}}
+	handover := &primarylease.Handover{From: "db-1", Term: 7, Reason: "the Lease was deleted", Recreated: true, At: metav1.NewTime(t0)}
+	// recorded is a Record with every field set, as read before the Lease was deleted.
+	recorded := func(holder string, term int32, h *primarylease.Handover) primarylease.Record {
+		return primarylease.Record{Holder: holder, Term: term, RenewTime: t0, Bootstrapped: true, Handover: h, Sync: sync,
+			LastFailover: &dbv1.FailoverRecord{From: "db-0", To: "db-1", Time: metav1.NewTime(t0)}, FailoverBlocked: "blocked",
+			Archiving: "{}", DataGuard: &primarylease.DataGuard{SetAside: map[string][]string{"db-2": {"/data/aside"}}},
+			DataVersion: "17", PendingRestart: "{}", Timeline: 9, Fenced: []string{"db-2"},
+			Hibernation: &primarylease.Hibernation{Phase: primarylease.Stopped, Holder: holder, Term: term}}
+	}
+	rebuild := func(r primarylease.Record) *coordinationv1.Lease {
+		l, err := primarylease.Rebuild(namespace, "", "db", r, writeTime)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	renewed := state{Acquired: writeTime, DurationSeconds: 4}
+	renewed.RenewTime = writeTime
+	for _, tc := range []struct {
+		name  string
+		lease *coordinationv1.Lease
+		want  func(*state)
+	}{{
+		name:  "a new cluster's first primary, in term 0",
+		lease: primarylease.New(namespace, "", "db", "db-0", writeTime),
+		want:  func(s *state) { s.Holder = "db-0" },
+	}, {
+		name:  "rebuilt naming the holder the agents agree on",
+		lease: rebuild(recorded("db-1", 7, nil)),
+		want:  func(s *state) { s.Holder, s.Term, s.Bootstrapped, s.Sync, s.Timeline = "db-1", 7, true, sync, 9 },
+	}, {
+		name:  "rebuilt naming no holder, with the handover",
+		lease: rebuild(recorded("", 8, handover)),
+		want:  func(s *state) { s.Term, s.Bootstrapped, s.Handover, s.Sync, s.Timeline = 8, true, handover, sync, 9 },
+	}, {
+		name:  "rebuilt from a record of a holder and term only",
+		lease: rebuild(primarylease.Record{Holder: "db-0", Term: 2}),
+		want:  func(s *state) { s.Holder, s.Term = "db-0", 2 },
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, created := create(t, tc.lease)
+			want := renewed
+			tc.want(&want)
+			if diff := cmp.Diff(want, stateOf(created)); diff != "" {
+				t.Errorf("the Lease created (-want +got):\n%s", diff)
+			}
+			if got := created.Labels[dbv1.LabelCluster]; got != "db" {
+				t.Errorf("label %s=%q, want db", dbv1.LabelCluster, got)
+			}
+		})
+	}
 }
