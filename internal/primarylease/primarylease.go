@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"time"
@@ -223,8 +224,10 @@ func decode[T any](raw string) *T {
 	return &v
 }
 
+// setJSON sets the annotation key to v as JSON, or removes it when v is nil or a nil
+// pointer (written as JSON, that would be "null", which Parse reads as a zero value).
 func setJSON(l *coordinationv1.Lease, key string, v any) error {
-	if v == nil {
+	if rv := reflect.ValueOf(v); !rv.IsValid() || rv.Kind() == reflect.Pointer && rv.IsNil() {
 		delete(l.Annotations, key)
 		return nil
 	}

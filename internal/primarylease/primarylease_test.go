@@ -4,6 +4,12 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 )
 
 func TestMoveReservesATimelineAboveEveryOneKnown(t *testing.T) {
@@ -68,5 +74,108 @@ func TestReserveTimeline(t *testing.T) {
 	}
 	if got := Parse(l).Timeline; got != 4 {
 		t.Errorf("after the next move: timeline %d, want 4", got)
+	}
+}
+
+func TestParse(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	holder, term, renewed := "db-1", int32(7), metav1.NewMicroTime(at)
+	for _, tc := range []struct {
+		name        string
+		spec        coordinationv1.LeaseSpec
+		annotations map[string]string
+		want        Record
+	}{{
+		name: "an empty Lease: nothing is known",
+	}, {
+		name: "every field",
+		spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseTransitions: &term, RenewTime: &renewed},
+		annotations: map[string]string{
+			dbv1.AnnotationBootstrapped:    "true",
+			dbv1.AnnotationFailoverBlocked: "blocked",
+			dbv1.AnnotationArchiving:       `{"failing":true}`,
+			dbv1.AnnotationPendingRestart:  `{"db-0":"shared_buffers"}`,
+			AnnotationTimeline:             "12",
+			AnnotationHandover:             `{"from":"db-0","term":6,"reason":"r","clean":true,"finalLSN":"0/5000028","timeline":11,"released":true,"at":"2026-03-01T12:00:00Z"}`,
+			AnnotationSynchronous:          `{"k":1,"members":{"db-2":""}}`,
+			dbv1.AnnotationLastFailover:    `{"from":"db-0","to":"db-1","time":"2026-03-01T12:00:00Z"}`,
+			dbv1.AnnotationDataGuard:       `{"refusals":{"db-2":"x"}}`,
+			dbv1.AnnotationDataVersion:     "17",
+			dbv1.AnnotationHibernation:     `{"phase":"stopped","holder":"db-1","term":7,"since":"2026-03-01T12:00:00Z"}`,
+			dbv1.AnnotationFenced:          `["db-2"]`,
+		},
+		want: Record{Holder: "db-1", Term: 7, RenewTime: at, Bootstrapped: true, FailoverBlocked: "blocked",
+			Archiving: `{"failing":true}`, PendingRestart: `{"db-0":"shared_buffers"}`, Timeline: 12,
+			Handover:     &Handover{From: "db-0", Term: 6, Reason: "r", Clean: true, FinalLSN: "0/5000028", Timeline: 11, Released: true, At: metav1.NewTime(at)},
+			Sync:         &SyncSet{K: 1, Members: map[string]string{"db-2": ""}},
+			LastFailover: &dbv1.FailoverRecord{From: "db-0", To: "db-1", Time: metav1.NewTime(at)},
+			DataGuard:    &DataGuard{Refusals: map[string]string{"db-2": "x"}}, DataVersion: "17",
+			Hibernation: &Hibernation{Phase: Stopped, Holder: "db-1", Term: 7, Since: metav1.NewTime(at)},
+			Fenced:      []string{"db-2"}},
+	}, {
+		name: "unreadable records count as none: a person may have edited them",
+		annotations: map[string]string{
+			dbv1.AnnotationBootstrapped: "yes",
+			AnnotationTimeline:          "twelve",
+			AnnotationHandover:          "{",
+			AnnotationSynchronous:       `{"k":"one"}`,
+			dbv1.AnnotationLastFailover: "[]",
+			dbv1.AnnotationDataGuard:    "1",
+			dbv1.AnnotationHibernation:  "stopped",
+			dbv1.AnnotationFenced:       `{"db-2":true}`,
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "42", Annotations: tc.annotations}, Spec: tc.spec}
+			tc.want.ResourceVersion = "42"
+			if diff := cmp.Diff(tc.want, Parse(l)); diff != "" {
+				t.Errorf("Parse (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestKeepsDown(t *testing.T) {
+	hibernation := func(phase, holder string, term int32) *Hibernation {
+		return &Hibernation{Phase: phase, Holder: holder, Term: term}
+	}
+	for _, tc := range []struct {
+		name string
+		rec  Record
+		pod  string
+		want bool
+	}{
+		{name: "a fenced standby", rec: Record{Holder: "db-0", Term: 3, Fenced: []string{"db-1"}}, pod: "db-1", want: true},
+		{name: "a fenced holder", rec: Record{Holder: "db-0", Term: 3, Fenced: []string{"db-0", "db-1"}}, pod: "db-0", want: true},
+		{name: "a standby not fenced", rec: Record{Holder: "db-0", Term: 3, Fenced: []string{"db-1"}}, pod: "db-2"},
+		{name: "the holder while it hibernates, stopping", rec: Record{Holder: "db-0", Term: 3, Hibernation: hibernation(Stopping, "db-0", 3)}, pod: "db-0", want: true},
+		{name: "the holder while it hibernates, stopped", rec: Record{Holder: "db-0", Term: 3, Hibernation: hibernation(Stopped, "db-0", 3)}, pod: "db-0", want: true},
+		{name: "the holder resuming", rec: Record{Holder: "db-0", Term: 3, Hibernation: hibernation(Resuming, "db-0", 3)}, pod: "db-0"},
+		{name: "a standby of a stopping holder: it receives the final WAL", rec: Record{Holder: "db-0", Term: 3, Hibernation: hibernation(Stopping, "db-0", 3)}, pod: "db-1"},
+		{name: "the holder, a hibernation of a past term", rec: Record{Holder: "db-0", Term: 4, Hibernation: hibernation(Stopped, "db-0", 3)}, pod: "db-0"},
+		{name: "the holder, a hibernation of another holder", rec: Record{Holder: "db-0", Term: 3, Hibernation: hibernation(Stopped, "db-1", 3)}, pod: "db-0"},
+		{name: "the holder, no record", rec: Record{Holder: "db-0", Term: 3}, pod: "db-0"},
+	} {
+		if got := tc.rec.KeepsDown(tc.pod); got != tc.want {
+			t.Errorf("%s: KeepsDown(%s) = %v, want %v", tc.name, tc.pod, got, tc.want)
+		}
+	}
+}
+
+func TestCleanRelease(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		h    *Handover
+		want bool
+	}{
+		{name: "no record"},
+		{name: "a revocation", h: &Handover{From: "db-0", Term: 3}},
+		{name: "an unclean release", h: &Handover{From: "db-0", Term: 3, Released: true}},
+		{name: "clean, not released (not written by this package, read conservatively)", h: &Handover{Clean: true}},
+		{name: "a clean release", h: &Handover{From: "db-0", Term: 3, Clean: true, Released: true}, want: true},
+	} {
+		if got := tc.h.CleanRelease(); got != tc.want {
+			t.Errorf("%s: CleanRelease = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
