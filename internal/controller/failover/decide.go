@@ -48,6 +48,11 @@ type Input struct {
 	SynchronousReplicas int
 	// Switchover is the requested switchover target, "" when none.
 	Switchover string
+	// Fenced are the instances the user fences now (the cluster's
+	// db.example.com/fenced-instances, RequestedFencing): they take no part in an
+	// election even before the Lease records them (a Lease rebuilt after a deletion, or
+	// a primary lost before its fencing was recorded).
+	Fenced []string
 	// Cluster is the cluster's name and Replicas its spec.replicas: an instance whose
 	// ordinal is Replicas or more is being scaled away. Replicas 0 is unknown.
 	Cluster  string
@@ -250,7 +255,7 @@ func find(instances []Instance, name string) *Instance {
 // unfit says why no standby could take over even in the best case, "" when one could.
 func unfit(in Input) string {
 	var running []Instance
-	for _, i := range notFenced(in.Instances, in.Lease) {
+	for _, i := range notFenced(in.Instances, in.Lease, in.Fenced) {
 		if i.Name != in.Lease.Holder && i.Reachable && !i.Terminating && i.Status.Running && i.Status.Role == agentapi.RoleReplica {
 			running = append(running, i)
 		}
@@ -278,7 +283,7 @@ func DecideVacant(in Input) Decision {
 	}
 	old := find(in.Instances, h.From)
 	oldBack := old != nil && old.Reachable && !old.Terminating && old.Pod != nil
-	candidates := finalStandbys(notFenced(in.Instances, in.Lease), h)
+	candidates := finalStandbys(notFenced(in.Instances, in.Lease, in.Fenced), h)
 	waited := in.Now.Sub(in.VacantSince)
 
 	if h.Clean {

@@ -198,6 +198,10 @@ func TestDecideVacant(t *testing.T) {
 			Move, "db-2", "db-2 has the most WAL"},
 		{"the most advanced frozen standby wins", vacant(dead("db-0"), standby("db-1", "0/4000000", true), standby("db-2", "0/5000000", true)),
 			Move, "db-2", "0/5000000"},
+		{"a standby the user fences is no candidate before the Lease records it (a rebuilt Lease)", with(vacant(dead("db-0"), standby("db-1", "0/4000000", true), standby("db-2", "0/5000000", true)),
+			func(i *Input) { i.Fenced = []string{"db-2"} }), Move, "db-1", "has the most WAL"},
+		{"every standby fenced by the user: no candidate", with(vacant(dead("db-0"), standby("db-1", "0/4000000", true)),
+			func(i *Input) { i.Fenced = []string{"db-0", "db-1"} }), Blocked, "", "no frozen standby answers"},
 		{"a higher timeline wins over a higher position", vacant(dead("db-0"), standby("db-1", "0/9000000", true), func() Instance {
 			s := standby("db-2", "0/5000000", true)
 			s.Status.Timeline = 2

@@ -302,6 +302,8 @@ func (c *cycle) input(rec primarylease.Record) Input {
 		Lease: rec, Instances: c.instances, Enabled: c.cluster.FailoverEnabled(), Delay: c.cluster.FailoverDelay(),
 		StartTimeout: c.cluster.FailoverStartTimeout(), SynchronousReplicas: int(c.cluster.Spec.PostgreSQL.SynchronousReplicas),
 		Switchover: c.cluster.Annotations[dbv1.AnnotationSwitchoverTo], FailedSince: c.mem.failedSince,
+		Fenced: RequestedFencing(FencingInput{Requested: c.cluster.Annotations[dbv1.AnnotationFencedInstances], Lease: rec,
+			Instances: c.instances, Cluster: c.cluster.Name, Replicas: int(c.cluster.Spec.Replicas)}),
 		Cluster: c.cluster.Name, Replicas: int(c.cluster.Spec.Replicas),
 		RenewSeen: c.mem.renewSeen, RenewObserved: c.mem.renewObserved, VacantSince: c.mem.vacantSince, Now: c.r.clock.Now(),
 	}

@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -44,20 +45,8 @@ type FencingDecision struct {
 func DecideFencing(in FencingInput) FencingDecision {
 	var d FencingDecision
 	instances := instanceNames(in)
-	want := map[string]bool{}
-	for _, name := range strings.Split(in.Requested, ",") {
-		switch name = strings.TrimSpace(name); {
-		case name == "":
-		case name == "*":
-			for _, i := range instances {
-				want[i] = true
-			}
-		case slices.Contains(instances, name):
-			want[name] = true
-		default:
-			d.Ignored = append(d.Ignored, name)
-		}
-	}
+	want, ignored := parseFencing(in.Requested, instances)
+	d.Ignored = ignored
 	holder := in.Lease.Holder
 	others := slices.ContainsFunc(instances, func(i string) bool { return !want[i] })
 	if want[holder] && others {
@@ -69,6 +58,34 @@ func DecideFencing(in FencingInput) FencingDecision {
 	}
 	slices.Sort(d.Fenced)
 	return d
+}
+
+// parseFencing reads the annotation's names, or "*" for every instance: the instances
+// named, and the names that are no instance.
+func parseFencing(requested string, instances []string) (map[string]bool, []string) {
+	want := map[string]bool{}
+	var ignored []string
+	for _, name := range strings.Split(requested, ",") {
+		switch name = strings.TrimSpace(name); {
+		case name == "":
+		case name == "*":
+			for _, i := range instances {
+				want[i] = true
+			}
+		case slices.Contains(instances, name):
+			want[name] = true
+		default:
+			ignored = append(ignored, name)
+		}
+	}
+	return want, ignored
+}
+
+// RequestedFencing is every instance the annotation fences, sorted: the primary too,
+// which DecideFencing records only after it handed over.
+func RequestedFencing(in FencingInput) []string {
+	want, _ := parseFencing(in.Requested, instanceNames(in))
+	return slices.Sorted(maps.Keys(want))
 }
 
 // instanceNames are the cluster's instances: spec.replicas of them, and any pod beyond.
@@ -126,15 +143,12 @@ func heldBy(rec primarylease.Record) string {
 	return ""
 }
 
-// notFenced drops the instances the Lease records as fenced: they take no part in an
-// election.
-func notFenced(instances []Instance, rec primarylease.Record) []Instance {
-	if len(rec.Fenced) == 0 {
-		return instances
-	}
+// notFenced drops the instances the Lease records as fenced, and those the user fences
+// (requested): they take no part in an election.
+func notFenced(instances []Instance, rec primarylease.Record, requested []string) []Instance {
 	var out []Instance
 	for _, i := range instances {
-		if !rec.IsFenced(i.Name) {
+		if !rec.IsFenced(i.Name) && !slices.Contains(requested, i.Name) {
 			out = append(out, i)
 		}
 	}

@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -161,4 +162,20 @@ func TestDecideWithFencingAndHibernation(t *testing.T) {
 			i.FailedSince = t0.Add(-5 * time.Second)
 		}), Blocked, "", "no replica is running"},
 	}, Decide)
+}
+
+func TestRequestedFencing(t *testing.T) {
+	instances := []Instance{primary("db-0"), standby("db-1", "0/4000000", false), standby("db-2", "0/5000000", false)}
+	for requested, want := range map[string][]string{
+		"":               nil,
+		"db-2, db-0":     {"db-0", "db-2"},
+		"*":              {"db-0", "db-1", "db-2"},
+		"db-9,other-1":   nil,
+		"db-1,db-1,db-9": {"db-1"},
+	} {
+		got := RequestedFencing(FencingInput{Requested: requested, Instances: instances, Cluster: "db", Replicas: 3})
+		if !slices.Equal(got, want) {
+			t.Errorf("RequestedFencing(%q) = %v, want %v", requested, got, want)
+		}
+	}
 }
