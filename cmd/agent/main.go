@@ -29,6 +29,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/agent"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/logging"
+	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 )
 
 func main() {
@@ -136,7 +137,7 @@ func run(args []string) error {
 		return fmt.Errorf("finding the agent binary for archive_command: %w", err)
 	}
 	cfg.AgentBinary = self
-	cluster, err := agent.LoadClusterConfig(cfg.ClusterConfigPath)
+	cluster, err := clusterconfig.Load(cfg.ClusterConfigPath)
 	if err != nil {
 		return err
 	}

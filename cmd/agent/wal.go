@@ -11,6 +11,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/agent"
 	"github.com/pgpilot/pgpilot/internal/backup"
 	"github.com/pgpilot/pgpilot/internal/backup/store"
+	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 )
 
 // archiveWAL is postgres's archive_command: it stores one WAL file in the cluster's
@@ -27,7 +28,7 @@ func archiveWAL(args []string) error {
 		return errors.New("usage: agent archive-wal [flags] PATH NAME (archive_command's placeholders, in that order)")
 	}
 	path, name := fs.Arg(0), fs.Arg(1)
-	cluster, err := agent.LoadClusterConfig(*config)
+	cluster, err := clusterconfig.Load(*config)
 	if err != nil {
 		return err
 	}
@@ -80,7 +81,7 @@ func restoreWAL(args []string) int {
 		return 2
 	}
 	name, path := fs.Arg(0), fs.Arg(1)
-	cluster, err := agent.LoadClusterConfig(*config)
+	cluster, err := clusterconfig.Load(*config)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agent restore-wal:", err)
 		return 2

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/backup"
+	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 )
 
 // reloadClusterConfig re-reads the cluster configuration (the ConfigMap the kubelet
@@ -20,7 +21,7 @@ import (
 // its synchronous rule). A broken file keeps the configuration in force and is
 // reported.
 func (a *Agent) reloadClusterConfig(ctx context.Context, running bool, role, upstream string) error {
-	next, err := LoadClusterConfig(a.cfg.ClusterConfigPath)
+	next, err := clusterconfig.Load(a.cfg.ClusterConfigPath)
 	if err != nil {
 		return fmt.Errorf("keeping the running configuration: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
+	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 )
 
 // LeaseSource is where the agent learns who is primary, and how it writes the two
@@ -33,7 +34,7 @@ type LeaseSource interface {
 // Each step observes, decides with the pure Decide, then acts.
 type Agent struct {
 	cfg      Config
-	cluster  ClusterConfig
+	cluster  clusterconfig.Config
 	creds    Credentials
 	pg       *Postgres
 	db       *DB
@@ -111,7 +112,7 @@ type request struct {
 }
 
 // New returns an agent for cfg.
-func New(cfg Config, cluster ClusterConfig, creds Credentials, lease LeaseSource, log logr.Logger) *Agent {
+func New(cfg Config, cluster clusterconfig.Config, creds Credentials, lease LeaseSource, log logr.Logger) *Agent {
 	passfile := cfg.SocketDir + "/.pgpass-pgpilot"
 	a := &Agent{
 		cfg: cfg, cluster: cluster, creds: creds, lease: lease, log: log,

@@ -13,11 +13,12 @@ import (
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/backup"
 	"github.com/pgpilot/pgpilot/internal/backup/store"
+	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 )
 
 // OpenStore opens a backup store as config.json describes it, reading the S3 access
 // key pair from its mounted Secret.
-func OpenStore(sc StoreConfig) (store.Store, error) {
+func OpenStore(sc clusterconfig.Store) (store.Store, error) {
 	cfg := store.Config{Directory: sc.Directory, Prefix: sc.Prefix}
 	if s3 := sc.S3; s3 != nil {
 		read := func(name string) (string, error) {

@@ -7,6 +7,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/pgpilot/pgpilot/internal/primarylease"
+	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 )
 
 // termLease is a LeaseSource whose view is set by the test; only View is used here.
@@ -22,7 +23,7 @@ func (l *termLease) View() LeaseView { return l.view }
 // failover away and back) starts with none, or it would be failed over at once.
 func TestRecentCrashesCountTheCurrentTermOnly(t *testing.T) {
 	lease := &termLease{view: LeaseView{Known: true, Holder: "db-0", Term: 4}}
-	a := New(Config{PodName: "db-0", PGData: t.TempDir(), BinDir: t.TempDir()}, ClusterConfig{}, Credentials{}, lease, logr.Discard())
+	a := New(Config{PodName: "db-0", PGData: t.TempDir(), BinDir: t.TempDir()}, clusterconfig.Config{}, Credentials{}, lease, logr.Discard())
 	for range 3 {
 		a.crashed()
 	}

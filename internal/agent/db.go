@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 )
 
 // The application_name of the agent's own sessions: its pool's, and the custom
@@ -359,7 +360,7 @@ func (d *DB) ReceiverStopped(ctx context.Context) (bool, error) {
 // Bootstrap creates, on a new cluster's first primary, the replication role (with the
 // functions pg_rewind needs), the application owner and database. It creates only what
 // is missing, so it can run again after an interruption.
-func (d *DB) Bootstrap(ctx context.Context, b Bootstrap, cs Credentials) error {
+func (d *DB) Bootstrap(ctx context.Context, b clusterconfig.Bootstrap, cs Credentials) error {
 	conn, err := d.connect(ctx)
 	if err != nil {
 		return err

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 )
 
 // A database's or role's synchronous_commit set to local or off (ALTER DATABASE ... SET,
@@ -223,8 +225,8 @@ type durabilityResets struct {
 
 // pinValue is the synchronous_commit the pins set: spec.postgresql.parameters' when it
 // waits for the gate (remote_write, remote_apply), else on.
-func (c ClusterConfig) pinValue() string {
-	for name, value := range c.Parameters {
+func pinValue(parameters map[string]string) string {
+	for name, value := range parameters {
 		v := strings.ToLower(strings.TrimSpace(value))
 		if strings.EqualFold(name, "synchronous_commit") && (v == "remote_write" || v == "remote_apply") {
 			return v
@@ -239,7 +241,7 @@ func (c ClusterConfig) pinValue() string {
 // a database's and a role's own setting, so ALTER DATABASE/ROLE ... SET local has no
 // effect), and replaces or resets the overrides that skip the gate. With
 // allowUnsafeDurability it only records them.
-func (a *Agent) keepDurability(ctx context.Context, cluster ClusterConfig) error {
+func (a *Agent) keepDurability(ctx context.Context, cluster clusterconfig.Config) error {
 	gaps, err := a.db.DurabilityGaps(ctx)
 	if err != nil {
 		return fmt.Errorf("reading synchronous_commit settings (pg_db_role_setting): %w", err)
@@ -254,7 +256,7 @@ func (a *Agent) keepDurability(ctx context.Context, cluster ClusterConfig) error
 		a.mu.Unlock()
 		return nil
 	}
-	pin := cluster.pinValue()
+	pin := pinValue(cluster.Parameters)
 	for _, o := range gaps.Unpinned {
 		if err := a.db.Pin(ctx, o, pin); err != nil {
 			return fmt.Errorf("pinning synchronous_commit for role %s in database %s: %w", o.Role, o.Database, err)

@@ -157,18 +157,7 @@ func (a *Agent) failsafe(ctx context.Context, view LeaseView) bool {
 }
 
 // peers are the other configured instances.
-func (a *Agent) peers() []string { return a.cluster.peersOf(a.cfg.PodName) }
-
-// peersOf lists the cluster's pods but self.
-func (c ClusterConfig) peersOf(self string) []string {
-	var out []string
-	for i := range c.Replicas {
-		if pod := fmt.Sprintf("%s-%d", c.ClusterName, i); pod != self {
-			out = append(out, pod)
-		}
-	}
-	return out
-}
+func (a *Agent) peers() []string { return otherInstances(a.cluster, a.cfg.PodName) }
 
 func (a *Agent) peerClient(pod string) *agentapi.Client {
 	return agentapi.NewClient(a.cfg.PeerURL(pod), a.cfg.Credentials.PeerToken(), a.peerHTTP.For(a.cfg.PeerName(pod), "", a.cfg.TLS.Roots))

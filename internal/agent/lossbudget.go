@@ -5,6 +5,8 @@ import (
 	"math"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 )
 
 // StandbysHave is the furthest WAL position that one of standbys (by application_name)
@@ -42,13 +44,13 @@ func (a *Agent) gateLimit() pglogrepl.LSN { return pglogrepl.LSN(a.lossLimit.Loa
 // Without a budget the limit is unlimited; when the position cannot be read, the last
 // limit stays (read again lockoutEvery later). A primary's gate starts with a limit of
 // 0 when there is a budget (startGate): nothing is confirmed before the first read.
-func (a *Agent) keepLossLimit(ctx context.Context, cluster ClusterConfig) {
+func (a *Agent) keepLossLimit(ctx context.Context, cluster clusterconfig.Config) {
 	budget := cluster.LossBudget
 	if budget == nil {
 		a.lossLimit.Store(uint64(unlimited))
 		return
 	}
-	flushed, err := a.db.StandbysHave(ctx, cluster.peersOf(a.cfg.PodName))
+	flushed, err := a.db.StandbysHave(ctx, otherInstances(cluster, a.cfg.PodName))
 	if err != nil {
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 )
 
 // Role of the postgres the agent starts.
@@ -22,7 +23,7 @@ const (
 
 // ConfInput is everything postgresql.conf is rendered from.
 type ConfInput struct {
-	Cluster ClusterConfig
+	Cluster clusterconfig.Config
 	Pod     string
 	Listen  string
 	Port    int
@@ -235,18 +236,20 @@ func SynchronousStandbyNames(k int, standbys []string) string {
 // primary. That is the rule it starts with when the Lease moves to it while those
 // instances stream (the operator records them as the synchronous set of the new term),
 // so a promotion usually finds it in force and need not wait for a reload.
-func StandbyRule(c ClusterConfig, pod, primary string) []string {
+func StandbyRule(c clusterconfig.Config, pod, primary string) []string {
 	if c.SynchronousReplicas == 0 {
 		return nil
 	}
 	return slices.DeleteFunc(otherInstances(c, pod), func(p string) bool { return p == primary })
 }
 
-// otherInstances are the configured instances but pod, in ordinal order.
-func otherInstances(c ClusterConfig, pod string) []string {
+// otherInstances are the configured instances but pod, in ordinal order: the agent's
+// peers.
+func otherInstances(c clusterconfig.Config, pod string) []string {
+	names := dbv1.NamesOf(c.ClusterName)
 	var out []string
 	for i := range c.Replicas {
-		if other := fmt.Sprintf("%s-%d", c.ClusterName, i); other != pod {
+		if other := names.Instance(i); other != pod {
 			out = append(out, other)
 		}
 	}

@@ -5,11 +5,13 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 )
 
 func TestPostgresqlConfPrecedence(t *testing.T) {
 	in := ConfInput{
-		Cluster: ClusterConfig{Replicas: 3, Parameters: map[string]string{
+		Cluster: clusterconfig.Config{Replicas: 3, Parameters: map[string]string{
 			"work_mem": "8MB", "wal_retrieve_retry_interval": "2s", "port": "6543",
 		}},
 		Pod: "db-1", Listen: "10.0.0.7", Port: 5432, Socket: "/run/postgresql", Role: AsStandby,
@@ -95,7 +97,7 @@ func TestWALBoundsFollowTheVolume(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			in := ConfInput{Cluster: ClusterConfig{Replicas: 2, Parameters: tc.params}, Pod: "db-0", Port: 5432, Role: AsPrimary, VolumeBytes: tc.volume}
+			in := ConfInput{Cluster: clusterconfig.Config{Replicas: 2, Parameters: tc.params}, Pod: "db-0", Port: 5432, Role: AsPrimary, VolumeBytes: tc.volume}
 			if diff := cmp.Diff(tc.want, settings(in)); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
@@ -196,7 +198,7 @@ func TestSynchronousStandbyNames(t *testing.T) {
 	}
 	// A standby already carries the rule it would start with as primary: the gate and
 	// every other instance but its primary.
-	c := ClusterConfig{ClusterName: "db", Replicas: 3, SynchronousReplicas: 1}
+	c := clusterconfig.Config{ClusterName: "db", Replicas: 3, SynchronousReplicas: 1}
 	in := ConfInput{Cluster: c, Pod: "db-1", Role: AsStandby, Upstream: &Upstream{Host: "db-0.svc"}, SyncRule: StandbyRule(c, "db-1", "db-0")}
 	if !strings.Contains(PostgresqlConf(in), `synchronous_standby_names = 'FIRST 2 ("pgpilot_gate", "db-2")'`) {
 		t.Error("a standby's configuration does not carry the synchronous rule for its promotion")
@@ -245,7 +247,7 @@ func lastSettings(conf string) map[string]string {
 // a recovery from a backup adds the restore command and the target.
 func TestArchiveAndRecoverySettings(t *testing.T) {
 	in := ConfInput{
-		Cluster: ClusterConfig{Replicas: 1}, Pod: "db-0", Port: 5432, Role: AsPrimary,
+		Cluster: clusterconfig.Config{Replicas: 1}, Pod: "db-0", Port: 5432, Role: AsPrimary,
 		Commands: Commands{Agent: "/pgpilot/agent", ConfigPath: "/etc/pgpilot/config/config.json", StatusFile: "/run/postgresql/it's.json"},
 	}
 	last := lastSettings(PostgresqlConf(in))
@@ -261,7 +263,7 @@ func TestArchiveAndRecoverySettings(t *testing.T) {
 			t.Errorf("%s is set without a backup or a recovery", k)
 		}
 	}
-	in.Cluster.Backup = &BackupConfig{}
+	in.Cluster.Backup = &clusterconfig.Backup{}
 	in.Recovery = &Recovery{TargetTime: "2026-11-21T14:13:21.123456789Z"}
 	last = lastSettings(PostgresqlConf(in))
 	for k, v := range map[string]string{
@@ -281,7 +283,7 @@ func TestArchiveAndRecoverySettings(t *testing.T) {
 // lines to postgresql.conf nor keep a managed setting in another case in force.
 func TestUncheckedParametersAreLeftOut(t *testing.T) {
 	in := ConfInput{
-		Cluster: ClusterConfig{Replicas: 1, Parameters: map[string]string{
+		Cluster: clusterconfig.Config{Replicas: 1, Parameters: map[string]string{
 			"work_mem":                    "8MB",
 			"pg_stat_statements.max":      "5000",
 			"RESTORE_COMMAND":             "touch /tmp/x",

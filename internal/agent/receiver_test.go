@@ -217,14 +217,3 @@ func TestReceiverWatchReportsAndCountsRestarts(t *testing.T) {
 		t.Fatalf("after following r at 33 s: not streaming since %v", st.NotStreamingSince)
 	}
 }
-
-func TestReadLagBound(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want time.Duration
-	}{{"", DefaultMaxReadLag}, {"10s", 10 * time.Second}, {"0s", DefaultMaxReadLag}, {"soon", DefaultMaxReadLag}, {"2m", 2 * time.Minute}} {
-		if got := (ClusterConfig{MaxReadLag: tc.in}).ReadLagBound(); got != tc.want {
-			t.Errorf("ReadLagBound(%q) = %s, want %s", tc.in, got, tc.want)
-		}
-	}
-}

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/agent"
+	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 )
 
 // Names the backup tests use. The Secrets' contents are never known to a render: the
@@ -51,9 +51,9 @@ func s3StoreValues(path string) map[string]any {
 }
 
 // s3StoreConfig is the agent's view of s3StoreValues mounted for role (backup or restore).
-func s3StoreConfig(role, prefix string) agent.StoreConfig {
-	return agent.StoreConfig{
-		S3: &agent.S3StoreConfig{
+func s3StoreConfig(role, prefix string) clusterconfig.Store {
+	return clusterconfig.Store{
+		S3: &clusterconfig.S3Store{
 			Endpoint:       "https://s3.example.com",
 			Bucket:         "pg-backups",
 			Region:         "eu-west-1",
@@ -125,8 +125,8 @@ func TestBackupAndRestore(t *testing.T) {
 		values []valuesOption
 		// cluster holds what the plan observes.
 		cluster     []runtime.Object
-		wantBackup  *agent.BackupConfig
-		wantRestore *agent.RestoreConfig
+		wantBackup  *clusterconfig.Backup
+		wantRestore *clusterconfig.Restore
 		// wantVolumes and wantMounts are the pod's volumes and the postgres container's
 		// mounts after those of a cluster without backups.
 		wantVolumes []corev1.Volume
@@ -135,7 +135,7 @@ func TestBackupAndRestore(t *testing.T) {
 		{
 			name:        "s3 store with a path, custom keys and a CA",
 			values:      []valuesOption{set("backup.store", s3StoreValues("prod/eu"))},
-			wantBackup:  &agent.BackupConfig{Store: s3StoreConfig("backup", "prod/eu/my-db")},
+			wantBackup:  &clusterconfig.Backup{Store: s3StoreConfig("backup", "prod/eu/my-db")},
 			wantVolumes: s3Volumes,
 			wantMounts:  s3Mounts,
 		},
@@ -147,8 +147,8 @@ func TestBackupAndRestore(t *testing.T) {
 				"credentials": map[string]any{"secretName": credentialsSecret},
 				"tls":         map[string]any{"insecureSkipVerify": true},
 			}}})},
-			wantBackup: &agent.BackupConfig{Store: agent.StoreConfig{
-				S3: &agent.S3StoreConfig{
+			wantBackup: &clusterconfig.Backup{Store: clusterconfig.Store{
+				S3: &clusterconfig.S3Store{
 					Endpoint:           "http://minio.minio:9000",
 					Bucket:             "pgdata",
 					CredentialsDir:     "/etc/pgpilot/backup-credentials",
@@ -164,7 +164,7 @@ func TestBackupAndRestore(t *testing.T) {
 		{
 			name:        "volume store",
 			values:      []valuesOption{set("backup.store", map[string]any{"path": "pg", "volume": map[string]any{"claimName": "backups"}})},
-			wantBackup:  &agent.BackupConfig{Store: agent.StoreConfig{Directory: "/var/lib/pgpilot/backup", Prefix: "pg/my-db"}},
+			wantBackup:  &clusterconfig.Backup{Store: clusterconfig.Store{Directory: "/var/lib/pgpilot/backup", Prefix: "pg/my-db"}},
 			wantVolumes: []corev1.Volume{claimVolume("backup-store", "backups")},
 			wantMounts:  []corev1.VolumeMount{{Name: "backup-store", MountPath: "/var/lib/pgpilot/backup"}},
 		},
@@ -173,7 +173,7 @@ func TestBackupAndRestore(t *testing.T) {
 			values: []valuesOption{set("bootstrap.fromBackup", map[string]any{
 				"store": s3StoreValues("prod/eu"), "clusterName": sourceCluster, "targetTime": targetTime,
 			})},
-			wantRestore: &agent.RestoreConfig{Store: s3StoreConfig("restore", "prod/eu/old-db"), TargetTime: targetTime},
+			wantRestore: &clusterconfig.Restore{Store: s3StoreConfig("restore", "prod/eu/old-db"), TargetTime: targetTime},
 			wantVolumes: s3RestoreVolumes,
 			wantMounts:  s3RestoreMounts,
 		},
@@ -183,8 +183,8 @@ func TestBackupAndRestore(t *testing.T) {
 				"store":       map[string]any{"volume": map[string]any{"claimName": "old-backups"}},
 				"clusterName": sourceCluster, "backupID": backupID, "targetLSN": "0/3000060",
 			})},
-			wantRestore: &agent.RestoreConfig{
-				Store:    agent.StoreConfig{Directory: "/var/lib/pgpilot/restore", Prefix: "old-db"},
+			wantRestore: &clusterconfig.Restore{
+				Store:    clusterconfig.Store{Directory: "/var/lib/pgpilot/restore", Prefix: "old-db"},
 				BackupID: backupID, TargetLSN: "0/3000060",
 			},
 			wantVolumes: []corev1.Volume{claimVolume("restore-store", "old-backups")},
@@ -199,8 +199,8 @@ func TestBackupAndRestore(t *testing.T) {
 					"clusterName": sourceCluster,
 				}),
 			},
-			wantBackup:  &agent.BackupConfig{Store: agent.StoreConfig{Directory: "/var/lib/pgpilot/backup", Prefix: "pg/my-db"}},
-			wantRestore: &agent.RestoreConfig{Store: agent.StoreConfig{Directory: "/var/lib/pgpilot/backup", Prefix: "pg/old-db"}},
+			wantBackup:  &clusterconfig.Backup{Store: clusterconfig.Store{Directory: "/var/lib/pgpilot/backup", Prefix: "pg/my-db"}},
+			wantRestore: &clusterconfig.Restore{Store: clusterconfig.Store{Directory: "/var/lib/pgpilot/backup", Prefix: "pg/old-db"}},
 			wantVolumes: []corev1.Volume{claimVolume("backup-store", "backups")},
 			wantMounts:  []corev1.VolumeMount{{Name: "backup-store", MountPath: "/var/lib/pgpilot/backup"}},
 		},
@@ -210,8 +210,8 @@ func TestBackupAndRestore(t *testing.T) {
 				set("backup.store", s3StoreValues("")),
 				set("bootstrap.fromBackup", map[string]any{"store": s3StoreValues("prod/eu"), "clusterName": sourceCluster}),
 			},
-			wantBackup:  &agent.BackupConfig{Store: s3StoreConfig("backup", "my-db")},
-			wantRestore: &agent.RestoreConfig{Store: s3StoreConfig("restore", "prod/eu/old-db")},
+			wantBackup:  &clusterconfig.Backup{Store: s3StoreConfig("backup", "my-db")},
+			wantRestore: &clusterconfig.Restore{Store: s3StoreConfig("restore", "prod/eu/old-db")},
 			wantVolumes: append(append([]corev1.Volume{}, s3Volumes...), s3RestoreVolumes...),
 			wantMounts:  append(append([]corev1.VolumeMount{}, s3Mounts...), s3RestoreMounts...),
 		},
@@ -219,7 +219,7 @@ func TestBackupAndRestore(t *testing.T) {
 			name:        "restore from a Completed PostgresBackup",
 			values:      []valuesOption{set("bootstrap.fromBackup", map[string]any{"backupName": backupName, "targetTime": targetTime})},
 			cluster:     []runtime.Object{postgresBackup(namespace, dbv1.BackupCompleted)},
-			wantRestore: &agent.RestoreConfig{Store: s3StoreConfig("restore", "prod/eu/old-db"), BackupID: backupID, TargetTime: targetTime},
+			wantRestore: &clusterconfig.Restore{Store: s3StoreConfig("restore", "prod/eu/old-db"), BackupID: backupID, TargetTime: targetTime},
 			wantVolumes: s3RestoreVolumes,
 			wantMounts:  s3RestoreMounts,
 		},
@@ -227,7 +227,7 @@ func TestBackupAndRestore(t *testing.T) {
 			name:        "restore from a Completed PostgresBackup whose backupID is repeated",
 			values:      []valuesOption{set("bootstrap.fromBackup", map[string]any{"backupName": backupName, "backupID": backupID})},
 			cluster:     []runtime.Object{postgresBackup(namespace, dbv1.BackupCompleted)},
-			wantRestore: &agent.RestoreConfig{Store: s3StoreConfig("restore", "prod/eu/old-db"), BackupID: backupID},
+			wantRestore: &clusterconfig.Restore{Store: s3StoreConfig("restore", "prod/eu/old-db"), BackupID: backupID},
 			wantVolumes: s3RestoreVolumes,
 			wantMounts:  s3RestoreMounts,
 		},

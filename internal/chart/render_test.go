@@ -28,10 +28,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/agent"
 	"github.com/pgpilot/pgpilot/internal/chart"
 	"github.com/pgpilot/pgpilot/internal/helmmanager"
 	"github.com/pgpilot/pgpilot/internal/plan"
+	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 )
 
 const (
@@ -910,7 +910,7 @@ func TestNoCredentialsRendered(t *testing.T) {
 
 // instanceConfig is config.json, as the agent reads it: its own type, decoded strictly,
 // so a key the chart writes and the agent does not know (or the reverse) fails here.
-type instanceConfig = agent.ClusterConfig
+type instanceConfig = clusterconfig.Config
 
 func wantConfig(replicas int, parameters map[string]string, database, owner string) instanceConfig {
 	c := instanceConfig{

@@ -22,8 +22,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/agent"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
+	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 )
 
 // Plan is what the chart renders besides the values: .Values.plan.
@@ -39,7 +39,7 @@ type Plan struct {
 	Image      string `json:"image"`
 	AgentImage string `json:"agentImage"`
 	// Config is config.json, what every agent of the cluster reads.
-	Config agent.ClusterConfig `json:"config"`
+	Config clusterconfig.Config `json:"config"`
 	// Volumes and VolumeMounts are the backup and restore stores the postgres container
 	// mounts, after the volumes every instance has.
 	Volumes      []corev1.Volume      `json:"volumes"`
@@ -176,7 +176,7 @@ func Decide(cluster Cluster, v Values, observed Observed) (*Plan, error) {
 		if err != nil {
 			return nil, err
 		}
-		p.Config.Backup = &agent.BackupConfig{Store: store}
+		p.Config.Backup = &clusterconfig.Backup{Store: store}
 		if b.Store.Volume != nil {
 			backupClaim = b.Store.Volume.ClaimName
 		}
@@ -302,17 +302,17 @@ func postgresImage(v Values) (string, error) {
 	return "", fmt.Errorf("no PostgreSQL image for version %q: set spec.image, or give the operator RELATED_IMAGE_POSTGRES_%s", v.Version, v.Version)
 }
 
-func clusterConfig(cluster string, v Values, replicas int) agent.ClusterConfig {
+func clusterConfig(cluster string, v Values, replicas int) clusterconfig.Config {
 	n := dbv1.NamesOf(cluster)
-	c := agent.ClusterConfig{
+	c := clusterconfig.Config{
 		ClusterName:            cluster,
 		Version:                v.Version,
 		Replicas:               replicas,
 		Parameters:             v.PostgreSQL.Parameters,
 		SynchronousReplicas:    int(v.PostgreSQL.SynchronousReplicas),
-		IdleSlotTimeout:        agent.DefaultIdleSlotTimeout.String(),
-		MaxReadLag:             agent.DefaultMaxReadLag.String(),
-		Bootstrap:              agent.Bootstrap{Database: v.Bootstrap.Database, Owner: v.Bootstrap.Owner},
+		IdleSlotTimeout:        clusterconfig.DefaultIdleSlotTimeout.String(),
+		MaxReadLag:             clusterconfig.DefaultMaxReadLag.String(),
+		Bootstrap:              clusterconfig.Bootstrap{Database: v.Bootstrap.Database, Owner: v.Bootstrap.Owner},
 		PrimaryLease:           n.PrimaryLease(),
 		SuperuserNetworkAccess: v.PostgreSQL.SuperuserNetworkAccess,
 		AllowUnsafeDurability:  v.PostgreSQL.AllowUnsafeDurability,
@@ -374,8 +374,8 @@ const (
 // agent finds it. field names the store in errors; cluster is the cluster whose
 // directory in the store is used. A shared store is a volume already mounted as the
 // backup store (a restore from the claim the backups go to).
-func mountStore(p *Plan, store dbv1.BackupStore, field, cluster, role string, shared bool) (agent.StoreConfig, error) {
-	config := agent.StoreConfig{Prefix: path.Join(store.Path, cluster)}
+func mountStore(p *Plan, store dbv1.BackupStore, field, cluster, role string, shared bool) (clusterconfig.Store, error) {
+	config := clusterconfig.Store{Prefix: path.Join(store.Path, cluster)}
 	switch {
 	case store.S3 != nil && store.Volume == nil:
 		s3, err := mountS3(p, *store.S3, field, role)
@@ -408,7 +408,7 @@ func storeDirectory(role string) string { return "/var/lib/pgpilot/" + role }
 
 // mountS3 mounts the keys of an S3 store's Secrets as the files the agent reads: the
 // pod names the Secrets, the plan never reads them.
-func mountS3(p *Plan, s3 dbv1.S3Store, field, role string) (*agent.S3StoreConfig, error) {
+func mountS3(p *Plan, s3 dbv1.S3Store, field, role string) (*clusterconfig.S3Store, error) {
 	switch {
 	case s3.Endpoint == "":
 		return nil, fmt.Errorf("%s.s3.endpoint is required", field)
@@ -417,7 +417,7 @@ func mountS3(p *Plan, s3 dbv1.S3Store, field, role string) (*agent.S3StoreConfig
 	case s3.Credentials.SecretName == "":
 		return nil, fmt.Errorf("%s.s3.credentials.secretName is required", field)
 	}
-	config := &agent.S3StoreConfig{
+	config := &clusterconfig.S3Store{
 		Endpoint:       s3.Endpoint,
 		Bucket:         s3.Bucket,
 		Region:         s3.Region,
@@ -484,7 +484,7 @@ func planRestore(p *Plan, cluster Cluster, from *dbv1.FromBackup, backupClaim st
 	if err != nil {
 		return err
 	}
-	restore := &agent.RestoreConfig{Store: store, BackupID: source.backupID, TargetLSN: from.TargetLSN}
+	restore := &clusterconfig.Restore{Store: store, BackupID: source.backupID, TargetLSN: from.TargetLSN}
 	if from.TargetTime != nil {
 		restore.TargetTime = from.TargetTime.UTC().Format(time.RFC3339)
 	}
@@ -494,11 +494,11 @@ func planRestore(p *Plan, cluster Cluster, from *dbv1.FromBackup, backupClaim st
 
 // deployedRestore is the restore block of the deployed config.json, nil when there is
 // none (the cluster's first render resolves the PostgresBackup).
-func deployedRestore(cm *corev1.ConfigMap) *agent.RestoreConfig {
+func deployedRestore(cm *corev1.ConfigMap) *clusterconfig.Restore {
 	if cm == nil || cm.Data[configFile] == "" {
 		return nil
 	}
-	var config agent.ClusterConfig
+	var config clusterconfig.Config
 	if err := json.Unmarshal([]byte(cm.Data[configFile]), &config); err != nil {
 		return nil
 	}

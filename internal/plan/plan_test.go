@@ -14,9 +14,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/agent"
 	"github.com/pgpilot/pgpilot/internal/plan"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
+	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 )
 
 var cluster = plan.Cluster{Name: "my-db", Namespace: "db"}
@@ -318,10 +318,10 @@ func TestConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := agent.ClusterConfig{
+	want := clusterconfig.Config{
 		ClusterName: "my-db", Version: "16", Replicas: 3,
 		Parameters: map[string]string{"work_mem": "8MB"}, SynchronousReplicas: 1,
-		IdleSlotTimeout: "0s", Bootstrap: agent.Bootstrap{Database: "app", Owner: "app"},
+		IdleSlotTimeout: "0s", Bootstrap: clusterconfig.Bootstrap{Database: "app", Owner: "app"},
 		PrimaryLease: "my-db-primary", MaxReadLag: "10s",
 	}
 	want.Services.ReadWrite, want.Services.Headless = "my-db-rw", "my-db-headless"
@@ -337,10 +337,10 @@ func TestConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Config.SlotTimeout() != agent.DefaultIdleSlotTimeout || p.Config.Parameters == nil {
+	if p.Config.SlotTimeout() != clusterconfig.DefaultIdleSlotTimeout || p.Config.Parameters == nil {
 		t.Errorf("defaults: idleSlotTimeout %q, parameters %v", p.Config.IdleSlotTimeout, p.Config.Parameters)
 	}
-	if p.Config.ReadLagBound() != agent.DefaultMaxReadLag || p.Config.MaxReadLag != "30s" {
+	if p.Config.ReadLagBound() != clusterconfig.DefaultMaxReadLag || p.Config.MaxReadLag != "30s" {
 		t.Errorf("defaults: maxReadLag %q", p.Config.MaxReadLag)
 	}
 }
@@ -358,9 +358,9 @@ func backup(phase dbv1.BackupPhase) *dbv1.PostgresBackup {
 }
 
 // deployedConfig is a ConfigMap whose config.json restores from restore.
-func deployedConfig(t *testing.T, restore *agent.RestoreConfig) *corev1.ConfigMap {
+func deployedConfig(t *testing.T, restore *clusterconfig.Restore) *corev1.ConfigMap {
 	t.Helper()
-	data, err := json.Marshal(agent.ClusterConfig{ClusterName: "my-db", Restore: restore})
+	data, err := json.Marshal(clusterconfig.Config{ClusterName: "my-db", Restore: restore})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,9 +391,9 @@ func TestRestore(t *testing.T) {
 	fromName := fromBackup(dbv1.FromBackup{BackupName: "nightly", TargetLSN: "0/3000060"})
 	restoreClaim := corev1.Volume{Name: "restore-store", VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "old-backups"}}}
-	handmade := &agent.RestoreConfig{Store: agent.StoreConfig{Directory: "/var/lib/pgpilot/restore", Prefix: "archive/older-db"}, BackupID: "20240101T000000Z"}
-	resolved := &agent.RestoreConfig{
-		Store:    agent.StoreConfig{Directory: "/var/lib/pgpilot/restore", Prefix: "pg/old-db"},
+	handmade := &clusterconfig.Restore{Store: clusterconfig.Store{Directory: "/var/lib/pgpilot/restore", Prefix: "archive/older-db"}, BackupID: "20240101T000000Z"}
+	resolved := &clusterconfig.Restore{
+		Store:    clusterconfig.Store{Directory: "/var/lib/pgpilot/restore", Prefix: "pg/old-db"},
 		BackupID: "20250601T000000Z", TargetLSN: "0/3000060",
 	}
 	missing := `bootstrap.fromBackup.backupName: PostgresBackup "nightly" does not exist in namespace "db": name a Completed PostgresBackup of this namespace, or restore with bootstrap.fromBackup.store and clusterName`
@@ -401,7 +401,7 @@ func TestRestore(t *testing.T) {
 		name        string
 		values      plan.Values
 		observed    plan.Observed
-		wantRestore *agent.RestoreConfig
+		wantRestore *clusterconfig.Restore
 		wantVolumes []corev1.Volume
 		wantErr     string
 	}{
@@ -437,7 +437,7 @@ func TestRestore(t *testing.T) {
 				ClusterName: "old-db", TargetTime: &metav1.Time{Time: metav1.Now().Rfc3339Copy().Time},
 			})),
 			observed:    plan.Observed{ConfigMap: deployedConfig(t, handmade)},
-			wantRestore: &agent.RestoreConfig{Store: agent.StoreConfig{Directory: "/var/lib/pgpilot/restore", Prefix: "old-db"}},
+			wantRestore: &clusterconfig.Restore{Store: clusterconfig.Store{Directory: "/var/lib/pgpilot/restore", Prefix: "old-db"}},
 			wantVolumes: []corev1.Volume{restoreClaim},
 		},
 		{name: "no PostgresBackup", values: readme(fromName), wantErr: missing},

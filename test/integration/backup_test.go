@@ -21,8 +21,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/agent"
 	"github.com/pgpilot/pgpilot/internal/controller/backup"
+	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 	"github.com/pgpilot/pgpilot/internal/sidecar"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
@@ -240,12 +240,12 @@ func completedBackup(t *testing.T, ns, name string) {
 
 // restoreOf is the restore block of the cluster's deployed config.json, and the claim
 // its StatefulSet mounts as restore-store ("" for none).
-func restoreOf(ns, name string) (*agent.RestoreConfig, string, error) {
+func restoreOf(ns, name string) (*clusterconfig.Restore, string, error) {
 	var cm corev1.ConfigMap
 	if err := get(ns, dbv1.NamesOf(name).ConfigMap(), &cm); err != nil {
 		return nil, "", err
 	}
-	var config agent.ClusterConfig
+	var config clusterconfig.Config
 	if err := json.Unmarshal([]byte(cm.Data["config.json"]), &config); err != nil {
 		return nil, "", err
 	}
@@ -284,8 +284,8 @@ func TestRestoreFromBackupNameIsResolvedOnce(t *testing.T) {
 	})
 
 	completedBackup(t, ns, "nightly")
-	want := &agent.RestoreConfig{
-		Store:    agent.StoreConfig{Directory: "/var/lib/pgpilot/restore", Prefix: "pg/old-db"},
+	want := &clusterconfig.Restore{
+		Store:    clusterconfig.Store{Directory: "/var/lib/pgpilot/restore", Prefix: "pg/old-db"},
 		BackupID: "20250601T000000Z",
 	}
 	testutil.Eventually(t, timeout, func() error {

@@ -13,10 +13,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgpilot/pgpilot/internal/agent"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/backup"
 	"github.com/pgpilot/pgpilot/internal/backup/store"
+	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 	"github.com/pgpilot/pgpilot/internal/testing/s3server"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
@@ -36,14 +36,14 @@ func newS3Store(t testing.TB) *s3Store {
 
 // config is the store as config.json describes it for cluster's directory, with the
 // access key pair written where the chart would mount the Secret.
-func (s *s3Store) config(c *cluster, prefix, secret string) agent.StoreConfig {
+func (s *s3Store) config(c *cluster, prefix, secret string) clusterconfig.Store {
 	c.t.Helper()
 	dir := filepath.Join(c.dir, "s3-credentials-"+strings.ReplaceAll(prefix, "/", "-"))
 	mustMkdir(c.t, dir, 0o755)
 	mustWrite(c.t, filepath.Join(dir, "ACCESS_KEY_ID"), []byte(s.srv.AccessKeyID))
 	mustWrite(c.t, filepath.Join(dir, "SECRET_ACCESS_KEY"), []byte(secret))
 	chownR(c.t, dir)
-	return agent.StoreConfig{Prefix: prefix, S3: &agent.S3StoreConfig{
+	return clusterconfig.Store{Prefix: prefix, S3: &clusterconfig.S3Store{
 		Endpoint: s.srv.Endpoint, Bucket: s.bucket, Region: s.srv.Region, CredentialsDir: dir,
 	}}
 }
@@ -62,13 +62,13 @@ func (s *s3Store) open(t testing.TB, prefix string) store.Store {
 // backedUpCluster is a cluster of n instances archiving to s3 under its own name.
 func backedUpCluster(t testing.TB, s *s3Store, n int) *cluster {
 	c := newCluster(t, n)
-	c.setConfig("backup", agent.BackupConfig{Store: s.config(c, c.name, s.srv.SecretAccessKey)})
+	c.setConfig("backup", clusterconfig.Backup{Store: s.config(c, c.name, s.srv.SecretAccessKey)})
 	return c
 }
 
 // restoredCluster is a cluster of n instances (not started) restoring from source's
 // backups.
-func restoredCluster(t testing.TB, s *s3Store, source *cluster, n int, r agent.RestoreConfig) *cluster {
+func restoredCluster(t testing.TB, s *s3Store, source *cluster, n int, r clusterconfig.Restore) *cluster {
 	c := newCluster(t, n)
 	r.Store = s.config(c, source.name, s.srv.SecretAccessKey)
 	c.setConfig("restore", r)
@@ -77,7 +77,7 @@ func restoredCluster(t testing.TB, s *s3Store, source *cluster, n int, r agent.R
 
 // restoreOne restores source's backups into a new single-instance cluster, starts it
 // and waits until it is the primary on timeline tl.
-func restoreOne(t testing.TB, s *s3Store, source *cluster, r agent.RestoreConfig, tl int64) *instance {
+func restoreOne(t testing.TB, s *s3Store, source *cluster, r clusterconfig.Restore, tl int64) *instance {
 	t.Helper()
 	restored := restoredCluster(t, s, source, 1, r)
 	rp := restored.instances[0]
@@ -215,7 +215,7 @@ func TestBackupAndPointInTimeRestore(t *testing.T) {
 	p.mustExec("INSERT INTO t SELECT generate_series(201, 300)")
 	p.archiveNow()
 
-	restored := restoredCluster(t, s, c, 2, agent.RestoreConfig{TargetTime: target.Format(time.RFC3339Nano)})
+	restored := restoredCluster(t, s, c, 2, clusterconfig.Restore{TargetTime: target.Format(time.RFC3339Nano)})
 	rp := restored.instances[0]
 	rp.start()
 	rp.waitRole(agentapi.RolePrimary, 2, 2*upTimeout)
@@ -255,7 +255,7 @@ func TestRestoreAfterFailover(t *testing.T) {
 		t.Fatalf("the new timeline's history file is not archived: %v %v", objs, err)
 	}
 
-	wantRange(t, restoreOne(t, s, c, agent.RestoreConfig{}, 3).rows("t"), 1, 200)
+	wantRange(t, restoreOne(t, s, c, clusterconfig.Restore{}, 3).rows("t"), 1, 200)
 }
 
 // A store that is down or refuses the credentials fails the backup with a clear
@@ -271,7 +271,7 @@ func TestBackupStoreFailures(t *testing.T) {
 	}
 
 	// Wrong credentials: the agent reads the mounted Secret at each backup.
-	p.setConfigRead("backup", agent.BackupConfig{Store: s.config(c, c.name+"-wrong", "not-the-secret")})
+	p.setConfigRead("backup", clusterconfig.Backup{Store: s.config(c, c.name+"-wrong", "not-the-secret")})
 	b := p.takeBackup("wrong-credentials")
 	if b.Phase != agentapi.BackupFailed || !strings.Contains(b.Error, "credentials") {
 		t.Errorf("a backup with a wrong secret: %+v; want failed, naming the credentials", b)
@@ -281,7 +281,7 @@ func TestBackupStoreFailures(t *testing.T) {
 	}
 
 	// The store down.
-	p.setConfigRead("backup", agent.BackupConfig{Store: s.config(c, c.name, s.srv.SecretAccessKey)})
+	p.setConfigRead("backup", clusterconfig.Backup{Store: s.config(c, c.name, s.srv.SecretAccessKey)})
 	s.srv.Stop()
 	b = p.takeBackup("store-down")
 	if b.Phase != agentapi.BackupFailed || !strings.Contains(b.Error, "cannot reach") {
@@ -316,7 +316,7 @@ func TestBackupStoreFailures(t *testing.T) {
 	if err != nil || len(infos) != 1 || infos[0].ID != "good" {
 		t.Fatalf("the store lists %+v, %v; want only the good backup", infos, err)
 	}
-	restoreOne(t, s, c, agent.RestoreConfig{BackupID: "good"}, 2)
+	restoreOne(t, s, c, clusterconfig.Restore{BackupID: "good"}, 2)
 }
 
 // Retention deletes the named backups and the archived WAL only they needed.
@@ -369,7 +369,7 @@ func TestRetentionPrunesBackupsAndWAL(t *testing.T) {
 		}
 	}
 	// The kept backup still restores.
-	restoreOne(t, s, c, agent.RestoreConfig{}, 2).waitCount("t", 3, 10*time.Second)
+	restoreOne(t, s, c, clusterconfig.Restore{}, 2).waitCount("t", 3, 10*time.Second)
 }
 
 // A primary that dies with WAL it could not archive (the store was down) loses nothing
@@ -414,7 +414,7 @@ func TestWALThePrimaryCouldNotArchiveIsArchivedByTheReplica(t *testing.T) {
 	r.archiveNow()
 	r.archived(s.open(t, c.name), segments...)
 
-	wantRange(t, restoreOne(t, s, c, agent.RestoreConfig{}, 3).rows("t"), 1, 350)
+	wantRange(t, restoreOne(t, s, c, clusterconfig.Restore{}, 3).rows("t"), 1, 350)
 }
 
 // archived waits up to a minute for st to hold every WAL segment of names; it fails
@@ -448,7 +448,7 @@ func TestAnotherClusterCannotArchiveIntoTheSameDirectory(t *testing.T) {
 	first.startAll()
 	first.instances[0].archiveNow()
 	second := newCluster(t, 1)
-	second.setConfig("backup", agent.BackupConfig{Store: s.config(second, first.name, s.srv.SecretAccessKey)})
+	second.setConfig("backup", clusterconfig.Backup{Store: s.config(second, first.name, s.srv.SecretAccessKey)})
 	second.startAll()
 	second.instances[0].refusedByTheStore("holds the backups of another PostgreSQL cluster")
 }
@@ -483,7 +483,7 @@ func TestBackupToAVolume(t *testing.T) {
 	mustMkdir(t, dir, 0o755)
 	chownR(t, dir)
 	c := newCluster(t, 2)
-	c.setConfig("backup", agent.BackupConfig{Store: agent.StoreConfig{Directory: dir, Prefix: c.name}})
+	c.setConfig("backup", clusterconfig.Backup{Store: clusterconfig.Store{Directory: dir, Prefix: c.name}})
 	c.startAll()
 	p, r := c.instances[0], c.instances[1]
 	p.mustExec("CREATE TABLE t AS SELECT generate_series(1, 500) AS id")
@@ -494,7 +494,7 @@ func TestBackupToAVolume(t *testing.T) {
 	p.mustExec("INSERT INTO t SELECT generate_series(501, 600)")
 	p.archiveNow()
 	restored := newCluster(t, 1)
-	restored.setConfig("restore", agent.RestoreConfig{Store: agent.StoreConfig{Directory: dir, Prefix: c.name}})
+	restored.setConfig("restore", clusterconfig.Restore{Store: clusterconfig.Store{Directory: dir, Prefix: c.name}})
 	rp := restored.instances[0]
 	rp.start()
 	rp.waitRole(agentapi.RolePrimary, 2, 2*upTimeout)
@@ -518,8 +518,8 @@ func TestTwoClustersRestoredFromOneBackupCannotShareAnArchive(t *testing.T) {
 	}
 	sp.archiveNow()
 
-	first := restoredCluster(t, s, src, 1, agent.RestoreConfig{})
-	first.setConfig("backup", agent.BackupConfig{Store: s.config(first, first.name, s.srv.SecretAccessKey)})
+	first := restoredCluster(t, s, src, 1, clusterconfig.Restore{})
+	first.setConfig("backup", clusterconfig.Backup{Store: s.config(first, first.name, s.srv.SecretAccessKey)})
 	fp := first.instances[0]
 	fp.start()
 	fp.waitRole(agentapi.RolePrimary, 2, 2*upTimeout)
@@ -530,8 +530,8 @@ func TestTwoClustersRestoredFromOneBackupCannotShareAnArchive(t *testing.T) {
 	fp.archiveNow()
 
 	// The second, restored from the same backup, is given the first one's store path.
-	second := restoredCluster(t, s, src, 1, agent.RestoreConfig{})
-	second.setConfig("backup", agent.BackupConfig{Store: s.config(second, first.name, s.srv.SecretAccessKey)})
+	second := restoredCluster(t, s, src, 1, clusterconfig.Restore{})
+	second.setConfig("backup", clusterconfig.Backup{Store: s.config(second, first.name, s.srv.SecretAccessKey)})
 	bp := second.instances[0]
 	bp.start()
 	bp.waitRole(agentapi.RolePrimary, 2, 2*upTimeout)
@@ -540,5 +540,5 @@ func TestTwoClustersRestoredFromOneBackupCannotShareAnArchive(t *testing.T) {
 	// The first cluster keeps archiving there, and its archive holds only its history.
 	fp.mustExec("INSERT INTO t SELECT generate_series(201, 300)")
 	fp.archiveNow()
-	wantRange(t, restoreOne(t, s, first, agent.RestoreConfig{}, 3).rows("t"), 1, 300)
+	wantRange(t, restoreOne(t, s, first, clusterconfig.Restore{}, 3).rows("t"), 1, 300)
 }
