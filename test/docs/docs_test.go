@@ -114,9 +114,17 @@ func TestRepositoryPathsExist(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The repository's own top-level directories: not .git, nor those .gitignore keeps
+	// out of it (bin/, which a build fills, is not part of a fresh clone).
+	ignored := map[string]bool{".git": true}
+	for _, line := range strings.Split(read(t, ".gitignore"), "\n") {
+		if name, ok := strings.CutPrefix(strings.TrimSuffix(strings.TrimSpace(line), "/"), "/"); ok {
+			ignored[name] = true
+		}
+	}
 	var tops []string
 	for _, e := range entries {
-		if e.IsDir() && e.Name() != ".git" {
+		if e.IsDir() && !ignored[e.Name()] {
 			tops = append(tops, regexp.QuoteMeta(e.Name()))
 		}
 	}
