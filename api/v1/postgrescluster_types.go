@@ -193,9 +193,11 @@ type PostgreSQLSpec struct {
 	Parameters map[string]string `json:"parameters,omitempty"`
 
 	// synchronousReplicas is how many replicas must confirm each commit before it is
-	// acknowledged (synchronous_standby_names = ANY n over the other instances). 0, the
-	// default, is asynchronous replication. With n > 0 no acknowledged write is lost in
-	// a failover, and writes wait while fewer than n replicas are streaming.
+	// acknowledged (the primary's synchronous_standby_names is FIRST n+1 over its
+	// commit gate, which confirms only while the primary holds its Lease, and the
+	// replicas of the synchronous set the Lease records). 0, the default, is
+	// asynchronous replication. With n > 0 no acknowledged write is lost in a
+	// failover, and writes wait while fewer than n replicas are streaming.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=15
 	// +kubebuilder:default=0

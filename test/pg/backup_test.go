@@ -147,7 +147,9 @@ func (in *instance) archiveNow() {
 	if st.Archiver != nil {
 		before = st.Archiver.ArchivedCount
 	}
-	if err := in.superExec("SELECT pg_switch_wal()"); err != nil {
+	// A record first: with nothing written since the last switch, pg_switch_wal
+	// switches nothing.
+	if err := in.superExec("SELECT pg_logical_emit_message(false, 'pgpilot-test', 'x'), pg_switch_wal()"); err != nil {
 		in.c.t.Fatal(err)
 	}
 	testutil.Eventually(in.c.t, time.Minute, func() error {
@@ -287,7 +289,9 @@ func TestBackupStoreFailures(t *testing.T) {
 	if b.Phase != agentapi.BackupFailed || !strings.Contains(b.Error, "cannot reach") {
 		t.Errorf("a backup to a store that is down: %+v; want failed, saying it cannot reach it", b)
 	}
-	if err := p.superExec("SELECT pg_switch_wal()"); err != nil {
+	// A record first: with nothing written since the last switch, pg_switch_wal
+	// switches nothing and no segment waits to be archived.
+	if err := p.superExec("SELECT pg_logical_emit_message(false, 'pgpilot-test', 'x'), pg_switch_wal()"); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, time.Minute, func() error {
