@@ -125,8 +125,32 @@ func (d *DB) ResetDurabilityOverride(ctx context.Context, o DurabilityOverride, 
 	if err := d.exec(ctx, o.statement(action)); err != nil {
 		return 0, err
 	}
-	return d.TerminateClients(ctx, &sessionsOf{Database: o.Database, Role: o.Role})
+	changed, err := d.now(ctx)
+	if err != nil {
+		return 0, err
+	}
+	// A backend reads its settings before it shows in pg_stat_activity: one that read
+	// the override just before the change may show up a moment after the first look.
+	// Only backends forked before the change can hold it; they are looked for again
+	// for resetSweep.
+	only := &sessionsOf{Database: o.Database, Role: o.Role, StartedBy: changed}
+	total := 0
+	for deadline := time.Now().Add(resetSweep); ; {
+		n, err := d.TerminateClients(ctx, only)
+		total += n
+		if err != nil || time.Now().After(deadline) {
+			return total, err
+		}
+		time.Sleep(resetSweepEvery)
+	}
 }
+
+// resetSweep is how long ResetDurabilityOverride keeps looking for sessions that may
+// have started with the override, every resetSweepEvery.
+const (
+	resetSweep      = 300 * time.Millisecond
+	resetSweepEvery = 20 * time.Millisecond
+)
 
 // Pin sets synchronous_commit to pin for o's role in o's database.
 func (d *DB) Pin(ctx context.Context, o DurabilityOverride, pin string) error {
@@ -141,6 +165,8 @@ func pinAction(pin string) string {
 // sessionsOf narrows TerminateClients to a database's sessions, a role's, or both.
 type sessionsOf struct {
 	Database, Role string
+	// StartedBy, when set, keeps only the backends started (forked) by then.
+	StartedBy time.Time
 }
 
 // TerminateClients terminates client backends, every one when only is nil, except the
@@ -164,8 +190,9 @@ func (d *DB) TerminateClients(ctx context.Context, only *sessionsOf) (int, error
 		WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
 		AND NOT (client_addr IS NULL AND client_port = -1 AND usename = ANY($1) AND application_name = ANY($2))
 		AND ($3 = '' OR datname = $3) AND ($4 = '' OR usename = $4)
+		AND ($5::timestamptz IS NULL OR backend_start <= $5)
 		OFFSET 0) s`,
-		[]string{d.User, MonitorUser}, []string{agentApplicationName, metricsApplicationName}, only.Database, only.Role).Scan(&n)
+		[]string{d.User, MonitorUser}, []string{agentApplicationName, metricsApplicationName}, only.Database, only.Role, startedBy(only.StartedBy)).Scan(&n)
 	return n, err
 }
 
@@ -199,6 +226,26 @@ func (d *DB) WALInsertLSN(ctx context.Context) (pglogrepl.LSN, error) {
 		return 0, err
 	}
 	return pglogrepl.ParseLSN(s)
+}
+
+// now is the server's clock.
+func (d *DB) now(ctx context.Context) (time.Time, error) {
+	var t time.Time
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return t, err
+	}
+	defer conn.Release()
+	err = conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&t)
+	return t, err
+}
+
+// startedBy is StartedBy as a query argument: NULL when unset.
+func startedBy(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // exec runs one statement in a pooled session.
