@@ -174,25 +174,7 @@ type sessionsOf struct {
 // terminated backend that waits for synchronous replication closes its connection
 // without acknowledging the commit.
 func (d *DB) TerminateClients(ctx context.Context, only *sessionsOf) (int, error) {
-	if only == nil {
-		only = &sessionsOf{}
-	}
-	conn, err := d.connect(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Release()
-	// OFFSET 0 keeps the subquery whole: pg_terminate_backend runs only on the rows its
-	// conditions chose.
-	var n int
-	err = conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM (
-		SELECT pid FROM pg_stat_activity
-		WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
-		AND NOT (client_addr IS NULL AND client_port = -1 AND usename = ANY($1) AND application_name = ANY($2))
-		AND ($3 = '' OR datname = $3) AND ($4 = '' OR usename = $4)
-		AND ($5::timestamptz IS NULL OR backend_start <= $5)
-		OFFSET 0) s`,
-		[]string{d.User, MonitorUser}, []string{agentApplicationName, metricsApplicationName}, only.Database, only.Role, startedBy(only.StartedBy)).Scan(&n)
+	_, n, err := d.terminateClients(ctx, only, 0)
 	return n, err
 }
 
@@ -200,19 +182,34 @@ func (d *DB) TerminateClients(ctx context.Context, only *sessionsOf) (int, error
 // to terminateWait each, for them to exit. It returns how many there were: 0 means none
 // was left when it looked.
 func (d *DB) EndClientSessions(ctx context.Context) (int, error) {
+	found, _, err := d.terminateClients(ctx, nil, terminateWait)
+	return found, err
+}
+
+// terminateClients terminates the client backends only names (all when nil) but the
+// agent's own, waiting up to wait for each to exit (not at all when 0). It returns how
+// many it found, and how many it terminated (exited within wait, when waiting).
+func (d *DB) terminateClients(ctx context.Context, only *sessionsOf, wait time.Duration) (found, ended int, err error) {
+	if only == nil {
+		only = &sessionsOf{}
+	}
 	conn, err := d.connect(ctx)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer conn.Release()
-	var found, ended int
-	err = conn.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE pg_terminate_backend(pid, $3)) FROM (
+	// OFFSET 0 keeps the subquery whole: pg_terminate_backend runs only on the rows its
+	// conditions chose.
+	err = conn.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE pg_terminate_backend(pid, $6)) FROM (
 		SELECT pid FROM pg_stat_activity
 		WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
 		AND NOT (client_addr IS NULL AND client_port = -1 AND usename = ANY($1) AND application_name = ANY($2))
+		AND ($3 = '' OR datname = $3) AND ($4 = '' OR usename = $4)
+		AND ($5::timestamptz IS NULL OR backend_start <= $5)
 		OFFSET 0) s`,
-		[]string{d.User, MonitorUser}, []string{agentApplicationName, metricsApplicationName}, terminateWait.Milliseconds()).Scan(&found, &ended)
-	return found, err
+		[]string{d.User, MonitorUser}, []string{agentApplicationName, metricsApplicationName}, only.Database, only.Role,
+		startedBy(only.StartedBy), wait.Milliseconds()).Scan(&found, &ended)
+	return found, ended, err
 }
 
 // terminateWait is how long EndClientSessions waits for one backend to exit.
