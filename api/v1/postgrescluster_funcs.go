@@ -30,41 +30,10 @@ const (
 	// is not fenced first. Removing a name unfences it (docs/operations.md, "Fencing").
 	AnnotationFencedInstances = "db.example.com/fenced-instances"
 
-	// AnnotationLastFailover on the primary Lease records the last failover (JSON of a
-	// FailoverRecord); AnnotationFailoverBlocked says why a failover cannot happen now.
-	// The failover controller writes them, the status controller shows them.
-	AnnotationLastFailover    = "db.example.com/last-failover"
-	AnnotationFailoverBlocked = "db.example.com/failover-blocked"
-
 	// AnnotationBootstrapped on the primary Lease says the cluster's first primary came
 	// up; from then on the agent never runs initdb over an empty volume.
 	AnnotationBootstrapped = "db.example.com/bootstrapped"
 
-	// AnnotationArchiving on the primary Lease is the primary's WAL archiving health
-	// (JSON: ok, message), which the backup controller records and the status
-	// controller shows as the ContinuousArchiving condition.
-	AnnotationArchiving = "db.example.com/archiving"
-
-	// AnnotationDataGuard on the primary Lease is what the agents refuse to do to their
-	// data and the data directories they set aside (JSON of a DataGuard), which the
-	// failover controller records and the status controller shows as the
-	// DataConsistent condition and the instances' setAside.
-	AnnotationDataGuard = "db.example.com/data-guard"
-
-	// AnnotationStreaming on the primary Lease is, by replica, why it does not serve
-	// reads (JSON: state, since, reason): it does not stream from the primary or lags
-	// beyond spec.postgresql.maxReadLag, as its agent reports. The failover controller
-	// records it and the status controller shows it as the ReplicasStreaming condition.
-	AnnotationStreaming = "db.example.com/streaming"
-
-	// AnnotationDataVersion on the primary Lease is the PostgreSQL major version of the
-	// cluster's data, as its primary runs it: recorded by the failover controller, shown
-	// as status.dataVersion, and the only version a plan deploys once recorded.
-	AnnotationDataVersion = "db.example.com/data-version"
-	// AnnotationPendingRestart on the primary Lease is what waits for a restart of
-	// postgres (JSON: pending, blocked, message), which the restart controller records
-	// and the status controller shows as the PendingRestart condition.
-	AnnotationPendingRestart = "db.example.com/pending-restart"
 	// AnnotationHibernation on the primary Lease is where hibernation stands (JSON of a
 	// primarylease.Hibernation: stopping, stopped or resuming, and the primary that
 	// keeps its role), written by the failover controller and read by the agents and
@@ -114,6 +83,10 @@ func (c *PostgresCluster) Names() Names { return NamesOf(c.Name) }
 // PrimaryLease is the Lease whose holder is the primary pod: the single source of truth
 // for who is primary.
 func (n Names) PrimaryLease() string { return n.Cluster + "-primary" }
+
+// Report is the ConfigMap of the cluster's report: what the operator's controllers
+// observe and tell each other (internal/protocol/report), kept off the primary Lease.
+func (n Names) Report() string { return n.Cluster + "-report" }
 
 // ReadWriteService selects the primary.
 func (n Names) ReadWriteService() string { return n.Cluster + "-rw" }
@@ -208,6 +181,9 @@ func VolumeClaimOf(pod string) string { return "data-" + pod }
 
 // PrimaryLeaseName is Names().PrimaryLease().
 func (c *PostgresCluster) PrimaryLeaseName() string { return c.Names().PrimaryLease() }
+
+// ReportName is Names().Report().
+func (c *PostgresCluster) ReportName() string { return c.Names().Report() }
 
 // SuperuserSecretName is Names().SuperuserSecret().
 func (c *PostgresCluster) SuperuserSecretName() string { return c.Names().SuperuserSecret() }

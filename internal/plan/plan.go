@@ -24,6 +24,7 @@ import (
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
+	"github.com/pgpilot/pgpilot/internal/protocol/report"
 )
 
 // Plan is what the chart renders besides the values: .Values.plan.
@@ -133,6 +134,8 @@ type Observed struct {
 	Backup *dbv1.PostgresBackup
 	// PrimaryLease is the cluster's primary Lease: who the primary is.
 	PrimaryLease *coordinationv1.Lease
+	// Report is the cluster's report: the major version of its data.
+	Report *corev1.ConfigMap
 }
 
 // Decide makes the plan of cluster from its values and what exists. An error is a spec
@@ -277,14 +280,11 @@ func Stopped(v Values, observed Observed) bool {
 }
 
 // checkVersion refuses a spec.version other than the major version of the cluster's
-// data, as the Lease records it: no pod is given an image that cannot open its data
+// data, as the cluster's report records it: no pod is given an image that cannot open its data
 // directory, and the way back stays open. The CRD refuses such a change already; this
 // holds a cluster whose CRD or status predates the rule.
 func checkVersion(version string, observed Observed) error {
-	if observed.PrimaryLease == nil {
-		return nil
-	}
-	data := primarylease.Parse(observed.PrimaryLease).DataVersion
+	data := report.Parse(observed.Report).DataVersion
 	if data == "" || data == version {
 		return nil
 	}

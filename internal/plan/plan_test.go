@@ -17,6 +17,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/plan"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
+	"github.com/pgpilot/pgpilot/internal/protocol/report"
 )
 
 var cluster = plan.Cluster{Name: "my-db", Namespace: "db"}
@@ -240,7 +241,8 @@ func TestStopped(t *testing.T) {
 func TestDataVersion(t *testing.T) {
 	observed := plan.Observed{
 		StatefulSet:  &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](3)}},
-		PrimaryLease: &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{dbv1.AnnotationDataVersion: "16"}}},
+		PrimaryLease: &coordinationv1.Lease{},
+		Report:       &corev1.ConfigMap{Data: map[string]string{string(report.KeyDataVersion): "16"}},
 	}
 	decide(t, readme(func(v *plan.Values) { v.Version = "17" }), observed,
 		`spec.version 17 cannot be applied: the cluster's data is PostgreSQL 16 and pgpilot does not upgrade a major version in place; set spec.version back to "16"`)

@@ -103,7 +103,7 @@ func withPlan(values chartutil.Values, cluster Cluster, typed Values, observed O
 }
 
 // Observe reads what the plan of cluster depends on: its deployed ConfigMap and
-// StatefulSet, the primary Lease of a deployed cluster and, for a restore from a PostgresBackup not yet deployed, that backup.
+// StatefulSet, the primary Lease and report of a deployed cluster and, for a restore from a PostgresBackup not yet deployed, that backup.
 // What does not exist is left nil.
 func Observe(ctx context.Context, r client.Reader, cluster Cluster, v Values) (Observed, error) {
 	var observed Observed
@@ -117,6 +117,9 @@ func Observe(ctx context.Context, r client.Reader, cluster Cluster, v Values) (O
 	}
 	if observed.StatefulSet != nil {
 		if observed.PrimaryLease, err = get(ctx, r, cluster.Namespace, names.PrimaryLease(), &coordinationv1.Lease{}); err != nil {
+			return observed, err
+		}
+		if observed.Report, err = get(ctx, r, cluster.Namespace, names.Report(), &corev1.ConfigMap{}); err != nil {
 			return observed, err
 		}
 	}

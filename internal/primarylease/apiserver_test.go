@@ -180,10 +180,12 @@ type state struct {
 	primarylease.Record
 	Acquired        time.Time
 	DurationSeconds int32
+	// Legacy are the reports an older operator kept on the Lease.
+	Legacy map[string]string
 }
 
 func stateOf(l *coordinationv1.Lease) state {
-	s := state{Record: primarylease.Parse(l)}
+	s := state{Record: primarylease.Parse(l), Legacy: primarylease.LegacyReports(l)}
 	s.ResourceVersion = ""
 	if l.Spec.AcquireTime != nil {
 		s.Acquired = l.Spec.AcquireTime.Time
@@ -222,21 +224,19 @@ func wantErr(t *testing.T, err, want error) {
 const syncJSON = `{"k":1,"members":{"db-1":"","db-2":"0/3000060"}}`
 
 // held is a Lease that holder holds in term, renewed at t0, with a record of almost
-// every kind a write must keep (no pending restart; a resuming hibernation while it
-// names a holder).
+// every kind a write must keep (a resuming hibernation while it names a holder), and
+// three reports an older operator kept on the Lease.
 func held(holder string, term int32) *coordinationv1.Lease {
 	l := primarylease.New(namespace, "", "db", holder, t0)
 	l.Spec.LeaseTransitions = &term
 	l.Annotations = map[string]string{
-		dbv1.AnnotationDataGuard:           `{"refusals":{"db-2":"its data is another database's"}}`,
+		primarylease.LegacyDataGuard:       `{"refusals":{"db-2":"its data is another database's"}}`,
 		dbv1.AnnotationBootstrapped:        "true",
 		primarylease.AnnotationTimeline:    "4",
 		primarylease.AnnotationSynchronous: syncJSON,
-		dbv1.AnnotationArchiving:           `{"failing":false}`,
-		dbv1.AnnotationLastFailover:        `{"from":"db-1","to":"db-0","time":"2026-02-28T10:00:00Z","reason":"db-1 failed"}`,
-		dbv1.AnnotationFailoverBlocked:     "db-2 is behind",
+		primarylease.LegacyLastFailover:    `{"from":"db-1","to":"db-0","time":"2026-02-28T10:00:00Z","reason":"db-1 failed"}`,
 		dbv1.AnnotationFenced:              `["db-2"]`,
-		dbv1.AnnotationDataVersion:         "17",
+		primarylease.LegacyDataVersion:     "17",
 	}
 	if holder != "" {
 		l.Annotations[dbv1.AnnotationHibernation] = fmt.Sprintf(

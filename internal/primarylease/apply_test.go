@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
 )
 
@@ -54,7 +53,7 @@ func TestApplyAfterAConflict(t *testing.T) {
 		seed:       held("db-0", 3),
 		by:         agent,
 		change:     renew,
-		interloper: primarylease.Move(3, "db-0", nextSync, nil, 4),
+		interloper: primarylease.Move(3, "db-0", nextSync, 4),
 		err:        primarylease.ErrNotHolder,
 		updates:    1,
 	}, {
@@ -77,8 +76,8 @@ func TestApplyAfterAConflict(t *testing.T) {
 		name:       "a move after another operator's move: refused, the first move stands",
 		seed:       vacant("db-0", 4),
 		by:         operator,
-		change:     primarylease.Move(4, "db-1", nextSync, nil, 4),
-		interloper: primarylease.Move(4, "db-2", nextSync, nil, 4),
+		change:     primarylease.Move(4, "db-1", nextSync, 4),
+		interloper: primarylease.Move(4, "db-2", nextSync, 4),
 		err:        primarylease.ErrNotHolder,
 		updates:    1,
 	}, {
@@ -94,7 +93,7 @@ func TestApplyAfterAConflict(t *testing.T) {
 		seed:       held("db-0", 3),
 		by:         agent,
 		change:     primarylease.ReserveTimeline("db-0", 3, 9),
-		interloper: primarylease.Move(3, "db-1", nextSync, nil, 5),
+		interloper: primarylease.Move(3, "db-1", nextSync, 5),
 		err:        primarylease.ErrNotHolder,
 		updates:    1,
 	}, {
@@ -114,18 +113,18 @@ func TestApplyAfterAConflict(t *testing.T) {
 		updates:    2,
 		want:       func(s *state) { s.Fenced = []string{"db-1", "db-2"} },
 	}, {
-		name:       "a report after a release: written on the vacant Lease, the release kept",
+		name:       "the old reports dropped after a release: from the vacant Lease, the release kept",
 		seed:       held("db-0", 3),
 		by:         operator,
-		change:     primarylease.SetAnnotation(dbv1.AnnotationFailoverBlocked, "no standby has the final position"),
+		change:     primarylease.DropLegacyReports(),
 		interloper: release,
 		updates:    2,
-		want:       func(s *state) { s.FailoverBlocked = "no standby has the final position" },
+		want:       func(s *state) { s.Legacy = nil },
 	}, {
-		name:         "a report against renewals at every attempt: a conflict after five, nothing of it written",
+		name:         "the old reports dropped against renewals at every attempt: a conflict after five, nothing of it written",
 		seed:         held("db-0", 3),
 		by:           operator,
-		change:       primarylease.SetAnnotation(dbv1.AnnotationPendingRestart, `{"db-1":"shared_buffers"}`),
+		change:       primarylease.DropLegacyReports(),
 		interloper:   renew,
 		everyAttempt: true,
 		conflict:     true,

@@ -64,22 +64,6 @@ type Record struct {
 	Handover *Handover
 	// Sync is the synchronous set; nil in asynchronous mode or before any was recorded.
 	Sync *SyncSet
-	// LastFailover is the last automatic failover.
-	LastFailover *dbv1.FailoverRecord
-	// FailoverBlocked says why no failover can happen now; "" when one can.
-	FailoverBlocked string
-	// Archiving is the primary's archiving health, raw JSON owned by the backup
-	// controller.
-	Archiving string
-	// DataGuard is what the agents refuse to do to their data and what they set
-	// aside; nil when none was recorded.
-	DataGuard *DataGuard
-	// DataVersion is the PostgreSQL major version of the cluster's data, as its primary
-	// last ran it; "" before one was recorded.
-	DataVersion string
-	// PendingRestart is what waits for a restart of postgres, raw JSON owned by the
-	// restart controller.
-	PendingRestart string
 	// Timeline is the timeline ID the holder's promotion in this term takes, and no
 	// instance of the cluster is on a higher one: every Move reserves one above all it
 	// knows of, so no two promotions choose the same ID (docs/failover.md, "Timeline
@@ -161,12 +145,6 @@ type Handover struct {
 }
 
 // DataGuard is what the agents last reported of their data's protection, by pod:
-// refusals to replace it with another database's, and data directories they set aside.
-type DataGuard struct {
-	Refusals map[string]string   `json:"refusals,omitempty"`
-	SetAside map[string][]string `json:"setAside,omitempty"`
-}
-
 // CleanRelease reports whether From stopped cleanly and released the Lease itself:
 // no more WAL comes from it, so every standby's position is final without a freeze.
 func (h *Handover) CleanRelease() bool { return h != nil && h.Clean && h.Released }
@@ -195,15 +173,9 @@ func Parse(l *coordinationv1.Lease) Record {
 	}
 	a := l.Annotations
 	r.Bootstrapped = a[dbv1.AnnotationBootstrapped] == "true"
-	r.FailoverBlocked = a[dbv1.AnnotationFailoverBlocked]
-	r.Archiving = a[dbv1.AnnotationArchiving]
-	r.PendingRestart = a[dbv1.AnnotationPendingRestart]
 	r.Timeline, _ = strconv.ParseInt(a[AnnotationTimeline], 10, 64)
 	r.Handover = decode[Handover](a[AnnotationHandover])
 	r.Sync = decode[SyncSet](a[AnnotationSynchronous])
-	r.LastFailover = decode[dbv1.FailoverRecord](a[dbv1.AnnotationLastFailover])
-	r.DataGuard = decode[DataGuard](a[dbv1.AnnotationDataGuard])
-	r.DataVersion = a[dbv1.AnnotationDataVersion]
 	r.Hibernation = decode[Hibernation](a[dbv1.AnnotationHibernation])
 	if fenced := decode[[]string](a[dbv1.AnnotationFenced]); fenced != nil {
 		r.Fenced = *fenced
@@ -294,11 +266,10 @@ func vacate(l *coordinationv1.Lease, h Handover) error {
 }
 
 // Move makes to the holder in a new term, from a Lease in term (whatever its holder),
-// with sync as the synchronous set it starts with (nil in asynchronous mode) and rec,
-// when not nil, as the last failover. It reserves the timeline of to's promotion: one
+// with sync as the synchronous set it starts with (nil in asynchronous mode). It reserves the timeline of to's promotion: one
 // above both the last reservation and inUse, the highest timeline the caller saw any
 // instance on.
-func Move(term int32, to string, sync *SyncSet, rec *dbv1.FailoverRecord, inUse int64) Change {
+func Move(term int32, to string, sync *SyncSet, inUse int64) Change {
 	return func(l *coordinationv1.Lease, now time.Time) error {
 		r := Parse(l)
 		if r.Term != term {
@@ -312,15 +283,8 @@ func Move(term int32, to string, sync *SyncSet, rec *dbv1.FailoverRecord, inUse 
 		seconds := int32(Duration / time.Second)
 		l.Spec.LeaseDurationSeconds = &seconds
 		delete(l.Annotations, AnnotationHandover)
-		delete(l.Annotations, dbv1.AnnotationFailoverBlocked)
 		setTimeline(l, max(r.Timeline, inUse)+1)
-		if err := setJSON(l, AnnotationSynchronous, sync); err != nil {
-			return err
-		}
-		if rec != nil {
-			return setJSON(l, dbv1.AnnotationLastFailover, rec)
-		}
-		return nil
+		return setJSON(l, AnnotationSynchronous, sync)
 	}
 }
 
@@ -378,13 +342,50 @@ func SetFenced(holder string, term int32, fenced []string) Change {
 	}
 }
 
-// SetAnnotation sets (or with "" removes) one of the operator's annotations.
-func SetAnnotation(key, value string) Change {
+// MarkBootstrapped records that the cluster's first primary came up: from then on an
+// agent whose volume is empty must not initialise a new database. It needs no holder:
+// once true it stays true, whoever holds the Lease.
+func MarkBootstrapped() Change {
 	return func(l *coordinationv1.Lease, _ time.Time) error {
-		if value == "" {
-			delete(l.Annotations, key)
-		} else {
-			metav1.SetMetaDataAnnotation(&l.ObjectMeta, key, value)
+		metav1.SetMetaDataAnnotation(&l.ObjectMeta, dbv1.AnnotationBootstrapped, "true")
+		return nil
+	}
+}
+
+// The annotations an operator before the cluster's report (internal/protocol/report)
+// kept on the Lease. They are read once, to move them into the report, then removed.
+const (
+	LegacyLastFailover    = "db.example.com/last-failover"
+	LegacyFailoverBlocked = "db.example.com/failover-blocked"
+	LegacyArchiving       = "db.example.com/archiving"
+	LegacyDataGuard       = "db.example.com/data-guard"
+	LegacyStreaming       = "db.example.com/streaming"
+	LegacyDataVersion     = "db.example.com/data-version"
+	LegacyPendingRestart  = "db.example.com/pending-restart"
+)
+
+var legacyReports = []string{LegacyLastFailover, LegacyFailoverBlocked, LegacyArchiving, LegacyDataGuard,
+	LegacyStreaming, LegacyDataVersion, LegacyPendingRestart}
+
+// LegacyReports are the report annotations l still carries, by key; none once moved.
+func LegacyReports(l *coordinationv1.Lease) map[string]string {
+	var out map[string]string
+	for _, k := range legacyReports {
+		if v, ok := l.Annotations[k]; ok {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// DropLegacyReports removes the report annotations from the Lease, and nothing else.
+func DropLegacyReports() Change {
+	return func(l *coordinationv1.Lease, _ time.Time) error {
+		for _, k := range legacyReports {
+			delete(l.Annotations, k)
 		}
 		return nil
 	}

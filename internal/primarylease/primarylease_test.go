@@ -30,7 +30,7 @@ func TestMoveReservesATimelineAboveEveryOneKnown(t *testing.T) {
 			if tc.recorded != "" {
 				l.Annotations = map[string]string{AnnotationTimeline: tc.recorded}
 			}
-			if err := Move(0, "db-1", nil, nil, tc.inUse)(l, time.Now()); err != nil {
+			if err := Move(0, "db-1", nil, tc.inUse)(l, time.Now()); err != nil {
 				t.Fatal(err)
 			}
 			if r := Parse(l); r.Timeline != tc.wantTimeline || r.Holder != "db-1" || r.Term != 1 {
@@ -42,7 +42,7 @@ func TestMoveReservesATimelineAboveEveryOneKnown(t *testing.T) {
 
 func TestReserveTimeline(t *testing.T) {
 	l := New("ns", "db-primary", "db", "db-0", time.Now())
-	if err := Move(0, "db-1", nil, nil, 1)(l, time.Now()); err != nil {
+	if err := Move(0, "db-1", nil, 1)(l, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	// The holder's own history reaches the reservation (2): it takes the next one.
@@ -69,7 +69,7 @@ func TestReserveTimeline(t *testing.T) {
 		}
 	}
 	// The next move reserves above the holder's reservation.
-	if err := Move(1, "db-2", nil, nil, 2)(l, time.Now()); err != nil {
+	if err := Move(1, "db-2", nil, 2)(l, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if got := Parse(l).Timeline; got != 4 {
@@ -91,25 +91,16 @@ func TestParse(t *testing.T) {
 		name: "every field",
 		spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseTransitions: &term, RenewTime: &renewed},
 		annotations: map[string]string{
-			dbv1.AnnotationBootstrapped:    "true",
-			dbv1.AnnotationFailoverBlocked: "blocked",
-			dbv1.AnnotationArchiving:       `{"failing":true}`,
-			dbv1.AnnotationPendingRestart:  `{"db-0":"shared_buffers"}`,
-			AnnotationTimeline:             "12",
-			AnnotationHandover:             `{"from":"db-0","term":6,"reason":"r","clean":true,"finalLSN":"0/5000028","timeline":11,"released":true,"at":"2026-03-01T12:00:00Z"}`,
-			AnnotationSynchronous:          `{"k":1,"members":{"db-2":""}}`,
-			dbv1.AnnotationLastFailover:    `{"from":"db-0","to":"db-1","time":"2026-03-01T12:00:00Z"}`,
-			dbv1.AnnotationDataGuard:       `{"refusals":{"db-2":"x"}}`,
-			dbv1.AnnotationDataVersion:     "17",
-			dbv1.AnnotationHibernation:     `{"phase":"stopped","holder":"db-1","term":7,"since":"2026-03-01T12:00:00Z"}`,
-			dbv1.AnnotationFenced:          `["db-2"]`,
+			dbv1.AnnotationBootstrapped: "true",
+			AnnotationTimeline:          "12",
+			AnnotationHandover:          `{"from":"db-0","term":6,"reason":"r","clean":true,"finalLSN":"0/5000028","timeline":11,"released":true,"at":"2026-03-01T12:00:00Z"}`,
+			AnnotationSynchronous:       `{"k":1,"members":{"db-2":""}}`,
+			dbv1.AnnotationHibernation:  `{"phase":"stopped","holder":"db-1","term":7,"since":"2026-03-01T12:00:00Z"}`,
+			dbv1.AnnotationFenced:       `["db-2"]`,
 		},
-		want: Record{Holder: "db-1", Term: 7, RenewTime: at, Bootstrapped: true, FailoverBlocked: "blocked",
-			Archiving: `{"failing":true}`, PendingRestart: `{"db-0":"shared_buffers"}`, Timeline: 12,
-			Handover:     &Handover{From: "db-0", Term: 6, Reason: "r", Clean: true, FinalLSN: "0/5000028", Timeline: 11, Released: true, At: metav1.NewTime(at)},
-			Sync:         &SyncSet{K: 1, Members: map[string]string{"db-2": ""}},
-			LastFailover: &dbv1.FailoverRecord{From: "db-0", To: "db-1", Time: metav1.NewTime(at)},
-			DataGuard:    &DataGuard{Refusals: map[string]string{"db-2": "x"}}, DataVersion: "17",
+		want: Record{Holder: "db-1", Term: 7, RenewTime: at, Bootstrapped: true, Timeline: 12,
+			Handover:    &Handover{From: "db-0", Term: 6, Reason: "r", Clean: true, FinalLSN: "0/5000028", Timeline: 11, Released: true, At: metav1.NewTime(at)},
+			Sync:        &SyncSet{K: 1, Members: map[string]string{"db-2": ""}},
 			Hibernation: &Hibernation{Phase: Stopped, Holder: "db-1", Term: 7, Since: metav1.NewTime(at)},
 			Fenced:      []string{"db-2"}},
 	}, {
@@ -119,8 +110,6 @@ func TestParse(t *testing.T) {
 			AnnotationTimeline:          "twelve",
 			AnnotationHandover:          "{",
 			AnnotationSynchronous:       `{"k":"one"}`,
-			dbv1.AnnotationLastFailover: "[]",
-			dbv1.AnnotationDataGuard:    "1",
 			dbv1.AnnotationHibernation:  "stopped",
 			dbv1.AnnotationFenced:       `{"db-2":true}`,
 		},

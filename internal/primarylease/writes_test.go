@@ -124,42 +124,38 @@ func TestRevoke(t *testing.T) {
 
 func TestMove(t *testing.T) {
 	sync := &primarylease.SyncSet{K: 1, Members: map[string]string{"db-2": ""}}
-	failover := &dbv1.FailoverRecord{From: "db-0", To: "db-1", Time: metav1.NewTime(writeTime), Duration: "5s", Reason: "db-0 failed"}
 	// moved is the Lease moved to to in term, with timeline and sync.
 	moved := func(to string, term int32, timeline int64, sync *primarylease.SyncSet) func(*state) {
 		return func(s *state) {
 			s.Holder, s.Term, s.Timeline, s.Sync = to, term, timeline, sync
 			s.Acquired, s.RenewTime, s.DurationSeconds = writeTime, writeTime, 4
-			s.Handover, s.FailoverBlocked = nil, ""
+			s.Handover = nil
 		}
 	}
 	runWrites(t, operator, []writeCase{{
-		name:   "a failover from a vacant Lease: the handover and the block go, the failover is recorded",
+		name:   "a failover from a vacant Lease: the handover goes",
 		seed:   vacant("db-0", 4),
-		change: primarylease.Move(4, "db-1", sync, failover, 2),
-		want: func(s *state) {
-			moved("db-1", 5, 5, sync)(s)
-			s.LastFailover = failover
-		},
+		change: primarylease.Move(4, "db-1", sync, 2),
+		want:   moved("db-1", 5, 5, sync),
 	}, {
-		name:   "a switchover keeps the last failover's record; the timeline goes above the highest in use",
+		name:   "the timeline goes above the highest in use",
 		seed:   vacant("db-0", 4),
-		change: primarylease.Move(4, "db-1", sync, nil, 8),
+		change: primarylease.Move(4, "db-1", sync, 8),
 		want:   moved("db-1", 5, 9, sync),
 	}, {
 		name:   "asynchronous mode: no synchronous set is recorded",
 		seed:   vacant("db-0", 4),
-		change: primarylease.Move(4, "db-1", nil, nil, 2),
+		change: primarylease.Move(4, "db-1", nil, 2),
 		want:   moved("db-1", 5, 5, nil),
 	}, {
 		name:   "a held Lease, given back to its holder in a new term",
 		seed:   held("db-0", 3),
-		change: primarylease.Move(3, "db-0", sync, nil, 4),
+		change: primarylease.Move(3, "db-0", sync, 4),
 		want:   moved("db-0", 4, 5, sync),
 	}, {
 		name:   "refused: a Lease in a later term (another move came first)",
 		seed:   vacant("db-0", 4),
-		change: primarylease.Move(3, "db-1", sync, failover, 2),
+		change: primarylease.Move(3, "db-1", sync, 2),
 		err:    primarylease.ErrNotHolder,
 	}})
 }
@@ -235,33 +231,32 @@ func TestSetFenced(t *testing.T) {
 	})
 }
 
-// SetAnnotation has no precondition: the operator's reports are written whoever holds
-// the Lease.
-func TestSetAnnotation(t *testing.T) {
+// MarkBootstrapped and DropLegacyReports have no precondition: they are written
+// whoever holds the Lease, and touch nothing else of it.
+func TestUnguardedWrites(t *testing.T) {
 	runWrites(t, operator, []writeCase{{
-		name:   "a new report on a held Lease",
-		seed:   held("db-0", 3),
-		change: primarylease.SetAnnotation(dbv1.AnnotationPendingRestart, `{"db-1":"shared_buffers"}`),
-		want:   func(s *state) { s.PendingRestart = `{"db-1":"shared_buffers"}` },
+		name:   "bootstrapped on a held Lease that was not",
+		seed:   with(held("db-0", 3), dbv1.AnnotationBootstrapped, ""),
+		change: primarylease.MarkBootstrapped(),
+		want:   func(s *state) { s.Bootstrapped = true },
 	}, {
-		name:   "a report replaced",
+		name:   "bootstrapped again changes nothing",
 		seed:   held("db-0", 3),
-		change: primarylease.SetAnnotation(dbv1.AnnotationFailoverBlocked, "no standby has the final position"),
-		want:   func(s *state) { s.FailoverBlocked = "no standby has the final position" },
+		change: primarylease.MarkBootstrapped(),
 	}, {
-		name:   "an empty value removes the report",
+		name:   "bootstrapped on a vacant Lease, in any term",
+		seed:   with(vacant("db-0", 4), dbv1.AnnotationBootstrapped, ""),
+		change: primarylease.MarkBootstrapped(),
+		want:   func(s *state) { s.Bootstrapped = true },
+	}, {
+		name:   "the old reports dropped, the leadership kept",
 		seed:   held("db-0", 3),
-		change: primarylease.SetAnnotation(dbv1.AnnotationFailoverBlocked, ""),
-		want:   func(s *state) { s.FailoverBlocked = "" },
+		change: primarylease.DropLegacyReports(),
+		want:   func(s *state) { s.Legacy = nil },
 	}, {
-		name:   "removing a report that is not there changes nothing",
-		seed:   held("db-0", 3),
-		change: primarylease.SetAnnotation(dbv1.AnnotationPendingRestart, ""),
-	}, {
-		name:   "a vacant Lease, in any term",
-		seed:   vacant("db-0", 4),
-		change: primarylease.SetAnnotation(dbv1.AnnotationDataVersion, "18"),
-		want:   func(s *state) { s.DataVersion = "18" },
+		name:   "dropping reports that are not there changes nothing",
+		seed:   with(with(with(held("db-0", 3), primarylease.LegacyDataGuard, ""), primarylease.LegacyLastFailover, ""), primarylease.LegacyDataVersion, ""),
+		change: primarylease.DropLegacyReports(),
 	}})
 }
 
@@ -274,9 +269,7 @@ func TestNewAndRebuild(t *testing.T) {
 	// recorded is a Record with every field set, as read before the Lease was deleted.
 	recorded := func(holder string, term int32, h *primarylease.Handover) primarylease.Record {
 		return primarylease.Record{Holder: holder, Term: term, RenewTime: t0, Bootstrapped: true, Handover: h, Sync: sync,
-			LastFailover: &dbv1.FailoverRecord{From: "db-0", To: "db-1", Time: metav1.NewTime(t0)}, FailoverBlocked: "blocked",
-			Archiving: "{}", DataGuard: &primarylease.DataGuard{SetAside: map[string][]string{"db-2": {"/data/aside"}}},
-			DataVersion: "17", PendingRestart: "{}", Timeline: 9, Fenced: []string{"db-2"},
+			Timeline: 9, Fenced: []string{"db-2"},
 			Hibernation: &primarylease.Hibernation{Phase: primarylease.Stopped, Holder: holder, Term: term}}
 	}
 	rebuild := func(r primarylease.Record) *coordinationv1.Lease {

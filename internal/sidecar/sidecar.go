@@ -45,8 +45,9 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// CacheOptions keeps only pgpilot's Pods, Secrets, Leases, StatefulSets and volume claims in the cache (those
-// labelled with a cluster), not every one in the cluster.
+// CacheOptions keeps only pgpilot's Pods, Secrets, ConfigMaps, Leases, StatefulSets and
+// volume claims in the cache (those labelled with a cluster), not every one in the
+// cluster.
 func CacheOptions() cache.Options {
 	req, err := labels.NewRequirement(dbv1.LabelCluster, selection.Exists, nil)
 	if err != nil {
@@ -56,6 +57,7 @@ func CacheOptions() cache.Options {
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.Pod{}:                   labelled,
 		&corev1.Secret{}:                labelled,
+		&corev1.ConfigMap{}:             labelled,
 		&coordinationv1.Lease{}:         labelled,
 		&appsv1.StatefulSet{}:           labelled,
 		&corev1.PersistentVolumeClaim{}: labelled,

@@ -29,6 +29,8 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/primarylease"
+	protoreport "github.com/pgpilot/pgpilot/internal/protocol/report"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
@@ -566,7 +568,9 @@ func TestVersionFollowsTheData(t *testing.T) {
 		if err := get(ns, "ver-primary", &l); err != nil {
 			return err
 		}
-		metav1.SetMetaDataAnnotation(&l.ObjectMeta, dbv1.AnnotationDataVersion, "16")
+		// Where an operator before the cluster's report kept it: the failover
+		// controller moves it into the report and off the Lease.
+		metav1.SetMetaDataAnnotation(&l.ObjectMeta, primarylease.LegacyDataVersion, "16")
 		return k8s.Update(context.Background(), &l)
 	})
 	if err != nil {
@@ -579,6 +583,20 @@ func TestVersionFollowsTheData(t *testing.T) {
 		}
 		if c.Status.DataVersion != "16" {
 			return fmt.Errorf("status.dataVersion %q", c.Status.DataVersion)
+		}
+		var l coordinationv1.Lease
+		if err := get(ns, "ver-primary", &l); err != nil {
+			return err
+		}
+		if v, ok := l.Annotations[primarylease.LegacyDataVersion]; ok {
+			return fmt.Errorf("the Lease still holds the data version %q", v)
+		}
+		var rep corev1.ConfigMap
+		if err := get(ns, "ver-report", &rep); err != nil {
+			return err
+		}
+		if v := protoreport.Parse(&rep).DataVersion; v != "16" {
+			return fmt.Errorf("the report's data version %q", v)
 		}
 		return nil
 	})

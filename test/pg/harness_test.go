@@ -364,18 +364,27 @@ func (c *cluster) setLease(pod string, bootstrapped bool) {
 		if r := primarylease.Parse(l); r.Holder == pod {
 			return nil
 		}
-		return primarylease.Move(primarylease.Parse(l).Term, pod, nil, nil, 0)(l, now)
+		return primarylease.Move(primarylease.Parse(l).Term, pod, nil, 0)(l, now)
 	})
 	if err != nil {
 		c.t.Fatal(err)
 	}
 }
 
-// setLeaseAnnotation sets one annotation of the primary Lease.
+// setLeaseAnnotation sets one annotation of the primary Lease ("" removes it), as a
+// test standing in for the operator writes it, whoever holds the Lease.
 func (c *cluster) setLeaseAnnotation(key, value string) {
 	c.t.Helper()
 	store := primarylease.ClientsetStore{Client: kube, Namespace: c.namespace, Name: dbv1.NamesOf(c.name).PrimaryLease()}
-	if _, err := primarylease.Apply(context.Background(), store, nil, time.Now, primarylease.SetAnnotation(key, value)); err != nil {
+	set := func(l *coordinationv1.Lease, _ time.Time) error {
+		if value == "" {
+			delete(l.Annotations, key)
+		} else {
+			metav1.SetMetaDataAnnotation(&l.ObjectMeta, key, value)
+		}
+		return nil
+	}
+	if _, err := primarylease.Apply(context.Background(), store, nil, time.Now, set); err != nil {
 		c.t.Fatal(err)
 	}
 }

@@ -103,6 +103,7 @@ func NewBackupReconciler(c client.Client, recorder record.EventRecorder, clk clo
 
 // +kubebuilder:rbac:groups=db.example.com,resources=postgresbackups,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=db.example.com,resources=postgresbackups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
 
 // Reconcile moves one backup along Pending → Running → Completed or Failed.
 func (r *BackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {

@@ -2,7 +2,6 @@ package backup
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"sync"
@@ -23,7 +22,7 @@ import (
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
-	"github.com/pgpilot/pgpilot/internal/primarylease"
+	"github.com/pgpilot/pgpilot/internal/protocol/report"
 )
 
 // CheckPeriod is how often a cluster with backups is looked at between ticks: for
@@ -216,44 +215,32 @@ func roundDuration(d time.Duration) string {
 	return fmt.Sprintf("%d hours", int(d.Round(time.Hour).Hours()))
 }
 
-// ArchivingRecord is the primary's archiving health, kept in the primary Lease's
-// AnnotationArchiving for the status controller.
-type ArchivingRecord struct {
-	OK      bool   `json:"ok"`
-	Message string `json:"message"`
-}
-
+// recordArchiving writes the primary's archiving health into the cluster's report for
+// the status controller's ContinuousArchiving condition, when it changed, with a Warning
+// event when archiving starts failing.
 func (r *ScheduleReconciler) recordArchiving(ctx context.Context, cluster *dbv1.PostgresCluster, st agentapi.Status) error {
 	a := st.Archiver
 	if a == nil {
 		return nil
 	}
-	rec := ArchivingRecord{OK: true, Message: "No WAL segment archived yet"}
+	rec := report.Archiving{OK: true, Message: "No WAL segment archived yet"}
 	switch {
 	case a.Failing():
-		rec = ArchivingRecord{Message: ArchiveFailingMessage(st)}
+		rec = report.Archiving{Message: ArchiveFailingMessage(st)}
 	case a.LastArchivedAt != nil:
 		rec.Message = fmt.Sprintf("Last archived %s at %s", a.LastArchivedWAL, a.LastArchivedAt.UTC().Format(time.RFC3339))
 	}
-	b, err := json.Marshal(rec)
+	was, err := report.Read(ctx, r.client, cluster)
 	if err != nil {
 		return err
 	}
-	store := primarylease.ClientStore{Reader: r.client, Writer: r.client, Namespace: cluster.Namespace, Name: cluster.PrimaryLeaseName()}
-	lease, err := store.Get(ctx)
-	if err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	old := primarylease.Parse(lease).Archiving
-	if old == string(b) {
+	if was.Archiving != nil && *was.Archiving == rec {
 		return nil
 	}
-	var was ArchivingRecord
-	if json.Unmarshal([]byte(old), &was) == nil && old != "" && was.OK && !rec.OK {
+	if was.Archiving != nil && was.Archiving.OK && !rec.OK {
 		r.recorder.Event(cluster, corev1.EventTypeWarning, dbv1.ReasonArchiveFailing, rec.Message)
 	}
-	_, err = primarylease.Apply(ctx, store, lease, time.Now, primarylease.SetAnnotation(dbv1.AnnotationArchiving, string(b)))
-	return client.IgnoreNotFound(err)
+	return client.IgnoreNotFound(report.Write(ctx, r.client, cluster, report.KeyArchiving, &rec))
 }
 
 // SetupWithManager runs the reconciler on clusters and their backups.

@@ -2,7 +2,6 @@ package failover
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -14,13 +13,14 @@ import (
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
+	"github.com/pgpilot/pgpilot/internal/protocol/report"
 )
 
 // NextDataGuard is the record of the agents' data protection after this observation:
 // what each answering agent reports now; for one that does not answer, what it last
 // reported, as long as its pod exists.
-func NextDataGuard(prev *primarylease.DataGuard, instances []Instance) primarylease.DataGuard {
-	next := primarylease.DataGuard{Refusals: map[string]string{}, SetAside: map[string][]string{}}
+func NextDataGuard(prev *report.DataGuard, instances []Instance) report.DataGuard {
+	next := report.DataGuard{Refusals: map[string]string{}, SetAside: map[string][]string{}}
 	for _, i := range instances {
 		switch {
 		case i.Reachable:
@@ -58,9 +58,9 @@ type DataGuardEvent struct {
 // DataGuardEvents are the changes from prev to next worth an event: a new refusal, a
 // newly set-aside directory, and one that an answering agent (in answered) no longer
 // reports.
-func DataGuardEvents(prev *primarylease.DataGuard, next primarylease.DataGuard, answered []string) []DataGuardEvent {
+func DataGuardEvents(prev *report.DataGuard, next report.DataGuard, answered []string) []DataGuardEvent {
 	if prev == nil {
-		prev = &primarylease.DataGuard{}
+		prev = &report.DataGuard{}
 	}
 	var out []DataGuardEvent
 	for _, pod := range slices.Sorted(maps.Keys(next.Refusals)) {
@@ -68,7 +68,7 @@ func DataGuardEvents(prev *primarylease.DataGuard, next primarylease.DataGuard, 
 			out = append(out, DataGuardEvent{corev1.EventTypeWarning, dbv1.ReasonDataRefused, pod + ": " + msg})
 		}
 	}
-	names := func(g *primarylease.DataGuard, pod string) map[string]string {
+	names := func(g *report.DataGuard, pod string) map[string]string {
 		m := map[string]string{}
 		for _, line := range g.SetAside[pod] {
 			name, _, _ := strings.Cut(line, ": ")
@@ -103,10 +103,10 @@ func DataGuardEvents(prev *primarylease.DataGuard, next primarylease.DataGuard, 
 	return out
 }
 
-// recordDataGuard records the agents' refusals and set-aside directories in the Lease
+// recordDataGuard records the agents' refusals and set-aside directories in the report
 // for the status controller, with an event for each change.
 func (c *cycle) recordDataGuard(ctx context.Context) error {
-	prev := primarylease.Parse(c.lease).DataGuard
+	prev := c.reported.DataGuard
 	next := NextDataGuard(prev, c.instances)
 	empty := len(next.Refusals) == 0 && len(next.SetAside) == 0
 	if prev == nil && empty {
@@ -119,8 +119,12 @@ func (c *cycle) recordDataGuard(ctx context.Context) error {
 		c.log("Data protection changed", "reason", e.Reason, "message", e.Message)
 		c.r.recorder.Event(c.cluster, e.Type, e.Reason, e.Message)
 	}
-	if err := c.recordJSON(ctx, dbv1.AnnotationDataGuard, next, empty); err != nil {
-		return fmt.Errorf("recording the agents' data protection in the Lease: %w", err)
+	if err := c.record(ctx, report.KeyDataGuard, &next); err != nil {
+		return fmt.Errorf("recording the agents' data protection: %w", err)
+	}
+	c.reported.DataGuard = &next
+	if empty {
+		c.reported.DataGuard = nil
 	}
 	return nil
 }
@@ -136,25 +140,7 @@ func answered(instances []Instance) []string {
 	return out
 }
 
-// recordJSON sets the Lease's annotation key to v as JSON, or removes it when empty.
-func (c *cycle) recordJSON(ctx context.Context, key string, v any, empty bool) error {
-	value := ""
-	if !empty {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return err
-		}
-		value = string(b)
-	}
-	l, err := c.apply(ctx, primarylease.SetAnnotation(key, value))
-	if err != nil {
-		return err
-	}
-	c.lease = l
-	return nil
-}
-
-func equalGuard(a, b primarylease.DataGuard) bool {
+func equalGuard(a, b report.DataGuard) bool {
 	return maps.Equal(a.Refusals, b.Refusals) && maps.EqualFunc(a.SetAside, b.SetAside, slices.Equal[[]string])
 }
 
@@ -168,19 +154,18 @@ func DataVersion(holder string, instances []Instance) string {
 	return strconv.Itoa(i.Status.PostgresVersion / 10000)
 }
 
-// recordDataVersion records the data's major version in the Lease when the primary
+// recordDataVersion records the data's major version in the report when the primary
 // runs another than recorded (the first time, or after a person edited it).
 func (c *cycle) recordDataVersion(ctx context.Context) error {
-	rec := primarylease.Parse(c.lease)
-	v := DataVersion(rec.Holder, c.instances)
-	if v == "" || v == rec.DataVersion {
+	holder := primarylease.Parse(c.lease).Holder
+	v := DataVersion(holder, c.instances)
+	if v == "" || v == c.reported.DataVersion {
 		return nil
 	}
-	l, err := c.apply(ctx, primarylease.SetAnnotation(dbv1.AnnotationDataVersion, v))
-	if err != nil {
-		return fmt.Errorf("recording the data's major version in the Lease: %w", err)
+	if err := c.record(ctx, report.KeyDataVersion, v); err != nil {
+		return fmt.Errorf("recording the data's major version: %w", err)
 	}
-	c.lease = l
-	c.log("Recorded the data's major version", "version", v, "primary", rec.Holder)
+	c.reported.DataVersion = v
+	c.log("Recorded the data's major version", "version", v, "primary", holder)
 	return nil
 }

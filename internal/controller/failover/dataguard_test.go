@@ -9,7 +9,7 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
-	"github.com/pgpilot/pgpilot/internal/primarylease"
+	"github.com/pgpilot/pgpilot/internal/protocol/report"
 )
 
 func TestDataGuardRecordAndEvents(t *testing.T) {
@@ -22,12 +22,12 @@ func TestDataGuardRecordAndEvents(t *testing.T) {
 	gone.Reachable = false
 	gone.Pod = &corev1.Pod{}
 
-	prev := &primarylease.DataGuard{SetAside: map[string][]string{
+	prev := &report.DataGuard{SetAside: map[string][]string{
 		"db-1": {"pgdata.set-aside-20261101T000000Z: older (1 MiB, superseded, removed when the volume needs the space)"},
 		"db-2": {"pgdata.set-aside-20261102T000000Z: kept (1 MiB, kept until a newer clone is verified)"},
 	}}
 	next := NextDataGuard(prev, []Instance{refusing, keeping, gone})
-	want := primarylease.DataGuard{
+	want := report.DataGuard{
 		Refusals: map[string]string{"db-0": "refusing to rewind onto db-1: it holds another database"},
 		SetAside: map[string][]string{
 			"db-1": {"pgdata.set-aside-20261124T100000Z: pg_rewind failed (3 MiB, kept until a newer clone is verified)"},

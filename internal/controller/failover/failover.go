@@ -2,6 +2,7 @@ package failover
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -29,6 +30,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/fleet"
 	"github.com/pgpilot/pgpilot/internal/opmetrics"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
+	"github.com/pgpilot/pgpilot/internal/protocol/report"
 )
 
 // PollPeriod is how often each cluster's agents are asked for their status.
@@ -70,6 +72,9 @@ type memory struct {
 	// durability is what the agents' synchronous_commit guard reported, per instance,
 	// as last turned into events (durability.go).
 	durability map[string]durabilitySeen
+	// unrecorded is a failover moved on the Lease whose record the report does not
+	// hold yet (its write failed); written again until it does.
+	unrecorded *dbv1.FailoverRecord
 }
 
 // NewFailoverReconciler returns a FailoverReconciler. reader reads uncached (the
@@ -87,13 +92,18 @@ func NewFailoverReconciler(c client.Client, reader client.Reader, recorder recor
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
 
 // cycle is one reconcile of one cluster.
 type cycle struct {
-	r         *FailoverReconciler
-	cluster   *dbv1.PostgresCluster
-	store     primarylease.Store
-	lease     *coordinationv1.Lease
+	r       *FailoverReconciler
+	cluster *dbv1.PostgresCluster
+	store   primarylease.Store
+	lease   *coordinationv1.Lease
+	// reported is the cluster's report as read, with this cycle's writes; unread is
+	// why it could not be read (nothing of it is written then).
+	reported  report.Report
+	unread    error
 	pods      []corev1.Pod
 	instances []Instance
 	access    fleet.Access
@@ -140,6 +150,8 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{RequeueAfter: PollPeriod}, c.createLease(ctx)
 	}
 	c.lease = lease
+	// The report never delays a decision: unread, it is not written this cycle.
+	c.reported, c.unread = report.Read(ctx, r.client, &cluster)
 	c.noteRenewal(primarylease.Parse(lease))
 	c.observe(ctx)
 	if err := c.markBootstrapped(ctx); err != nil {
@@ -151,6 +163,12 @@ func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	// After the decision: recording what the agents report of their data must never
 	// delay or block a failover.
+	if merr := c.moveReportsOffLease(ctx); merr != nil && err == nil {
+		err = merr
+	}
+	if ferr := c.recordFailover(ctx); ferr != nil && err == nil {
+		err = ferr
+	}
 	if gerr := c.recordDataGuard(ctx); gerr != nil && err == nil {
 		err = gerr
 	}
@@ -277,7 +295,7 @@ func (c *cycle) markBootstrapped(ctx context.Context) error {
 	}
 	for i := range c.pods {
 		if c.pods[i].Name == rec.Holder && clusterpods.IsReady(&c.pods[i]) {
-			l, err := c.apply(ctx, primarylease.SetAnnotation(dbv1.AnnotationBootstrapped, "true"))
+			l, err := c.apply(ctx, primarylease.MarkBootstrapped())
 			if err != nil {
 				return fmt.Errorf("marking the Lease bootstrapped: %w", err)
 			}
@@ -328,8 +346,9 @@ func (c *cycle) decideAndAct(ctx context.Context) (time.Duration, error) {
 	c.mem.failedSince = d.FailedSince
 	c.r.mu.Unlock()
 	if d.Action != Blocked && d.Action != Wait {
+		// A report that cannot be written never holds the action back.
 		if err := c.setBlocked(ctx, ""); err != nil {
-			return 0, err
+			c.log("Could not clear the blocked failover in the report", "error", err.Error())
 		}
 	}
 	switch d.Action {
@@ -518,13 +537,16 @@ func (c *cycle) move(ctx context.Context, rec primarylease.Record, in Input, d D
 		failover = &dbv1.FailoverRecord{From: from, To: d.Target, Time: metav1.NewTime(c.r.clock.Now()),
 			Duration: c.r.clock.Since(since).Round(time.Millisecond).String(), Reason: d.Reason}
 	}
-	l, err := c.apply(ctx, primarylease.Move(rec.Term, d.Target, sync, failover, timelineInUse(rec, c.instances)))
+	l, err := c.apply(ctx, primarylease.Move(rec.Term, d.Target, sync, timelineInUse(rec, c.instances)))
 	if err != nil {
 		return fmt.Errorf("moving the primary Lease to %s: %w", d.Target, err)
 	}
 	c.lease = l
 	c.r.mu.Lock()
 	c.mem.failedSince, c.mem.lastReason = time.Time{}, ""
+	if failover != nil {
+		c.mem.unrecorded = failover
+	}
 	c.r.mu.Unlock()
 	recordMove(c.cluster, d.Action, switchover, failover, c.r.clock.Since(in.VacantSince))
 	c.log("Moved the primary Lease", "from", from, "to", d.Target, "action", d.Action.String(), "reason", d.Reason,
@@ -584,17 +606,76 @@ func (c *cycle) promote(target string) {
 	}()
 }
 
-// setBlocked records on the Lease why no failover can happen ("" when one can), for the
-// status controller's FailoverReady condition; it writes only on change.
+// setBlocked records in the report why no failover can happen ("" when one can), for
+// the status controller's FailoverReady condition; it writes only on change.
 func (c *cycle) setBlocked(ctx context.Context, reason string) error {
-	if primarylease.Parse(c.lease).FailoverBlocked == reason {
+	if c.reported.FailoverBlocked == reason {
 		return nil
 	}
-	l, err := c.apply(ctx, primarylease.SetAnnotation(dbv1.AnnotationFailoverBlocked, reason))
+	if err := c.record(ctx, report.KeyFailoverBlocked, reason); err != nil {
+		return err
+	}
+	c.reported.FailoverBlocked = reason
+	return nil
+}
+
+// recordFailover writes the last failover moved on the Lease into the report, once.
+func (c *cycle) recordFailover(ctx context.Context) error {
+	c.r.mu.Lock()
+	rec := c.mem.unrecorded
+	c.r.mu.Unlock()
+	if rec == nil {
+		return nil
+	}
+	if err := c.record(ctx, report.KeyLastFailover, rec); err != nil {
+		return err
+	}
+	c.r.mu.Lock()
+	if c.mem.unrecorded == rec {
+		c.mem.unrecorded = nil
+	}
+	c.r.mu.Unlock()
+	c.reported.LastFailover = rec
+	return nil
+}
+
+// record writes one key of the cluster's report.
+func (c *cycle) record(ctx context.Context, key report.Key, v any) error {
+	if c.unread != nil {
+		return c.unread
+	}
+	return report.Write(ctx, c.r.client, c.cluster, key, v)
+}
+
+// moveReportsOffLease moves what an operator before the report kept on the Lease into
+// the report, once: the data's version and the last failover (the others are observed
+// again), then removes every report annotation from the Lease.
+func (c *cycle) moveReportsOffLease(ctx context.Context) error {
+	legacy := primarylease.LegacyReports(c.lease)
+	if len(legacy) == 0 || c.unread != nil {
+		return c.unread
+	}
+	if v := legacy[primarylease.LegacyDataVersion]; v != "" && c.reported.DataVersion == "" {
+		if err := c.record(ctx, report.KeyDataVersion, v); err != nil {
+			return err
+		}
+		c.reported.DataVersion = v
+	}
+	if v := legacy[primarylease.LegacyLastFailover]; v != "" && c.reported.LastFailover == nil {
+		var rec dbv1.FailoverRecord
+		if json.Unmarshal([]byte(v), &rec) == nil {
+			if err := c.record(ctx, report.KeyLastFailover, &rec); err != nil {
+				return err
+			}
+			c.reported.LastFailover = &rec
+		}
+	}
+	l, err := c.apply(ctx, primarylease.DropLegacyReports())
 	if err != nil {
-		return client.IgnoreNotFound(err)
+		return fmt.Errorf("removing the reports from the Lease: %w", err)
 	}
 	c.lease = l
+	c.log("Moved the reports off the primary Lease", "report", c.cluster.ReportName())
 	return nil
 }
 

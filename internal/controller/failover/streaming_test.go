@@ -9,6 +9,7 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/protocol/report"
 )
 
 func TestNextStreaming(t *testing.T) {
@@ -21,10 +22,10 @@ func TestNextStreaming(t *testing.T) {
 		return &agentapi.ReceiverStatus{State: state, Upstream: "db-0", NotStreamingSince: &since, Reason: "not streaming from db-0: " + state}
 	}
 	primary := Instance{Name: "db-0", Pod: &corev1.Pod{}, Reachable: true, Status: agentapi.Status{Role: agentapi.RolePrimary}}
-	earlier := StreamingProblem{Upstream: "db-0", State: agentapi.ReceiverConnecting, Since: now.Add(-time.Minute), Reason: "as first seen"}
+	earlier := report.StreamingProblem{Upstream: "db-0", State: agentapi.ReceiverConnecting, Since: now.Add(-time.Minute), Reason: "as first seen"}
 	cases := []struct {
 		name      string
-		prev      StreamingRecord
+		prev      report.Streaming
 		holder    string
 		instances []Instance
 		want      []string // pods recorded, with their state
@@ -37,15 +38,15 @@ func TestNextStreaming(t *testing.T) {
 			replica("db-1", notStreaming(agentapi.ReceiverConnecting, 6*time.Second))}, []string{"db-1=connecting"}},
 		{"lagging is recorded at once", nil, "db-0", []Instance{primary,
 			replica("db-1", &agentapi.ReceiverStatus{State: agentapi.ReceiverStreaming, Upstream: "db-0", Reason: "replays 45s behind"})}, []string{"db-1=lagging"}},
-		{"an entry is kept as first recorded while the problem lasts", StreamingRecord{"db-1": earlier}, "db-0", []Instance{primary,
+		{"an entry is kept as first recorded while the problem lasts", report.Streaming{"db-1": earlier}, "db-0", []Instance{primary,
 			replica("db-1", notStreaming(agentapi.ReceiverConnecting, 10*time.Second))}, []string{"db-1=connecting@-1m0s"}},
-		{"a receiver that moves between states that are not streaming is the same problem", StreamingRecord{"db-1": earlier}, "db-0", []Instance{primary,
+		{"a receiver that moves between states that are not streaming is the same problem", report.Streaming{"db-1": earlier}, "db-0", []Instance{primary,
 			replica("db-1", notStreaming(agentapi.ReceiverAbsent, 10*time.Second))}, []string{"db-1=connecting@-1m0s"}},
-		{"a lagging replica that stops streaming is a new problem", StreamingRecord{"db-1": {Upstream: "db-0", State: StreamingLagging, Since: now.Add(-time.Minute)}}, "db-0", []Instance{primary,
+		{"a lagging replica that stops streaming is a new problem", report.Streaming{"db-1": {Upstream: "db-0", State: report.StreamingLagging, Since: now.Add(-time.Minute)}}, "db-0", []Instance{primary,
 			replica("db-1", notStreaming(agentapi.ReceiverAbsent, 10*time.Second))}, []string{"db-1=" + agentapi.ReceiverAbsent}},
-		{"one that does not answer keeps its entry while its pod exists", StreamingRecord{"db-1": earlier, "db-2": earlier}, "db-0", []Instance{primary,
+		{"one that does not answer keeps its entry while its pod exists", report.Streaming{"db-1": earlier, "db-2": earlier}, "db-0", []Instance{primary,
 			{Name: "db-1", Pod: &corev1.Pod{}}, {Name: "db-2"}}, []string{"db-1=connecting@-1m0s"}},
-		{"nothing changes while the Lease names no primary", StreamingRecord{"db-1": earlier}, "", []Instance{primary,
+		{"nothing changes while the Lease names no primary", report.Streaming{"db-1": earlier}, "", []Instance{primary,
 			replica("db-1", &agentapi.ReceiverStatus{State: agentapi.ReceiverFrozen})}, []string{"db-1=connecting@-1m0s"}},
 	}
 	for _, tc := range cases {
@@ -72,19 +73,19 @@ func TestNextStreaming(t *testing.T) {
 
 func TestStreamingEvents(t *testing.T) {
 	since := time.Date(2026, 11, 27, 5, 12, 1, 0, time.UTC)
-	p := StreamingProblem{Upstream: "db-0", State: agentapi.ReceiverConnecting, Since: since, Reason: "the WAL receiver is connecting"}
-	ev := StreamingEvents(nil, StreamingRecord{"db-1": p}, nil)
+	p := report.StreamingProblem{Upstream: "db-0", State: agentapi.ReceiverConnecting, Since: since, Reason: "the WAL receiver is connecting"}
+	ev := StreamingEvents(nil, report.Streaming{"db-1": p}, nil)
 	if len(ev) != 1 || ev[0].Type != corev1.EventTypeWarning || ev[0].Reason != dbv1.ReasonReplicaNotStreaming ||
 		!strings.Contains(ev[0].Message, "db-1 has not streamed from db-0 since 2026-11-27T05:12:01Z") {
 		t.Errorf("events %+v", ev)
 	}
-	if ev := StreamingEvents(StreamingRecord{"db-1": p}, StreamingRecord{"db-1": p}, []string{"db-1"}); len(ev) != 0 {
+	if ev := StreamingEvents(report.Streaming{"db-1": p}, report.Streaming{"db-1": p}, []string{"db-1"}); len(ev) != 0 {
 		t.Errorf("no change, events %+v", ev)
 	}
-	if ev := StreamingEvents(StreamingRecord{"db-1": p}, StreamingRecord{}, nil); len(ev) != 0 {
+	if ev := StreamingEvents(report.Streaming{"db-1": p}, report.Streaming{}, nil); len(ev) != 0 {
 		t.Errorf("an entry gone for a replica that did not answer: events %+v", ev)
 	}
-	ev = StreamingEvents(StreamingRecord{"db-1": p}, StreamingRecord{}, []string{"db-1"})
+	ev = StreamingEvents(report.Streaming{"db-1": p}, report.Streaming{}, []string{"db-1"})
 	if len(ev) != 1 || ev[0].Type != corev1.EventTypeNormal || ev[0].Reason != dbv1.ReasonReplicaStreaming {
 		t.Errorf("streaming again: events %+v", ev)
 	}

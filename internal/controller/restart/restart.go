@@ -2,10 +2,11 @@ package restart
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -23,6 +24,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/controller/failover"
 	"github.com/pgpilot/pgpilot/internal/fleet"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
+	"github.com/pgpilot/pgpilot/internal/protocol/report"
 )
 
 const (
@@ -35,15 +37,9 @@ const (
 	statusTimeout = 2 * time.Second
 )
 
-// Record is what waits for a restart, kept in the primary Lease's
-// AnnotationPendingRestart for the status controller's PendingRestart condition.
-type Record struct {
-	Pending bool   `json:"pending"`
-	Blocked bool   `json:"blocked,omitempty"`
-	Message string `json:"message"`
-	// Instances are the settings waiting on each instance ("name: running → new").
-	Instances map[string][]string `json:"instances,omitempty"`
-}
+// Record is what waits for a restart, kept in the cluster's report for the status
+// controller's PendingRestart condition.
+type Record = report.PendingRestart
 
 // RecordOf is what d says for the record, with what each instance in waits for.
 func RecordOf(d Decision, in []Instance) Record {
@@ -76,7 +72,8 @@ func NewRestartReconciler(c client.Client, recorder record.EventRecorder, agentU
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;update
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Reconcile observes the agents, records what waits for a restart, and takes the next
@@ -106,7 +103,7 @@ func (r *RestartReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, err
 	}
 	d := Plan(in)
-	if err := r.record(ctx, &cluster, store, lease, RecordOf(d, in.Instances)); err != nil {
+	if err := r.record(ctx, &cluster, RecordOf(d, in.Instances)); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.act(ctx, &cluster, d, pods, access); err != nil {
@@ -143,23 +140,22 @@ func (r *RestartReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster
 	return in, pods, nil
 }
 
-// record writes what waits for a restart into the Lease when it changed, then the
-// events of the change.
-func (r *RestartReconciler) record(ctx context.Context, c *dbv1.PostgresCluster, store primarylease.Store, lease *coordinationv1.Lease, next Record) error {
-	b, err := json.Marshal(next)
+// record writes what waits for a restart into the cluster's report when it changed,
+// then the events of the change.
+func (r *RestartReconciler) record(ctx context.Context, c *dbv1.PostgresCluster, next Record) error {
+	old, err := report.Read(ctx, r.client, c)
 	if err != nil {
 		return err
 	}
-	old := primarylease.Parse(lease).PendingRestart
-	if old == string(b) {
+	if old.PendingRestart != nil && equality.Semantic.DeepEqual(*old.PendingRestart, next) {
 		return nil
 	}
-	if _, err := primarylease.Apply(ctx, store, lease, time.Now, primarylease.SetAnnotation(dbv1.AnnotationPendingRestart, string(b))); err != nil {
+	if err := report.Write(ctx, r.client, c, report.KeyPendingRestart, &next); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	var was Record
-	if old != "" && json.Unmarshal([]byte(old), &was) != nil {
-		was = Record{}
+	if old.PendingRestart != nil {
+		was = *old.PendingRestart
 	}
 	switch {
 	case was.Pending && !next.Pending:

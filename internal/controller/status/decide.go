@@ -11,11 +11,10 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
-	"github.com/pgpilot/pgpilot/internal/controller/failover"
-	"github.com/pgpilot/pgpilot/internal/controller/restart"
 	"github.com/pgpilot/pgpilot/internal/controller/roles"
 	"github.com/pgpilot/pgpilot/internal/controller/storage"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
+	"github.com/pgpilot/pgpilot/internal/protocol/report"
 )
 
 // Observed is everything the status of a cluster is computed from.
@@ -39,7 +38,7 @@ type Observed struct {
 	LastBackup string
 	// DataGuard is the agents' refusals and set-aside data directories as the failover
 	// controller last recorded them; nil when none were.
-	DataGuard *primarylease.DataGuard
+	DataGuard *report.DataGuard
 	// Claims are the data volume claims of the instances the StatefulSet runs.
 	Claims []corev1.PersistentVolumeClaim
 	// DataVersion is the data's major version as the failover controller last recorded
@@ -51,7 +50,7 @@ type Observed struct {
 	Roles *roles.Outcome
 	// PendingRestart is what waits for a restart as the restart controller last
 	// recorded it; nil when it has not yet.
-	PendingRestart *restart.Record
+	PendingRestart *report.PendingRestart
 	// MonitoringAPIs are the Prometheus Operator's kinds the API server serves
 	// (MonitoringKinds); nil when unknown or monitoring is not enabled.
 	MonitoringAPIs map[string]bool
@@ -63,7 +62,7 @@ type Observed struct {
 	OperatorVersion string
 	// Streaming are the replicas that do not stream from the primary within
 	// maxReadLag, as the failover controller last recorded them; nil when none.
-	Streaming failover.StreamingRecord
+	Streaming report.Streaming
 }
 
 // ArchivingHealth is whether the primary archives WAL, and what it last said.
@@ -239,7 +238,7 @@ func volumeOf(claims []corev1.PersistentVolumeClaim, name string) *dbv1.VolumeSt
 
 // pendingRestart is True while a setting waits for a restart, with what waits, where,
 // and the step under way or what blocks it.
-func pendingRestart(r restart.Record, generation int64) dbv1.Condition {
+func pendingRestart(r report.PendingRestart, generation int64) dbv1.Condition {
 	cond := dbv1.Condition{Type: dbv1.ConditionPendingRestart, Status: metav1.ConditionFalse, Reason: dbv1.ReasonNoRestartNeeded,
 		Message: r.Message, ObservedGeneration: generation}
 	switch {

@@ -12,10 +12,10 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/agentapi"
-	"github.com/pgpilot/pgpilot/internal/controller/failover"
 	"github.com/pgpilot/pgpilot/internal/controller/restart"
 	"github.com/pgpilot/pgpilot/internal/controller/status"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
+	"github.com/pgpilot/pgpilot/internal/protocol/report"
 )
 
 var (
@@ -578,7 +578,7 @@ func TestDecideStatus(t *testing.T) {
 					newPod("db-1", role(dbv1.RolePrimary), ready, onNode("node-b")),
 				},
 				Primary: "db-1",
-				DataGuard: &primarylease.DataGuard{
+				DataGuard: &report.DataGuard{
 					Refusals: map[string]string{"db-0": "refusing to rewind onto db-1: it holds another database"},
 					SetAside: map[string][]string{"db-1": {"pgdata.set-aside-20261124T100000Z: pg_rewind failed"}},
 				},
@@ -657,7 +657,7 @@ func TestBootstrappedIsSetOnceAndKept(t *testing.T) {
 func TestDecideReplicasStreaming(t *testing.T) {
 	since := time.Date(2026, 11, 27, 5, 12, 1, 0, time.UTC)
 	o := status.Observed{Cluster: newCluster(wasReady(dbv1.ReasonAllInstancesReady)), Pods: pods("db-0", "db-1", "db-2"), Primary: "db-0",
-		Streaming: failover.StreamingRecord{"db-2": {Upstream: "db-0", State: agentapi.ReceiverConnecting, Since: since,
+		Streaming: report.Streaming{"db-2": {Upstream: "db-0", State: agentapi.ReceiverConnecting, Since: since,
 			Reason: "not streaming from db-0 for 5.2s: the WAL receiver is connecting"}}}
 	st := status.Decide(o, now)
 	if st.Phase != dbv1.PhaseDegraded {

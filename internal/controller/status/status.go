@@ -6,7 +6,6 @@ package status
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -23,14 +22,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/controller/backup"
 	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
 	"github.com/pgpilot/pgpilot/internal/controller/credentials"
-	"github.com/pgpilot/pgpilot/internal/controller/failover"
-	"github.com/pgpilot/pgpilot/internal/controller/restart"
 	"github.com/pgpilot/pgpilot/internal/controller/roles"
 	"github.com/pgpilot/pgpilot/internal/controller/storage"
 	"github.com/pgpilot/pgpilot/internal/primarylease"
+	"github.com/pgpilot/pgpilot/internal/protocol/report"
 )
 
 // StatusReconciler writes the observed state of a cluster into its status.
@@ -66,6 +63,7 @@ func NewStatusReconciler(c client.Client, reader client.Reader, clk clock.Passiv
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch
 // +kubebuilder:rbac:groups=db.example.com,resources=postgresbackups,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
@@ -132,26 +130,22 @@ func (r *StatusReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster)
 	switch {
 	case err == nil:
 		rec := primarylease.Parse(&lease)
-		obs.Streaming = failover.ParseStreaming(lease.Annotations[dbv1.AnnotationStreaming])
-		obs.Primary, obs.FailoverBlocked, obs.LastFailover = rec.Holder, rec.FailoverBlocked, rec.LastFailover
-		obs.DataGuard, obs.DataVersion = rec.DataGuard, rec.DataVersion
+		obs.Primary = rec.Holder
 		if h := rec.Hibernation; h != nil && h.Holder == rec.Holder && h.Term == rec.Term {
 			obs.Hibernation = h
 		}
-		if rec.PendingRestart != "" {
-			var pr restart.Record
-			if json.Unmarshal([]byte(rec.PendingRestart), &pr) == nil {
-				obs.PendingRestart = &pr
-			}
-		}
-		if rec.Archiving != "" {
-			var a backup.ArchivingRecord
-			if json.Unmarshal([]byte(rec.Archiving), &a) == nil {
-				obs.Archiving = &ArchivingHealth{OK: a.OK, Message: a.Message}
-			}
-		}
 	case !apierrors.IsNotFound(err):
 		return obs, err
+	}
+
+	rep, err := report.Read(ctx, r.client, c)
+	if err != nil {
+		return obs, err
+	}
+	obs.Streaming, obs.FailoverBlocked, obs.LastFailover = rep.Streaming, rep.FailoverBlocked, rep.LastFailover
+	obs.DataGuard, obs.DataVersion, obs.PendingRestart = rep.DataGuard, rep.DataVersion, rep.PendingRestart
+	if a := rep.Archiving; a != nil {
+		obs.Archiving = &ArchivingHealth{OK: a.OK, Message: a.Message}
 	}
 
 	var backups dbv1.PostgresBackupList
@@ -195,6 +189,7 @@ func (r *StatusReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&dbv1.PostgresCluster{}).
 		Watches(&corev1.Pod{}, byLabel).
 		Watches(&coordinationv1.Lease{}, byLabel).
+		Watches(&corev1.ConfigMap{}, byLabel).
 		Watches(&corev1.Secret{}, byLabel).
 		Watches(&dbv1.PostgresBackup{}, byLabel).
 		Watches(&corev1.PersistentVolumeClaim{}, byLabel)
