@@ -1,4 +1,4 @@
-# The pgpilot operator image: manager, sidecar and agent binaries, the Helm chart the
+# The pgpilot operator image: manager, controller and agent binaries, the Helm chart the
 # manager renders, and watches.yaml. One image serves the operator Deployment and the
 # install-agent init container of every PostgreSQL pod.
 #
@@ -19,7 +19,7 @@ RUN go mod download
 COPY api/ api/
 COPY cmd/ cmd/
 COPY internal/ internal/
-# Every command under cmd/ (manager, sidecar, agent): static, no paths or symbols, and
+# Every command under cmd/ (manager, controller, agent): static, no paths or symbols, and
 # the operator's version (status.operatorVersion).
 ARG VERSION=dev
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
@@ -33,7 +33,7 @@ FROM scratch
 ARG VERSION=dev
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="pgpilot" \
-      org.opencontainers.image.description="Kubernetes operator for highly available PostgreSQL: Helm-based manager, failover sidecar and in-pod agent" \
+      org.opencontainers.image.description="Kubernetes operator for highly available PostgreSQL: Helm-based manager, failover controller and in-pod agent" \
       org.opencontainers.image.source="https://github.com/pgpilot/pgpilot" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}"

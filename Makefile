@@ -58,9 +58,9 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRD, the sidecar's RBAC, the chart's values.schema.json and Grafana dashboard.
+manifests: $(CONTROLLER_GEN) ## Generate the CRD, the controller's RBAC, the chart's values.schema.json and Grafana dashboard.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
-	$(CONTROLLER_GEN) rbac:roleName=sidecar-role paths=./internal/controller/... output:rbac:artifacts:config=config/rbac/sidecar
+	$(CONTROLLER_GEN) rbac:roleName=controller-role paths=./internal/operator/controller/... output:rbac:artifacts:config=config/rbac/controller
 	go run ./hack/values-schema $(CRD) helm-charts/postgrescluster/values.schema.json
 	go run ./hack/dashboard helm-charts/postgrescluster/dashboards/pgpilot.json
 
@@ -121,7 +121,7 @@ bench-quick: control-plane postgres s3server ## Print the benchmarks' figures of
 ##@ Build and run
 
 .PHONY: build
-build: ## Build the manager, sidecar and agent into bin/.
+build: ## Build the manager, controller and agent into bin/.
 	go build -o bin/ ./cmd/...
 
 .PHONY: plugin

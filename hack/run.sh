@@ -15,7 +15,7 @@ if "$kubectl" version --request-timeout=5s >/dev/null 2>&1; then
   export RELATED_IMAGE_AGENT
   trap 'kill 0' EXIT INT TERM
   bin/manager --metrics-bind-address=0 --health-probe-bind-address=:8081 &
-  bin/sidecar --metrics-bind-address=0 --health-probe-bind-address=:8082 &
+  bin/controller --metrics-bind-address=0 --health-probe-bind-address=:8082 &
   wait -n
   exit 1
 fi

@@ -2,7 +2,7 @@
 # Builds the versitygw S3 server from the Go module proxy, once, into
 # $PGPILOT_CACHE/versitygw/<version>/versitygw, and prints the binary's path. Later runs
 # find the binary and return at once. The backup store's tests run it as a real
-# S3-compatible endpoint (internal/testing/s3server).
+# S3-compatible endpoint (internal/tools/testing/s3server).
 #
 # versitygw's go.mod has no replace directives, so `go install module/cmd@version` builds
 # it directly; it needs a Go toolchain of at least the version its go.mod names.

@@ -226,7 +226,7 @@ const (
 	BackupFailed    BackupPhase = "Failed"
 )
 
-// PostgresBackupStatus is what the sidecar observed of a backup.
+// PostgresBackupStatus is what the controller observed of a backup.
 type PostgresBackupStatus struct {
 	// phase: Pending, Running, Completed or Failed.
 	// +optional

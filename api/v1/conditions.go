@@ -28,7 +28,7 @@ type Condition struct {
 	Message string `json:"message,omitempty"`
 }
 
-// Condition types the sidecar owns.
+// Condition types the controller owns.
 const (
 	// ConditionReady is True when the primary and every replica are ready.
 	ConditionReady = "Ready"
@@ -82,7 +82,7 @@ const (
 	ConditionIrreconcilable = "Irreconcilable"
 )
 
-// Reasons of the sidecar's conditions and events.
+// Reasons of the controller's conditions and events.
 const (
 	ReasonCreating           = "Creating"
 	ReasonFirstHealthy       = "FirstHealthy"

@@ -15,7 +15,7 @@ import (
 // Labels and annotations pgpilot puts on objects.
 const (
 	// AnnotationSwitchoverTo on a cluster asks for a switchover to the named pod; the
-	// sidecar removes it when the switchover is done or refused (with an event).
+	// controller removes it when the switchover is done or refused (with an event).
 	AnnotationSwitchoverTo = "db.example.com/switchover-to"
 	// AnnotationRestartedAt on a cluster restarts every instance, one at a time
 	// (replicas first, then a switchover), when its value changes: the chart copies it
@@ -44,7 +44,7 @@ const (
 	// cluster's AnnotationFencedInstances, once a fenced primary has handed over.
 	AnnotationFenced = "db.example.com/fenced"
 
-	// LabelScheduledAt on a PostgresBackup the sidecar created for a schedule tick is
+	// LabelScheduledAt on a PostgresBackup the controller created for a schedule tick is
 	// the tick's time, as a Unix timestamp.
 	LabelScheduledAt = "db.example.com/scheduled-at"
 
@@ -65,7 +65,7 @@ const (
 )
 
 // Names builds the names of the objects of one PostgresCluster: the one place in Go
-// they are made. The chart renders them from the plan (internal/plan), the controllers
+// they are made. The chart renders them from the plan (internal/operator/plan), the controllers
 // and every test suite read them here.
 // Not an API type: no DeepCopy.
 // +kubebuilder:object:generate=false

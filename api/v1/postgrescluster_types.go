@@ -355,10 +355,10 @@ type CustomQueriesSource struct {
 	Key string `json:"key,omitempty"`
 }
 
-// PostgresClusterStatus is what pgpilot observes. The sidecar writes every field here
+// PostgresClusterStatus is what pgpilot observes. The controller writes every field here
 // but conditions of the Helm types and deployedRelease, which the Helm manager writes.
 type PostgresClusterStatus struct {
-	// conditions: Ready, Bootstrapped, CredentialsReady and RolesReconciled (sidecar); Initialized, Deployed,
+	// conditions: Ready, Bootstrapped, CredentialsReady and RolesReconciled (controller); Initialized, Deployed,
 	// ReleaseFailed and Irreconcilable (Helm manager).
 	// +listType=map
 	// +listMapKey=type
@@ -412,12 +412,12 @@ type PostgresClusterStatus struct {
 	// +optional
 	LastFailover *FailoverRecord `json:"lastFailover,omitempty"`
 
-	// observedGeneration is the generation the sidecar last reconciled.
+	// observedGeneration is the generation the controller last reconciled.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// operatorVersion is the version of the pgpilot operator that manages the cluster
-	// now: the one whose sidecar last wrote this status. An operator upgrade changes it
+	// now: the one whose controller last wrote this status. An operator upgrade changes it
 	// as soon as the new operator runs; its rolling update of the instances follows.
 	// +optional
 	OperatorVersion string `json:"operatorVersion,omitempty"`
@@ -428,13 +428,13 @@ type PostgresClusterStatus struct {
 	DeployedRelease *DeployedRelease `json:"deployedRelease,omitempty"`
 }
 
-// InstanceStatus is one instance pod as the sidecar last saw it.
+// InstanceStatus is one instance pod as the controller last saw it.
 type InstanceStatus struct {
 	// name of the pod.
 	Name string `json:"name"`
 	// role is primary, replica, fenced (a former primary not yet rejoined, or an
 	// instance fenced by the annotation db.example.com/fenced-instances), or empty
-	// before the sidecar assigned one.
+	// before the controller assigned one.
 	// +optional
 	Role string `json:"role,omitempty"`
 	// ready is the pod's Ready condition.

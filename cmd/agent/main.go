@@ -26,9 +26,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/pgpilot/pgpilot/internal/agent"
-	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/instance/agent"
+	"github.com/pgpilot/pgpilot/internal/instance/pgconf"
 	"github.com/pgpilot/pgpilot/internal/logging"
+	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 )
 
@@ -144,7 +145,7 @@ func run(args []string) error {
 	if cfg.CustomQueriesPath == "" {
 		cfg.CustomQueriesPath = cluster.CustomQueries
 	}
-	creds, err := agent.LoadCredentials(cfg.SecretsDir)
+	creds, err := pgconf.LoadCredentials(cfg.SecretsDir)
 	if err != nil {
 		return err
 	}
@@ -163,7 +164,7 @@ func run(args []string) error {
 		}
 		return cfg.PeerName(pod)
 	}
-	// postgres reads copies the agent keeps beside its socket (internal/agent.TLSFiles).
+	// postgres reads copies the agent keeps beside its socket (internal/instance/pgconf.TLSFiles).
 	cfg.TLS.Dir = filepath.Join(cfg.SocketDir, "tls")
 
 	var restCfg *rest.Config
@@ -181,7 +182,7 @@ func run(args []string) error {
 		return err
 	}
 
-	cfg.Credentials = &agent.APICredentials{Dir: *authDir}
+	cfg.Credentials = &pgconf.APICredentials{Dir: *authDir}
 	if cfg.Credentials.PeerToken() == "" {
 		log.Info("No agent API credentials yet: every call but the probes is refused until they are mounted", "dir", *authDir)
 	}

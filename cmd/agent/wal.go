@@ -8,9 +8,9 @@ import (
 	"os"
 	"time"
 
-	"github.com/pgpilot/pgpilot/internal/agent"
-	"github.com/pgpilot/pgpilot/internal/backup"
-	"github.com/pgpilot/pgpilot/internal/backup/store"
+	"github.com/pgpilot/pgpilot/internal/instance/agent"
+	"github.com/pgpilot/pgpilot/internal/instance/backup"
+	"github.com/pgpilot/pgpilot/internal/instance/backup/store"
 	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 )
 
@@ -35,7 +35,7 @@ func archiveWAL(args []string) error {
 	if cluster.Backup == nil {
 		return nil
 	}
-	// A placeholder (internal/agent/timeline.go) names a timeline this cluster may use
+	// A placeholder (internal/instance/agent/timeline.go) names a timeline this cluster may use
 	// elsewhere: the archive keeps only real history files.
 	if agent.IsPlaceholderHistory(path) {
 		return nil

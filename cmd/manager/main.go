@@ -10,8 +10,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/pgpilot/pgpilot/internal/helmmanager"
-	"github.com/pgpilot/pgpilot/internal/managerflags"
+	"github.com/pgpilot/pgpilot/internal/operator/helmmanager"
+	"github.com/pgpilot/pgpilot/internal/operator/managerflags"
 )
 
 func main() {

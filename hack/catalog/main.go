@@ -17,7 +17,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/pgpilot/pgpilot/internal/olm"
+	"github.com/pgpilot/pgpilot/internal/tools/olm"
 )
 
 func main() {

@@ -1,4 +1,4 @@
-// Command dashboard writes the chart's Grafana dashboard from internal/dashboard.
+// Command dashboard writes the chart's Grafana dashboard from internal/tools/dashboard.
 //
 //	go run ./hack/dashboard helm-charts/postgrescluster/dashboards/pgpilot.json
 package main
@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/pgpilot/pgpilot/internal/dashboard"
+	"github.com/pgpilot/pgpilot/internal/tools/dashboard"
 )
 
 func main() {

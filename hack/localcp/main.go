@@ -1,6 +1,6 @@
 // Command localcp is `make run`'s embedded default: with no reachable cluster, it starts
 // a local kube-apiserver and etcd (the ones the integration tests use), installs the
-// CRDs, applies the sample PostgresCluster, and runs the Helm manager and the sidecar
+// CRDs, applies the sample PostgresCluster, and runs the Helm manager and the controller
 // in-process until interrupted.
 package main
 
@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/yaml"
 
-	"github.com/pgpilot/pgpilot/internal/devenv"
+	"github.com/pgpilot/pgpilot/internal/tools/devenv"
 )
 
 func main() {

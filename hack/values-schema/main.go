@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/pgpilot/pgpilot/internal/chartschema"
+	"github.com/pgpilot/pgpilot/internal/tools/chartschema"
 )
 
 func main() {

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/controller/failover"
+	"github.com/pgpilot/pgpilot/internal/operator/switchover"
 )
 
 // pollEvery is how often --wait looks.
@@ -33,7 +33,7 @@ func (o *Options) switchover(ctx context.Context, name, target string, wait time
 	if pending := c.Annotations[dbv1.AnnotationSwitchoverTo]; pending != "" {
 		return fmt.Errorf("a switchover to %s is under way", pending)
 	}
-	if err := failover.RequestSwitchover(ctx, o.Client, c, target); err != nil {
+	if err := switchover.Request(ctx, o.Client, c, target); err != nil {
 		return err
 	}
 	fmt.Fprintf(o.Streams.Out, "Asked for a switchover of %s to %s\n", name, target)

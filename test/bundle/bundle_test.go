@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
 
-	"github.com/pgpilot/pgpilot/internal/devenv"
-	"github.com/pgpilot/pgpilot/internal/olm"
+	"github.com/pgpilot/pgpilot/internal/tools/devenv"
+	"github.com/pgpilot/pgpilot/internal/tools/olm"
 )
 
 func repoRoot(t *testing.T) string {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/pgpilot/pgpilot/internal/olm"
+	"github.com/pgpilot/pgpilot/internal/tools/olm"
 )
 
 func loadCatalog(t *testing.T) (*olm.Catalog, []byte) {

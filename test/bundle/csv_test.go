@@ -21,7 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
-	"github.com/pgpilot/pgpilot/internal/devenv"
+	"github.com/pgpilot/pgpilot/internal/tools/devenv"
 )
 
 // watchNamespaceFromOLM is how both containers learn the OperatorGroup's namespaces.

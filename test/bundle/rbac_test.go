@@ -55,12 +55,12 @@ var sensitiveWrites = map[string]map[string][]string{
 		"roles":        {"create", "update", "patch", "delete"},
 		"rolebindings": {"create", "update", "patch", "delete"},
 	},
-	"pgpilot-sidecar-role": {
+	"pgpilot-controller-role": {
 		// The credentials Secrets: created once, never changed or deleted by pgpilot. The
 		// certificates' Secrets: renewed in place (update) before they expire.
 		"secrets": {"create", "update"},
 		// Rolling updates restart pods, and the role label follows the primary;
-		// internal/controller/clusterpods refuses a pod that is not the cluster's.
+		// internal/operator/clusterpods refuses a pod that is not the cluster's.
 		"pods": {"delete", "patch"},
 	},
 }

@@ -105,7 +105,7 @@ var faults = []fault{
 		inject: reachableCut},
 	{name: "reachable-cut-cancel", what: "reachable-cut, with a writer that sends a cancel request when a commit waits for more than 1 s",
 		inject: reachableCut, cancelling: true},
-	{name: "sidecar-kill", what: "SIGKILL to PID 1 of the primary's postgres container, then 1.5 s later to the operator's sidecar container",
+	{name: "controller-kill", what: "SIGKILL to PID 1 of the primary's postgres container, then 1.5 s later to the operator's controller container",
 		inject: func(ctx context.Context, f *faulting) error {
 			pid, err := killContainer(f.primary, "postgres")
 			if err != nil {
@@ -118,8 +118,8 @@ var faults = []fault{
 			if err != nil {
 				return err
 			}
-			pid, err = killContainer(op, "sidecar")
-			f.logf("killed PID 1 (%d) of %s/sidecar", pid, op.Name)
+			pid, err = killContainer(op, "controller")
+			f.logf("killed PID 1 (%d) of %s/controller", pid, op.Name)
 			return err
 		}},
 	{name: "lease-delete", what: "the primary Lease is deleted (the record of who may write, not the pod); the operator must rebuild it from the agents",

@@ -107,7 +107,7 @@ func TestRelativeLinksResolve(t *testing.T) {
 	}
 }
 
-// Every path written as the repository's (docs/failover.md, internal/agent/lockout.go,
+// Every path written as the repository's (docs/failover.md, internal/instance/agent/lockout.go,
 // test/pg) exists, and so does every path relative to a page (../README.md).
 func TestRepositoryPathsExist(t *testing.T) {
 	entries, err := os.ReadDir(root)

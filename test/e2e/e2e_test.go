@@ -26,8 +26,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/agentapi"
-	"github.com/pgpilot/pgpilot/internal/sidecar"
+	"github.com/pgpilot/pgpilot/internal/operator/controller"
+	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
@@ -55,7 +55,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e: no cluster (run make e2e, which starts one):", err)
 		os.Exit(1)
 	}
-	scheme, err := sidecar.Scheme()
+	scheme, err := controller.Scheme()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -279,7 +279,7 @@ func (d *db) dump() {
 	var operators corev1.PodList
 	if k8s.List(ctx, &operators, client.InNamespace("pgpilot-system")) == nil {
 		for _, p := range operators.Items {
-			logTail(d.t, p.Namespace, p.Name, "sidecar", 60)
+			logTail(d.t, p.Namespace, p.Name, "controller", 60)
 		}
 	}
 	var events corev1.EventList

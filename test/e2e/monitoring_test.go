@@ -25,8 +25,8 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/cli"
-	"github.com/pgpilot/pgpilot/internal/dashboard"
-	"github.com/pgpilot/pgpilot/internal/devenv"
+	"github.com/pgpilot/pgpilot/internal/tools/dashboard"
+	"github.com/pgpilot/pgpilot/internal/tools/devenv"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
 

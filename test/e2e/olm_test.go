@@ -33,7 +33,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/sidecar"
+	"github.com/pgpilot/pgpilot/internal/operator/controller"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
@@ -62,7 +62,7 @@ func olmClient(t *testing.T) client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scheme, err := sidecar.Scheme()
+	scheme, err := controller.Scheme()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/controller/certificates"
-	"github.com/pgpilot/pgpilot/internal/pki"
+	"github.com/pgpilot/pgpilot/internal/operator/controller/certificates"
+	"github.com/pgpilot/pgpilot/internal/operator/pki"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
 

@@ -1,7 +1,7 @@
 // Package image checks the operator image without a Docker daemon: it reads the
 // Dockerfile, lays out a directory as the image's file system would be (the binaries
 // built by the builder stage's own command, the files its COPY lines copy), and runs the
-// binaries from the image's working directory, the manager and the sidecar against a
+// binaries from the image's working directory, the manager and the controller against a
 // real kube-apiserver.
 package image
 
@@ -32,8 +32,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/devenv"
-	"github.com/pgpilot/pgpilot/internal/sidecar"
+	"github.com/pgpilot/pgpilot/internal/operator/controller"
+	"github.com/pgpilot/pgpilot/internal/tools/devenv"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
@@ -400,7 +400,7 @@ func run(t *testing.T, dir, bin string, args ...string) {
 	}
 }
 
-// The manager and the sidecar, started from the image's working directory as the
+// The manager and the controller, started from the image's working directory as the
 // Deployment starts them, find watches.yaml and the chart there and reconcile
 // PostgresClusters in the namespaces of WATCH_NAMESPACE (as OLM sets it for a
 // MultiNamespace OperatorGroup), and only there.
@@ -431,7 +431,7 @@ func TestBinariesRunFromTheImageWorkingDirectory(t *testing.T) {
 	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	scheme, err := sidecar.Scheme()
+	scheme, err := controller.Scheme()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +449,7 @@ func TestBinariesRunFromTheImageWorkingDirectory(t *testing.T) {
 
 	probes := map[string]<-chan struct{}{}
 	metricsAddr := map[string]string{}
-	for _, b := range []string{"manager", "sidecar"} {
+	for _, b := range []string{"manager", "controller"} {
 		probe := freeAddr(t)
 		metricsAddr[b] = freeAddr(t)
 		probes[probe] = start(t, workdir, filepath.Join(fs, "usr", "local", "bin", b), []string{
@@ -493,7 +493,7 @@ func TestBinariesRunFromTheImageWorkingDirectory(t *testing.T) {
 				return fmt.Errorf("the manager rendered no StatefulSet in %s: %w", ns, err)
 			}
 			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "my-db-superuser"}, &corev1.Secret{}); err != nil {
-				return fmt.Errorf("the sidecar made no credentials in %s: %w", ns, err)
+				return fmt.Errorf("the controller made no credentials in %s: %w", ns, err)
 			}
 			return nil
 		})
@@ -516,11 +516,11 @@ func TestBinariesRunFromTheImageWorkingDirectory(t *testing.T) {
 		t.Errorf("the cluster in %s was reconciled: finalizers %v, status %+v", unwatched, pgc.Finalizers, pgc.Status)
 	}
 
-	// Both serve controller-runtime's reconcile metrics; the sidecar its own too
+	// Both serve controller-runtime's reconcile metrics; the controller its own too
 	// (docs/monitoring.md).
 	for b, want := range map[string][]string{
 		"manager": {`controller_runtime_reconcile_total{controller="postgrescluster-controller",result="success"}`},
-		"sidecar": {`controller_runtime_reconcile_total{controller="failover",result="success"}`,
+		"controller": {`controller_runtime_reconcile_total{controller="failover",result="success"}`,
 			`controller_runtime_reconcile_time_seconds_count{controller="status"}`,
 			`pgpilot_cluster_phase{cluster="my-db",namespace="image-a",phase="Creating"} 1`,
 			`pgpilot_cluster_instances{cluster="my-db",namespace="image-b"} 3`,

@@ -21,9 +21,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/controller/backup"
+	"github.com/pgpilot/pgpilot/internal/operator/controller"
+	"github.com/pgpilot/pgpilot/internal/operator/controller/backup"
 	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
-	"github.com/pgpilot/pgpilot/internal/sidecar"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
@@ -44,12 +44,12 @@ func withS3Backup(schedule string) clusterOption {
 // used here are in the future.
 func startScheduler(t *testing.T, clk *clocktesting.FakeClock) {
 	t.Helper()
-	scheme, err := sidecar.Scheme()
+	scheme, err := controller.Scheme()
 	if err != nil {
 		t.Fatal(err)
 	}
 	mgr, err := ctrl.NewManager(operatorCfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache: sidecar.CacheOptions(), Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
+		Cache: controller.CacheOptions(), Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/primarylease"
+	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
 	protoreport "github.com/pgpilot/pgpilot/internal/protocol/report"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
@@ -37,7 +37,7 @@ import (
 const timeout = 30 * time.Second
 
 // The README's example, applied verbatim from config/samples, renders the whole
-// topology, and the sidecar adds credentials and the primary Lease.
+// topology, and the controller adds credentials and the primary Lease.
 func TestExampleRendersTheTopology(t *testing.T) {
 	ns := newNamespace(t)
 	sample, err := os.ReadFile(filepath.Join(repoRoot, "config", "samples", "db_v1_postgrescluster.yaml"))
@@ -151,7 +151,7 @@ func TestExampleRendersTheTopology(t *testing.T) {
 	})
 }
 
-// With the instance pods running, the sidecar labels them by role, fills the status,
+// With the instance pods running, the controller labels them by role, fills the status,
 // and kubectl's columns show it; readiness changes move the phase.
 func TestStatusFollowsThePods(t *testing.T) {
 	ns := newNamespace(t)
@@ -212,7 +212,7 @@ func TestStatusFollowsThePods(t *testing.T) {
 }
 
 // A spec change is rolled into the StatefulSet, and the Helm manager's status write
-// (its Deployed condition and release) leaves the sidecar's status fields in place: a
+// (its Deployed condition and release) leaves the controller's status fields in place: a
 // watcher of the cluster never sees it without a phase or a primary.
 func TestSpecChangeRollsAndStatusSurvivesHelm(t *testing.T) {
 	ns := newNamespace(t)
@@ -279,7 +279,7 @@ func TestSpecChangeRollsAndStatusSurvivesHelm(t *testing.T) {
 			}
 			seen = v.ResourceVersion
 			if v.Status.Phase == "" || v.Status.CurrentPrimary == "" || len(v.Status.Instances) == 0 {
-				t.Errorf("resourceVersion %s: the status lost the sidecar's fields: phase %q, primary %q, %d instances, conditions %v",
+				t.Errorf("resourceVersion %s: the status lost the controller's fields: phase %q, primary %q, %d instances, conditions %v",
 					v.ResourceVersion, v.Status.Phase, v.Status.CurrentPrimary, len(v.Status.Instances), v.Status.Conditions)
 			}
 		case <-time.After(timeout):
@@ -775,7 +775,7 @@ func TestMonitoringRendersAPodMonitor(t *testing.T) {
 			return err
 		}
 		if dash.Labels["grafana_dashboard"] != "1" || !strings.Contains(dash.Data["pgpilot-"+ns+"-mon.json"], `"uid": "pgpilot-`+ns+`-mon"`) {
-			return fmt.Errorf("the dashboard ConfigMap is not Grafana's sidecar's: labels %v", dash.Labels)
+			return fmt.Errorf("the dashboard ConfigMap is not Grafana's controller's: labels %v", dash.Labels)
 		}
 		var c dbv1.PostgresCluster
 		if err := get(ns, "mon", &c); err != nil {

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/devenv"
+	"github.com/pgpilot/pgpilot/internal/tools/devenv"
 )
 
 // The operator's RBAC has no wildcard and denies what the operator never needs.
@@ -83,7 +83,7 @@ func TestOperatorPodIsRestricted(t *testing.T) {
 		}
 	}
 	if len(dep.Spec.Template.Spec.Containers) != 2 {
-		t.Fatalf("the operator Deployment has %d containers, want manager and sidecar", len(dep.Spec.Template.Spec.Containers))
+		t.Fatalf("the operator Deployment has %d containers, want manager and controller", len(dep.Spec.Template.Spec.Containers))
 	}
 	pod := func() *corev1.Pod {
 		return &corev1.Pod{

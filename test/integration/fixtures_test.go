@@ -137,7 +137,7 @@ func setReady(t *testing.T, ns, name string, ready bool) {
 	if ready {
 		status = corev1.ConditionTrue
 	}
-	// The sidecar labels pods concurrently: retry on conflict, as a kubelet would.
+	// The controller labels pods concurrently: retry on conflict, as a kubelet would.
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var pod corev1.Pod
 		if err := get(ns, name, &pod); err != nil {

@@ -12,10 +12,10 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/pgpilot/pgpilot/internal/managerflags"
+	"github.com/pgpilot/pgpilot/internal/operator/managerflags"
 )
 
-// A sidecar container killed while it leads restarts in the same pod. With the pod's
+// A controller container killed while it leads restarts in the same pod. With the pod's
 // name as its identity it takes its Lease back at once; any other candidate waits for
 // the Lease to expire (15 s), and every failover in the cluster waits with it.
 func TestRestartedLeaderResumesAtOnce(t *testing.T) {
@@ -35,7 +35,7 @@ func TestRestartedLeaderResumesAtOnce(t *testing.T) {
 	elected := func(identity string, within time.Duration) bool {
 		t.Setenv(managerflags.PodNameEnv, identity)
 		var f managerflags.Flags
-		fs := flag.NewFlagSet("sidecar", flag.ContinueOnError)
+		fs := flag.NewFlagSet("controller", flag.ContinueOnError)
 		f.Register(fs, "0", "0", id)
 		if err := fs.Parse([]string{"--leader-elect"}); err != nil {
 			t.Fatal(err)

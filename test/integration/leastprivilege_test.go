@@ -16,9 +16,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/controller/clusterpods"
-	"github.com/pgpilot/pgpilot/internal/devenv"
-	"github.com/pgpilot/pgpilot/internal/helmmanager"
+	"github.com/pgpilot/pgpilot/internal/operator/clusterpods"
+	"github.com/pgpilot/pgpilot/internal/operator/helmmanager"
+	"github.com/pgpilot/pgpilot/internal/tools/devenv"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
@@ -78,7 +78,7 @@ func TestHelmManagerCachesOnlyWhatItActsOn(t *testing.T) {
 	}
 }
 
-// RBAC lets the operator delete any pod; clusterpods.Delete, the sidecar's only way to
+// RBAC lets the operator delete any pod; clusterpods.Delete, the controller's only way to
 // delete one, refuses every pod but the observed instance of the cluster at hand.
 func TestPodDeletesAreGuarded(t *testing.T) {
 	operator, err := client.New(operatorCfg, client.Options{Scheme: k8s.Scheme()})

@@ -1,4 +1,4 @@
-// Package integration runs the Helm manager and the sidecar against a real
+// Package integration runs the Helm manager and the controller against a real
 // kube-apiserver and etcd (built from source by hack/control-plane.sh and cached).
 package integration
 
@@ -18,9 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/pgpilot/pgpilot/internal/devenv"
-	"github.com/pgpilot/pgpilot/internal/managerflags"
-	"github.com/pgpilot/pgpilot/internal/sidecar"
+	"github.com/pgpilot/pgpilot/internal/operator/controller"
+	"github.com/pgpilot/pgpilot/internal/operator/managerflags"
+	"github.com/pgpilot/pgpilot/internal/tools/devenv"
 )
 
 // agentImage is what RELATED_IMAGE_AGENT says during the tests.
@@ -73,7 +73,7 @@ func run(m *testing.M) int {
 		}
 	}()
 	cfg = env.Config
-	scheme, err := sidecar.Scheme()
+	scheme, err := controller.Scheme()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -14,12 +14,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/controller/certificates"
-	"github.com/pgpilot/pgpilot/internal/pki"
+	"github.com/pgpilot/pgpilot/internal/operator/controller/certificates"
+	"github.com/pgpilot/pgpilot/internal/operator/pki"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
-// The sidecar makes a cluster's CA, publishes its certificate without the key, and
+// The controller makes a cluster's CA, publishes its certificate without the key, and
 // issues the server certificate (valid for the Services and the pods behind the headless
 // one) and the replication client certificate; a certificate due for renewal, or one
 // from another CA, is issued again; a user's server Secret that cannot serve is reported.

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgpilot/pgpilot/internal/agentapi"
-	"github.com/pgpilot/pgpilot/internal/backup"
+	"github.com/pgpilot/pgpilot/internal/instance/backup"
+	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 )
 
 // BenchmarkBackupRestore measures, on about 200 MB of table data, b.N times each:

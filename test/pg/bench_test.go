@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
 

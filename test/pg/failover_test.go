@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/agentapi"
-	"github.com/pgpilot/pgpilot/internal/primarylease"
+	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
+	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
@@ -37,7 +37,7 @@ func startOperated(t *testing.T, c *cluster) {
 	})
 }
 
-// podRole is the role label the sidecar gave the instance's pod.
+// podRole is the role label the controller gave the instance's pod.
 func (c *cluster) podRole(in *instance) string {
 	var pod corev1.Pod
 	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: in.pod}, &pod); err != nil {

@@ -38,12 +38,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/agent"
-	"github.com/pgpilot/pgpilot/internal/agentapi"
-	"github.com/pgpilot/pgpilot/internal/devenv"
-	"github.com/pgpilot/pgpilot/internal/pki"
-	"github.com/pgpilot/pgpilot/internal/primarylease"
-	"github.com/pgpilot/pgpilot/internal/sidecar"
+	"github.com/pgpilot/pgpilot/internal/instance/agent"
+	"github.com/pgpilot/pgpilot/internal/instance/pgconf"
+	"github.com/pgpilot/pgpilot/internal/operator/controller"
+	"github.com/pgpilot/pgpilot/internal/operator/pki"
+	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
+	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
+	"github.com/pgpilot/pgpilot/internal/tools/devenv"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
@@ -156,7 +157,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	// The operator (Helm manager and sidecar) runs too, as its ServiceAccount: it acts
+	// The operator (Helm manager and controller) runs too, as its ServiceAccount: it acts
 	// on PostgresCluster objects only, so the tests that drive agents through bare
 	// Leases are left alone.
 	os.Setenv("RELATED_IMAGE_AGENT", "pgpilot:pg-tests")
@@ -170,7 +171,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	operatorConfig, repoRoot = operatorCfg, root
-	scheme, err := sidecar.Scheme()
+	scheme, err := controller.Scheme()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -194,12 +195,12 @@ type cluster struct {
 	namespace string
 	dir       string
 	instances []*instance
-	creds     agent.Credentials
+	creds     pgconf.Credentials
 	// ca issued the certificates of a cluster the operator does not run.
 	ca *pki.KeyPair
 	// caPEM is the cluster's CA certificate, which the agent API is verified with.
 	caPEM []byte
-	// token is the agents' API token; operated clusters use the one the sidecar made.
+	// token is the agents' API token; operated clusters use the one the controller made.
 	token string
 	// sts is the StatefulSet the operator rendered (operated clusters).
 	sts appsv1.StatefulSet
@@ -252,16 +253,16 @@ func nextCluster(t testing.TB) (*cluster, int) {
 func newCluster(t testing.TB, n int) *cluster {
 	t.Helper()
 	c, k := nextCluster(t)
-	c.creds = agent.Credentials{
-		Superuser:   agent.Credential{Username: "postgres", Password: "su-" + c.name + "-secret"},
-		Replication: agent.Credential{Username: "pgpilot_replication", Password: "repl'pw:with\\odd chars"},
-		App:         agent.Credential{Username: "app", Password: "app-" + c.name + "-pw"},
+	c.creds = pgconf.Credentials{
+		Superuser:   pgconf.Credential{Username: "postgres", Password: "su-" + c.name + "-secret"},
+		Replication: pgconf.Credential{Username: "pgpilot_replication", Password: "repl'pw:with\\odd chars"},
+		App:         pgconf.Credential{Username: "app", Password: "app-" + c.name + "-pw"},
 	}
 	ctx := context.Background()
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// Config and secrets as the chart and the sidecar provide them.
+	// Config and secrets as the chart and the controller provide them.
 	cfg := map[string]any{
 		"clusterName": c.name, "version": "15", "replicas": n,
 		"parameters":   map[string]string{"work_mem": "8MB", "log_min_messages": "warning", "shared_buffers": "16MB"},
@@ -271,7 +272,7 @@ func newCluster(t testing.TB, n int) *cluster {
 	}
 	b, _ := json.Marshal(cfg)
 	mustWrite(t, filepath.Join(c.dir, "config.json"), b)
-	for name, cred := range map[string]agent.Credential{"superuser": c.creds.Superuser, "replication": c.creds.Replication, "app": c.creds.App} {
+	for name, cred := range map[string]pgconf.Credential{"superuser": c.creds.Superuser, "replication": c.creds.Replication, "app": c.creds.App} {
 		mustMkdir(t, filepath.Join(c.dir, "secrets", name), 0o755)
 		mustWrite(t, filepath.Join(c.dir, "secrets", name, "username"), []byte(cred.Username))
 		mustWrite(t, filepath.Join(c.dir, "secrets", name, "password"), []byte(cred.Password))
@@ -338,7 +339,7 @@ func (in *instance) setConfigRead(key string, value any) {
 	})
 }
 
-// setLease makes pod the primary in a new term, as the sidecar moves the Lease.
+// setLease makes pod the primary in a new term, as the controller moves the Lease.
 func (c *cluster) setLease(pod string, bootstrapped bool) {
 	c.t.Helper()
 	ctx := context.Background()

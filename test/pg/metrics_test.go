@@ -15,8 +15,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/pgpilot/pgpilot/internal/agent"
-	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/instance/pgconf"
+	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
@@ -65,7 +65,7 @@ func TestInstanceMetrics(t *testing.T) {
 		if _, err := c.scrape(p); err != nil {
 			return err
 		}
-		return p.exec("GRANT SELECT ON metrics TO " + agent.MonitorUser)
+		return p.exec("GRANT SELECT ON metrics TO " + pgconf.MonitorUser)
 	})
 	p.withConn(func(ctx context.Context, conn *pgx.Conn) error {
 		tx, err := conn.Begin(ctx)

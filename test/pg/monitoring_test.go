@@ -10,8 +10,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/pgpilot/pgpilot/internal/chart"
-	"github.com/pgpilot/pgpilot/internal/devenv"
+	"github.com/pgpilot/pgpilot/internal/tools/chart"
+	"github.com/pgpilot/pgpilot/internal/tools/devenv"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
 

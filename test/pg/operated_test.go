@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/agent"
-	"github.com/pgpilot/pgpilot/internal/devenv"
+	"github.com/pgpilot/pgpilot/internal/instance/pgconf"
+	"github.com/pgpilot/pgpilot/internal/tools/devenv"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
@@ -77,7 +77,7 @@ func newOperatedClusterIn(t testing.TB, ns string, n int, opts ...func(*dbv1.Pos
 		mustMkdir(t, filepath.Join(c.dir, "secrets", dir), 0o755)
 		mustWrite(t, filepath.Join(c.dir, "secrets", dir, "username"), s.Data["username"])
 		mustWrite(t, filepath.Join(c.dir, "secrets", dir, "password"), s.Data["password"])
-		cred := agent.Credential{Username: string(s.Data["username"]), Password: string(s.Data["password"])}
+		cred := pgconf.Credential{Username: string(s.Data["username"]), Password: string(s.Data["password"])}
 		switch dir {
 		case "superuser":
 			c.creds.Superuser = cred
@@ -141,7 +141,7 @@ func (c *cluster) mountVolumes(config string) string {
 	return config
 }
 
-// startOperator starts an operator (Helm manager and sidecar) for this cluster's test.
+// startOperator starts an operator (Helm manager and controller) for this cluster's test.
 func (c *cluster) startOperator() {
 	c.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -42,7 +42,7 @@ func (in *instance) queryAs(user, password, database, query string, dest ...any)
 }
 
 // setSecret writes key of Secret name (creating it, labelled with the cluster so the
-// sidecar watches it).
+// controller watches it).
 func (c *cluster) setSecret(name, key, value string) {
 	c.t.Helper()
 	ctx := context.Background()

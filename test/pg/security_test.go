@@ -18,10 +18,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/agent"
-	"github.com/pgpilot/pgpilot/internal/agentapi"
-	"github.com/pgpilot/pgpilot/internal/pki"
-	"github.com/pgpilot/pgpilot/internal/primarylease"
+	"github.com/pgpilot/pgpilot/internal/instance/gate"
+	"github.com/pgpilot/pgpilot/internal/operator/pki"
+	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
+	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
@@ -108,7 +108,7 @@ func connectImpostor(t *testing.T, in *instance) *impostor {
 	t.Helper()
 	dir := filepath.Join(in.c.tlsDir(), "replication")
 	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host=%s port=5432 user=%s replication=true application_name=%s sslmode=verify-ca "+
-		"sslrootcert=%s sslcert=%s sslkey=%s connect_timeout=5", in.ip, in.c.creds.Replication.Username, agent.GateName,
+		"sslrootcert=%s sslcert=%s sslkey=%s connect_timeout=5", in.ip, in.c.creds.Replication.Username, gate.GateName,
 		filepath.Join(dir, "ca.crt"), filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")))
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +205,7 @@ func TestGateNameCannotBeTaken(t *testing.T) {
 		}
 	}
 	defer resume()
-	if err := p.superExec("SELECT pg_terminate_backend(pid) FROM pg_stat_replication WHERE application_name = '" + agent.GateName + "'"); err != nil {
+	if err := p.superExec("SELECT pg_terminate_backend(pid) FROM pg_stat_replication WHERE application_name = '" + gate.GateName + "'"); err != nil {
 		t.Fatal(err)
 	}
 	imp := connectImpostor(t, p)

@@ -18,16 +18,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/agentapi"
-	"github.com/pgpilot/pgpilot/internal/controller/certificates"
-	"github.com/pgpilot/pgpilot/internal/pki"
+	"github.com/pgpilot/pgpilot/internal/operator/controller/certificates"
+	"github.com/pgpilot/pgpilot/internal/operator/pki"
+	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
 // tlsDir is what the pods mount under /etc/pgpilot/tls: server/ and replication/.
 func (c *cluster) tlsDir() string { return filepath.Join(c.dir, "tls") }
 
-// issueTLS makes the cluster's certificates as the sidecar does (tests that drive
+// issueTLS makes the cluster's certificates as the controller does (tests that drive
 // agents without the operator): a CA, the server certificate for the cluster's names,
 // the replication role's client certificate.
 func (c *cluster) issueTLS() {

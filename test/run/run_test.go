@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgpilot/pgpilot/internal/devenv"
+	"github.com/pgpilot/pgpilot/internal/tools/devenv"
 )
 
 func TestRunWithoutAClusterStartsTheEmbeddedControlPlane(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgpilot/pgpilot/internal/agentapi"
+	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 )
 
 // Eventually polls check every 100 ms until it returns nil, or fails the test with

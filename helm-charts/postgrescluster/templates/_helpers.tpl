@@ -2,14 +2,14 @@
 The chart renders; it does not decide. What a template cannot know or should not choose
 (object names, the image, config.json, the backup and restore volumes, the claim template
 an existing StatefulSet keeps) is .Values.plan, made by the operator in Go before each
-render (internal/plan, through helm-operator-plugins' value translator).
+render (internal/operator/plan, through helm-operator-plugins' value translator).
 
 postgrescluster.name is the cluster's name: the PostgresCluster's, which is the release's.
 The CRD limits it to 50 characters, so every name derived from it fits. Every template
 includes it, so a render without a plan fails here, saying why.
 */}}
 {{- define "postgrescluster.name" -}}
-{{- (required "values.plan is missing: the pgpilot operator makes it (internal/plan); render the chart through the operator or internal/chart, not with helm alone" .Values.plan).names.cluster -}}
+{{- (required "values.plan is missing: the pgpilot operator makes it (internal/operator/plan); render the chart through the operator or internal/tools/chart, not with helm alone" .Values.plan).names.cluster -}}
 {{- end -}}
 
 {{/*

@@ -1,10 +1,10 @@
 // Package clusterconfig is config.json, the contract between the operator, which renders
-// it, and the agent, which reads it: internal/plan computes it, the chart writes it into
+// it, and the agent, which reads it: internal/operator/plan computes it, the chart writes it into
 // the cluster's ConfigMap (helm-charts/postgrescluster/templates/configmap.yaml), and the
 // agent in every pod loads it at start and again whenever the kubelet updates the file.
 //
 // It holds only the types, their defaults and how a field is read; what the agent does
-// with them stays in internal/agent. The package imports nothing from the operator or
+// with them stays in internal/instance/agent. The package imports nothing from the operator or
 // the agent, so both can link it without linking each other.
 package clusterconfig
 
@@ -26,7 +26,7 @@ type Config struct {
 	SynchronousReplicas int `json:"synchronousReplicas"`
 	// LossBudget is spec.postgresql.lossBudget in bytes in asynchronous mode with more
 	// than one instance, nil otherwise: the commit gate confirms WAL at most this far
-	// beyond the most advanced standby's flush position (internal/agent/lossbudget.go).
+	// beyond the most advanced standby's flush position (internal/instance/agent/lossbudget.go).
 	LossBudget *int64 `json:"lossBudget,omitempty"`
 	// IdleSlotTimeout is spec.postgresql.idleSlotTimeout, a Go duration: how long the
 	// primary keeps WAL for an instance that does not stream. Read with SlotTimeout.
@@ -37,7 +37,7 @@ type Config struct {
 	SuperuserNetworkAccess bool `json:"superuserNetworkAccess,omitempty"`
 	// AllowUnsafeDurability is spec.postgresql.allowUnsafeDurability: the primary keeps
 	// a database's or role's synchronous_commit = local or off instead of resetting it
-	// (internal/agent/durability.go).
+	// (internal/instance/agent/durability.go).
 	AllowUnsafeDurability bool   `json:"allowUnsafeDurability,omitempty"`
 	PrimaryLease          string `json:"primaryLease"`
 	Services              struct {

@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/devenv"
 	"github.com/pgpilot/pgpilot/internal/protocol/report"
+	"github.com/pgpilot/pgpilot/internal/tools/devenv"
 )
 
 var k8s client.Client

@@ -1,0 +1,64 @@
+// Command controller runs pgpilot's Go controllers next to the Helm manager, for what the
+// chart cannot express (internal/operator/controller wires them): credentials, failover and
+// switchover (the primary Lease), backups and their schedule and retention, the rolling
+// update order, and the PostgresCluster's status.
+package main
+
+import (
+	"flag"
+	"os"
+
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/pgpilot/pgpilot/internal/operator/controller"
+	"github.com/pgpilot/pgpilot/internal/operator/managerflags"
+)
+
+func main() {
+	var f managerflags.Flags
+	// The leader-election Lease keeps the name of when this process was called the
+	// sidecar: during an upgrade the old pod and the new one must contend for the same
+	// Lease, or two would run failovers at once.
+	f.Register(flag.CommandLine, ":8083", ":8082", "pgpilot-sidecar.db.example.com")
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&f.Zap)))
+	log := ctrl.Log.WithName("setup")
+
+	scheme, err := controller.Scheme()
+	if err != nil {
+		log.Error(err, "Failed to build the scheme")
+		os.Exit(1)
+	}
+	cfg := ctrl.GetConfigOrDie()
+	opts, err := f.Options(scheme, cfg)
+	if err != nil {
+		log.Error(err, "Invalid manager settings")
+		os.Exit(1)
+	}
+	opts.Cache.ByObject = controller.CacheOptions().ByObject
+	mgr, err := ctrl.NewManager(cfg, opts)
+	if err != nil {
+		log.Error(err, "Failed to create the manager")
+		os.Exit(1)
+	}
+	if err := controller.Setup(mgr, clock.RealClock{}); err != nil {
+		log.Error(err, "Failed to set up the controllers")
+		os.Exit(1)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		log.Error(err, "Failed to add the health check")
+		os.Exit(1)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		log.Error(err, "Failed to add the readiness check")
+		os.Exit(1)
+	}
+	log.Info("Starting the controller")
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		log.Error(err, "The controller stopped")
+		os.Exit(1)
+	}
+}

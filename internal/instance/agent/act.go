@@ -1,0 +1,753 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/pgpilot/pgpilot/internal/instance/backup"
+	"github.com/pgpilot/pgpilot/internal/instance/pgconf"
+	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
+	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
+)
+
+// reloadClusterConfig re-reads the cluster configuration (the ConfigMap the kubelet
+// updates in place); the next start uses it, and a running standby gets a rewritten
+// postgresql.conf and a reload (a primary's is rewritten by maintainSync, which owns
+// its synchronous rule). A broken file keeps the configuration in force and is
+// reported.
+func (a *Agent) reloadClusterConfig(ctx context.Context, running bool, role, upstream string) error {
+	next, err := clusterconfig.Load(a.cfg.ClusterConfigPath)
+	if err != nil {
+		return fmt.Errorf("keeping the running configuration: %w", err)
+	}
+	if reflect.DeepEqual(next, a.cluster) {
+		return nil
+	}
+	a.mu.Lock()
+	a.cluster = next
+	a.mu.Unlock()
+	a.slotsDone = time.Time{}
+	a.log.Info("The cluster configuration changed", "replicas", next.Replicas, "synchronousReplicas", next.SynchronousReplicas)
+	if !running || (role != agentapi.RolePrimary && role != agentapi.RoleReplica) {
+		return nil
+	}
+	as := pgconf.AsPrimary
+	if role == agentapi.RoleReplica {
+		as = pgconf.AsStandby
+	}
+	if err := a.pg.WriteConfig(a.confInput(as, upstream)); err != nil {
+		return err
+	}
+	return a.db.Reload(ctx)
+}
+
+// checkMajor refuses a data directory of another major version than the binaries: no
+// in-place major upgrade exists yet, and postgres would refuse it less clearly.
+func (a *Agent) checkMajor(ctx context.Context) error {
+	// The binaries' version first, even with no data directory yet: read at the first
+	// start, it is known at every restart after (a start that ran postgres --version
+	// again was one more process for a crash to kill).
+	bin, err := a.binMajor(ctx)
+	if err != nil {
+		return err
+	}
+	data, err := a.pg.Major()
+	if err != nil {
+		return nil // no data directory yet
+	}
+	if bin != data {
+		return fmt.Errorf("the data directory is PostgreSQL %s but this image runs PostgreSQL %s: in-place major version upgrades are not supported yet; set spec.version back to %q", data, bin, data)
+	}
+	return nil
+}
+
+// binMajor is the binaries' major version. The binaries do not change while the agent
+// runs, so it is read once; a failed read is tried again at the next start.
+func (a *Agent) binMajor(ctx context.Context) (string, error) {
+	if a.binVersion != "" {
+		return a.binVersion, nil
+	}
+	out, err := exec.CommandContext(ctx, a.pg.bin("postgres"), "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("running postgres --version: %w", err)
+	}
+	fields := strings.Fields(string(out)) // "postgres (PostgreSQL) 15.10 (Debian 15.10-0+deb12u1)"
+	if len(fields) < 3 {
+		return "", fmt.Errorf("cannot read the version from %q", out)
+	}
+	a.binVersion = strings.SplitN(fields[2], ".", 2)[0]
+	return a.binVersion, nil
+}
+
+func (a *Agent) confInput(role pgconf.Role, upstream string) pgconf.ConfInput {
+	in := pgconf.ConfInput{
+		Cluster: a.cluster, Pod: a.cfg.PodName, Listen: a.cfg.ListenAddress, Port: a.cfg.Port,
+		Socket: a.cfg.SocketDir, Role: role, TLS: a.cfg.TLS, ReplicationUser: a.creds.Replication.Username,
+		Commands: a.commands(), Recovery: a.recovery,
+		// A primary starts with its clients locked out until its Lease is confirmed
+		// (lockout.go lets them in at the next tick when it is).
+		LockedOut: role == pgconf.AsPrimary && !a.allowed(),
+	}
+	if upstream != "" {
+		up := a.upstreamOf(upstream)
+		in.Upstream = &up
+	}
+	if _, total, err := volumeSpace(filepath.Dir(a.cfg.PGData)); err == nil {
+		in.VolumeBytes = total
+	}
+	// A frozen standby (no upstream) keeps the rule of a standby of the primary it
+	// last followed.
+	primary := upstream
+	if primary == "" {
+		a.mu.Lock()
+		primary = a.upstream
+		a.mu.Unlock()
+	}
+	in.SyncRule = pgconf.StandbyRule(a.cluster, a.cfg.PodName, primary)
+	if role == pgconf.AsPrimary {
+		in.SyncRule = a.syncRule()
+	}
+	return in
+}
+
+// startInstance starts postgres in the role d gives it.
+func (a *Agent) startInstance(ctx context.Context, d Decision, view LeaseView) (err error) {
+	// Every failed start counts towards a crash loop, whatever step failed: a start that
+	// fails before the postmaster runs (reading the data directory, the version check)
+	// must not leave an asynchronous primary waiting out spec.failover.startTimeout
+	// while the operator sees a single crash (make chaos, crash-loop: 65 s rounds).
+	defer func() {
+		if err != nil && ctx.Err() == nil {
+			a.crashed()
+		}
+	}()
+	if err := a.checkMajor(ctx); err != nil {
+		return err
+	}
+	state, err := a.pg.State()
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.fenced = false
+	a.mu.Unlock()
+	a.fencedNow.Store(false)
+	a.setState(nil, agentapi.RoleStarting, "")
+	if d.Act == StartPrimary {
+		a.initSync(a.lease.Record().Sync)
+		return a.startPrimary(ctx, state, view)
+	}
+	return a.startStandby(ctx, state, d.Target)
+}
+
+func (a *Agent) startPrimary(ctx context.Context, state DataState, view LeaseView) error {
+	fresh := false
+	switch state {
+	case DataEmpty:
+		if view.Bootstrapped {
+			return errors.New("the Lease names this instance primary of a cluster that was bootstrapped before, but its data directory is empty: refusing to initialise a new, empty database over a lost volume; move the primary to an instance that has the data")
+		}
+		if a.cluster.Restore != nil {
+			if err := a.restoreFromBackup(ctx); err != nil {
+				return err
+			}
+			return a.startRestored(ctx)
+		}
+		a.log.Info("Initialising a new cluster")
+		if err := a.pg.InitDB(ctx, a.creds.Superuser); err != nil {
+			return err
+		}
+		// Before postgres starts, so that every clone of it has the lineage.
+		if _, err := backup.NewLineage(a.cfg.PGData); err != nil {
+			return err
+		}
+		fresh = true
+	case DataStandby:
+		return a.startFormerStandby(ctx, view)
+	case DataPrimary:
+		if a.pg.Recovering() && a.cluster.Restore != nil {
+			a.log.Info("Resuming the recovery from the backup")
+			return a.startRestored(ctx)
+		}
+	}
+	if err := a.pg.WriteConfig(a.confInput(pgconf.AsPrimary, "")); err != nil {
+		return err
+	}
+	if err := a.start(ctx); err != nil {
+		return err
+	}
+	return a.finishPrimaryStart(ctx, fresh)
+}
+
+// startRestored starts the cluster's first primary on a restored data directory:
+// recover to the target, then finish as any new primary does. A recovery interrupted
+// (the agent restarted, postgres exited) resumes here: recovery.signal stays until
+// postgres leaves recovery.
+func (a *Agent) startRestored(ctx context.Context) error {
+	r := a.cluster.Restore
+	a.recovery = &pgconf.Recovery{TargetTime: r.TargetTime, TargetLSN: r.TargetLSN}
+	defer func() { a.recovery = nil }()
+	if err := a.pg.WriteConfig(a.confInput(pgconf.AsPrimary, "")); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := a.start(ctx); err != nil {
+		return err
+	}
+	if err := a.waitRecovered(ctx); err != nil {
+		return err
+	}
+	a.log.Info("Recovered from the backup", "took", time.Since(start).Round(time.Millisecond).String())
+	// The restore settings go: this instance must never read the source's archive again.
+	a.recovery = nil
+	if err := a.pg.WriteConfig(a.confInput(pgconf.AsPrimary, "")); err != nil {
+		return err
+	}
+	if err := a.db.Reload(ctx); err != nil {
+		return err
+	}
+	return a.finishPrimaryStart(ctx, true)
+}
+
+// finishPrimaryStart runs on a primary that accepts connections: the commit gate,
+// roles, database and passwords, slots, then the primary role. The agent's own
+// sessions commit locally (synchronous_commit = local), so they need no gate.
+func (a *Agent) finishPrimaryStart(ctx context.Context, fresh bool) error {
+	a.startGate()
+	a.kickLease()
+	// Until the bootstrap marker exists the roles and database may be missing or half
+	// made (an agent stopped midway): create what is missing, then mark it done.
+	if fresh || !a.pg.Bootstrapped() {
+		if err := a.db.Bootstrap(ctx, a.cluster.Bootstrap, a.creds); err != nil {
+			return err
+		}
+		if err := a.pg.MarkBootstrapped(); err != nil {
+			return err
+		}
+		a.log.Info("Bootstrapped the cluster", "database", a.cluster.Bootstrap.Database, "owner", a.cluster.Bootstrap.Owner)
+	}
+	// The lineage the WAL archive is bound to: made with the cluster (or by a restore);
+	// a data directory from before lineages gets one here, on its primary, and its
+	// standbys with their next clone or rewind.
+	if lineage, err := backup.ReadLineage(a.cfg.PGData); err != nil {
+		return err
+	} else if lineage == "" {
+		if lineage, err = backup.NewLineage(a.cfg.PGData); err != nil {
+			return err
+		}
+		a.log.Info("Gave the data directory its lineage", "lineage", lineage)
+	}
+	changed, err := a.db.SyncPasswords(ctx, a.creds)
+	if err != nil {
+		return err
+	}
+	if len(changed) > 0 {
+		a.log.Info("Set passwords from the credentials Secrets", "roles", changed)
+	}
+	a.slotsDone = time.Time{}
+	a.walGapsDone = false
+	a.setState(a.process(), agentapi.RolePrimary, "")
+	return a.maintainPrimary(ctx)
+}
+
+// upstreamOf is how to reach pod's postgres as the replication role.
+func (a *Agent) upstreamOf(pod string) pgconf.Upstream {
+	u := pgconf.Upstream{Host: a.cfg.PeerName(pod), Port: a.cfg.Port, User: a.creds.Replication.Username, TLS: a.cfg.TLS}
+	if addr := a.cfg.PeerHost(pod); addr != u.Host {
+		u.Addr = addr
+	}
+	return u
+}
+
+// startStandby starts postgres as a standby of primary, cloning or rewinding first as
+// the data directory needs; primary "" starts it frozen, with no upstream.
+func (a *Agent) startStandby(ctx context.Context, state DataState, primary string) error {
+	if primary == "" {
+		if state != DataStandby {
+			return fmt.Errorf("cannot start a %s data directory frozen", state)
+		}
+		return a.runStandby(ctx, "")
+	}
+	host := a.upstreamOf(primary)
+	switch state {
+	case DataEmpty:
+		a.log.Info("Cloning from the primary", "primary", primary)
+		if err := a.pg.BaseBackup(ctx, host); err != nil {
+			return fmt.Errorf("cloning from %s: %w", primary, err)
+		}
+	case DataPrimary:
+		// pg_rewind reads the source's control file: before the new primary has finished
+		// its first checkpoint on the new timeline, it would compute the wrong
+		// divergence point.
+		if err := a.waitPromoted(ctx, primary); err != nil {
+			return err
+		}
+		why, err := a.checkRewindSource(ctx, host, primary)
+		if err != nil {
+			return err
+		}
+		if why != "" {
+			a.log.Info("Cloning again: pg_rewind would take this data directory for one history with the primary's", "primary", primary, "why", why)
+			if err := a.reclone(ctx, host, primary, "pg_rewind would take it for one history with the primary's: "+why); err != nil {
+				return err
+			}
+			return a.runStandby(ctx, primary)
+		}
+		a.log.Info("Rewinding a former primary to follow the new one", "primary", primary)
+		said, err := a.pg.Rewind(ctx, host)
+		if err != nil {
+			a.log.Error(err, "Rewind failed; cloning again", "primary", primary)
+			if err := a.reclone(ctx, host, primary, "pg_rewind failed: "+err.Error()); err != nil {
+				return err
+			}
+		} else {
+			a.log.Info("Rewound", "pgRewind", said)
+		}
+	}
+	return a.runStandby(ctx, primary)
+}
+
+// walGoneFor is how long a standby's WAL receiver may fail for WAL its primary no longer
+// has before the standby is cloned again: long enough for several retries (500 ms
+// apart), short enough that a cluster is not left without the standby for long.
+const walGoneFor = 15 * time.Second
+
+// maintainStandby clones a running standby again when it cannot catch up: its WAL
+// receiver keeps failing because the primary has removed WAL the standby still needs
+// (after several timeline switches within one WAL segment, say, which PostgreSQL's
+// walsender cannot serve, or a standby away for longer than its slot existed) and
+// there is no archive to restore it from. Without this it would stay a replica that
+// never streams again.
+func (a *Agent) maintainStandby(ctx context.Context, proc *Process, primary string) error {
+	a.watchReceiver(ctx, proc, primary)
+	if err := a.keepSlots(ctx, true); err != nil {
+		// The slots only make a later promotion faster: never a reason to stop here.
+		a.log.Info("Could not keep the replication slots on this standby", "error", err.Error())
+		a.slotsDone = time.Now()
+	}
+	if fatal := lastReceiverFatal(proc.tail.String()); strings.Contains(fatal, "database system identifier differs") {
+		// postgres refuses it by itself; the agent says what it means.
+		return refused("%s holds another database than this standby (its WAL receiver says %q): this instance's data is kept and it does not follow %s. "+
+			"If this instance holds the cluster's data, the primary Lease must name an instance of it (see docs/data-safety.md); "+
+			"to clone this instance from %s anyway, delete its PersistentVolumeClaim", primary, strings.TrimSpace(fatal), primary, primary)
+	}
+	if !walRemovedUpstream(proc.tail.String()) {
+		a.walGone = time.Time{}
+		return nil
+	}
+	streaming, err := a.db.Streaming(ctx)
+	if err != nil || streaming {
+		a.walGone = time.Time{}
+		return err
+	}
+	if a.walGone.IsZero() {
+		a.walGone = time.Now()
+		a.log.Info("The primary no longer has the WAL this standby needs", "primary", primary)
+	}
+	if time.Since(a.walGone) < walGoneFor {
+		return nil
+	}
+	a.walGone = time.Time{}
+	a.log.Info("Cloning again: the primary no longer has the WAL this standby needs", "primary", primary, "waited", walGoneFor.String())
+	a.stopPostgres(StopFast)
+	if err := a.reclone(ctx, a.upstreamOf(primary), primary, "the primary no longer has the WAL this standby needs"); err != nil {
+		return err
+	}
+	return a.runStandby(ctx, primary)
+}
+
+// walRemovedUpstream reports whether postgres's last FATAL message in log is the WAL
+// receiver's "requested WAL segment ... has already been removed": the primary no longer
+// has WAL this standby needs. Any later FATAL (the primary restarting, say) means the
+// standby is waiting for something else.
+func walRemovedUpstream(log string) bool {
+	fatal := lastReceiverFatal(log)
+	return strings.Contains(fatal, "requested WAL segment") && strings.Contains(fatal, "has already been removed")
+}
+
+// lastReceiverFatal is lastFatal without the FATALs postgres answers its own clients
+// with while it cannot take connections ("the database system is starting up", "... is
+// not yet accepting connections"): those say nothing of the WAL receiver.
+func lastReceiverFatal(log string) string {
+	lines := strings.Split(log, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if fatal := lastFatal(lines[i]); fatal != "" && !strings.HasPrefix(fatal, "the database system is ") {
+			return fatal
+		}
+	}
+	return ""
+}
+
+// lastFatal is the last line of log with a FATAL message, from the message on; "" when
+// there is none.
+func lastFatal(log string) string {
+	lines := strings.Split(log, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if _, msg, ok := strings.Cut(lines[i], "FATAL:"); ok {
+			return strings.TrimSpace(msg)
+		}
+	}
+	return ""
+}
+
+// runStandby writes the standby configuration for primary ("" for none: frozen) and
+// starts postgres as its replica.
+func (a *Agent) runStandby(ctx context.Context, primary string) error {
+	if err := a.pg.WriteConfig(a.confInput(pgconf.AsStandby, primary)); err != nil {
+		return err
+	}
+	if err := a.start(ctx); err != nil {
+		return err
+	}
+	a.setState(a.process(), agentapi.RoleReplica, primary)
+	return nil
+}
+
+// waitPromoted returns nil once primary's agent reports it a ready primary whose last
+// checkpoint is on its current timeline (the first checkpoint after a promotion is
+// done); an error otherwise, so the step is retried.
+func (a *Agent) waitPromoted(ctx context.Context, primary string) error {
+	client := a.peerClient(primary)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := client.Status(sctx)
+		cancel()
+		if err == nil && st.Role == agentapi.RolePrimary && st.Ready && st.CheckpointTimeline == st.Timeline {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("waiting for %s to finish its promotion before rewinding: role %q, %v", primary, st.Role, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// reclone replaces a data directory that cannot be rewound or catch up by a new clone
+// of primary's. The clone must be of the same database; the old directory is set aside
+// on the volume, never deleted (aside.go).
+func (a *Agent) reclone(ctx context.Context, host pgconf.Upstream, primary, why string) error {
+	own, err := a.pg.SystemIdentifier()
+	if err != nil {
+		return err
+	}
+	peer, err := peerSystem(ctx, host, 0)
+	if err != nil {
+		return fmt.Errorf("asking %s for its system identifier: %w", primary, err)
+	}
+	if err := sameSystem(primary, peer.systemID, own); err != nil {
+		return err
+	}
+	a.makeRoom(dirSize(a.cfg.PGData))
+	aside, err := a.pg.setAside(why, time.Now())
+	if err != nil {
+		return err
+	}
+	a.noteSetAside()
+	if err := a.pg.BaseBackup(ctx, host); err != nil {
+		if restore := a.pg.putBack(aside); restore != nil {
+			return errors.Join(fmt.Errorf("cloning from %s: %w", primary, err), fmt.Errorf("putting the data directory back from %s: %w", aside, restore))
+		}
+		return fmt.Errorf("cloning from %s: %w", primary, err)
+	}
+	a.log.Info("Cloned again; the replaced data directory is set aside until the new clone is verified", "primary", primary, "setAside", aside, "why", why)
+	return nil
+}
+
+// start starts postgres and waits until it accepts connections. The role stays
+// "starting" until the caller has finished what the role needs.
+func (a *Agent) start(ctx context.Context) error {
+	proc, err := a.pg.Start()
+	if err != nil {
+		return err
+	}
+	a.setState(proc, agentapi.RoleStarting, "")
+	for {
+		pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := a.db.Ping(pingCtx)
+		cancel()
+		if err == nil {
+			break
+		}
+		select {
+		case <-proc.Done():
+			proc.killAll()
+			a.setState(nil, agentapi.RoleStopped, "")
+			if why := proc.Complaint(); why != "" {
+				return fmt.Errorf("postgres exited while starting: %s", why)
+			}
+			return fmt.Errorf("postgres exited while starting: %v", proc.Err())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	a.mu.Lock()
+	a.crashes = 0
+	a.mu.Unlock()
+	a.log.Info("Postgres is up", "pid", proc.Pid())
+	return nil
+}
+
+// promote makes the running standby the primary the Lease names in view's term: its
+// synchronous rule from the Lease's record first, then pg_promote, the commit gate and
+// a renewal; the first checkpoint on the new timeline follows in the background.
+func (a *Agent) promote(ctx context.Context, view LeaseView) error {
+	a.log.Info("Promoting", "term", view.Term)
+	start := time.Now()
+	rec := a.lease.Record()
+	if rec.Term != view.Term {
+		rec.Sync = nil
+	}
+	a.initSync(rec.Sync)
+	// Confirm the Lease while postgres promotes: the gate acknowledges nothing before
+	// the first confirmation in this term, and a renewal is a round trip to the API
+	// server. The gate connects now too, to the standby, and follows it onto the new
+	// timeline (gate.Gate.nextTimeline): the first commits need not wait for a connection.
+	a.kickLease()
+	a.startGate()
+	promoted := false
+	defer func() {
+		if !promoted {
+			a.stopGate()
+		}
+	}()
+	a.mu.Lock()
+	upstream := a.upstream
+	a.mu.Unlock()
+	if err := a.applyRule(ctx, a.syncRule(), pgconf.AsStandby, upstream); err != nil {
+		return err
+	}
+	ruleTook := time.Since(start)
+	timeline, err := a.promoteOnto(ctx, view)
+	if err != nil {
+		return err
+	}
+	promoted = true
+	promoteTook := time.Since(start) - ruleTook
+	// pgconf.Recovery ended: the configuration must not make it a standby at its next start.
+	if err := a.pg.WriteConfig(a.confInput(pgconf.AsPrimary, "")); err != nil {
+		return err
+	}
+	a.startGate()
+	a.kickLease()
+	a.setState(a.process(), agentapi.RolePrimary, "")
+	a.log.Info("Promoted", "timeline", timeline, "took", time.Since(start).Round(time.Millisecond).String(),
+		"synchronousRuleTook", ruleTook.Round(time.Millisecond).String(), "pgPromoteTook", promoteTook.Round(time.Millisecond).String())
+	// Until its first checkpoint a promoted server's control file still names the old
+	// timeline, and pg_rewind (before PostgreSQL 16) then finds "no rewind required"
+	// for a former primary that did diverge (waitPromoted waits for it).
+	a.checkpointAfterPromotion()
+	a.slotsDone = time.Time{}
+	a.walGapsDone = false
+	return a.maintainPrimary(ctx)
+}
+
+// promoteOnto promotes the running standby onto the timeline the Lease reserved for
+// view's term (prepareTimeline) and returns it.
+func (a *Agent) promoteOnto(ctx context.Context, view LeaseView) (int64, error) {
+	timeline, err := a.prepareTimeline(ctx, view)
+	if err != nil {
+		return 0, err
+	}
+	if err := a.db.Promote(ctx); err != nil {
+		return 0, fmt.Errorf("promoting: %w", err)
+	}
+	if chose, err := a.db.CurrentTimeline(ctx); err == nil && chose != timeline {
+		// Only a history file that appeared after prepareTimeline looked can do this.
+		a.log.Error(nil, "The promotion chose another timeline than the one the Lease reserved", "chose", chose, "reserved", timeline)
+		timeline = chose
+	}
+	return timeline, nil
+}
+
+// checkpointAfterPromotion runs the first checkpoint on the new timeline in the
+// background.
+func (a *Agent) checkpointAfterPromotion() {
+	go func() {
+		if err := a.db.Checkpoint(a.runCtx); err != nil {
+			a.log.Error(err, "The checkpoint after the promotion failed")
+		}
+	}()
+}
+
+// startFormerStandby starts as the primary a standby that stopped before its
+// promotion chose a new timeline (killed while promoting, or named by the Lease while
+// down). Started without recovery it would carry on writing the old timeline after
+// its own replay position, and the old primary, which wrote that timeline further,
+// would find "no rewind required" and then wait forever for WAL it already has
+// (make chaos, back-to-back: a new primary killed while it promoted). So it recovers
+// as a standby of nobody and is promoted: a new timeline, from which every other
+// instance rewinds or follows.
+func (a *Agent) startFormerStandby(ctx context.Context, view LeaseView) error {
+	a.log.Info("Starting a former replica as primary: recovering as a standby, then promoting it onto a new timeline")
+	if err := a.pg.WriteConfig(a.confInput(pgconf.AsStandby, "")); err != nil {
+		return err
+	}
+	if err := a.start(ctx); err != nil {
+		return err
+	}
+	timeline, err := a.promoteOnto(ctx, view)
+	if err != nil {
+		return err
+	}
+	a.log.Info("Promoted", "timeline", timeline)
+	if err := a.pg.WriteConfig(a.confInput(pgconf.AsPrimary, "")); err != nil {
+		return err
+	}
+	a.checkpointAfterPromotion()
+	return a.finishPrimaryStart(ctx, false)
+}
+
+// follow points a running standby at a new primary; primary_conninfo reloads without a
+// restart. It ends a freeze.
+func (a *Agent) follow(ctx context.Context, primary string) error {
+	if err := a.pg.WriteConfig(a.confInput(pgconf.AsStandby, primary)); err != nil {
+		return err
+	}
+	if err := a.db.Reload(ctx); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.frozen = false
+	a.mu.Unlock()
+	a.setState(a.process(), agentapi.RoleReplica, primary)
+	a.log.Info("Following a new primary", "primary", primary)
+	return nil
+}
+
+// maintainPrimary keeps the commit gate running, the synchronous rule, and a slot for
+// every other instance; once per start or promotion it readies for the archiver what
+// the earlier timelines left unarchived (walgap.go).
+func (a *Agent) maintainPrimary(ctx context.Context) error {
+	a.startGate()
+	if err := a.terminateGateImpostors(ctx); err != nil {
+		return err
+	}
+	if err := a.maintainSync(ctx); err != nil {
+		return err
+	}
+	a.readyWALGaps(ctx)
+	return a.keepSlots(ctx, false)
+}
+
+// terminateGateImpostors ends, at every step of a primary, any replication connection
+// that took the commit gate's name (DB.TerminateGateImpostors), logs each and counts
+// them (status gateImpostorsTerminated, metric pgpilot_gate_impostors_terminated_total).
+// A failure fails the step, like the synchronous rule's, and is tried again at the next.
+func (a *Agent) terminateGateImpostors(ctx context.Context) error {
+	a.mu.Lock()
+	g := a.gate
+	a.mu.Unlock()
+	var own uint32
+	if g != nil {
+		own = g.PID()
+	}
+	gone, err := a.db.TerminateGateImpostors(ctx, own)
+	for _, imp := range gone {
+		a.gateImpostors.Add(1)
+		a.log.Info("Terminated a replication connection that took the commit gate's name: only the agent's own gate may acknowledge commits",
+			"pid", imp.PID, "client", imp.Client, "user", imp.User, "gatePid", own)
+	}
+	if err != nil {
+		return fmt.Errorf("looking for replication connections that took the commit gate's name: %w", err)
+	}
+	return nil
+}
+
+// readyWALGaps readies for the archiver the whole segments of this primary's earlier
+// timelines that pg_wal holds with no archive status (walgap.go), once per start or
+// promotion; a failure is logged and tried again at the next step.
+func (a *Agent) readyWALGaps(ctx context.Context) {
+	if a.walGapsDone {
+		return
+	}
+	tl, err := a.db.CurrentTimeline(ctx)
+	if err != nil {
+		a.log.Error(err, "Reading the timeline to archive the segments earlier timelines left")
+		return
+	}
+	readied, err := a.pg.readyAncestorSegments(tl)
+	if len(readied) > 0 {
+		a.log.Info("Readied for archiving the segments an earlier timeline left unarchived", "timeline", tl, "segments", readied)
+	}
+	if err != nil {
+		a.log.Error(err, "Readying the segments earlier timelines left unarchived", "timeline", tl)
+		return
+	}
+	a.walGapsDone = true
+}
+
+// slotsEvery is how often the replication slots are checked.
+const slotsEvery = 10 * time.Second
+
+// keepSlots keeps a physical slot for every other instance, at most every slotsEvery,
+// and drops pgpilot's slots of instances that are gone. A primary's slots advance with
+// its standbys' feedback. A standby keeps them too, advanced to its replay position,
+// so that the moment it is promoted the other standbys find their slots ready: without
+// them they could not stream, and in synchronous mode no commit could be acknowledged,
+// until the new primary created them after its promotion.
+//
+// On a primary, a slot idle for longer than spec.postgresql.idleSlotTimeout is released
+// (made again without WAL reserved): an instance away for a day must not keep a day of
+// WAL. The idle time is counted by this agent from when it first saw the slot idle, so
+// an agent restart starts it again; max_slot_wal_keep_size bounds the WAL meanwhile.
+// A slot whose restart position moved between two looks was streamed from in between,
+// however briefly: its idle time starts at the second look.
+// idleSlot is an idle slot as keepSlots last saw it.
+type idleSlot struct {
+	since   time.Time // when it was first seen idle at restart
+	restart string    // its restart position
+}
+
+func (a *Agent) keepSlots(ctx context.Context, standby bool) error {
+	if time.Since(a.slotsDone) < slotsEvery {
+		return nil
+	}
+	var want []string
+	for _, pod := range a.peers() {
+		want = append(want, pgconf.SlotName(pod))
+	}
+	now := time.Now()
+	var release []string
+	if timeout := a.cluster.SlotTimeout(); timeout > 0 && !standby {
+		for s, idle := range a.slotIdle {
+			if now.Sub(idle.since) >= timeout {
+				release = append(release, s)
+			}
+		}
+	}
+	ch, err := a.db.EnsureSlots(ctx, want, standby, release)
+	if err != nil {
+		return err
+	}
+	if len(ch.Created)+len(ch.Dropped) > 0 {
+		a.log.Info("Replication slots changed", "created", ch.Created, "dropped", ch.Dropped)
+	}
+	if len(ch.Released) > 0 {
+		a.log.Info("Released the replication slots of instances idle for longer than spec.postgresql.idleSlotTimeout: they keep no WAL until their instances stream again, from the WAL archive or a new clone if what they need is gone",
+			"slots", ch.Released, "idleSlotTimeout", a.cluster.SlotTimeout().String())
+	}
+	idle := map[string]idleSlot{}
+	if !standby {
+		for s, restart := range ch.Idle {
+			idle[s] = idleSlot{since: now, restart: restart}
+			if was, ok := a.slotIdle[s]; ok && was.restart == restart {
+				idle[s] = was
+			}
+		}
+	}
+	a.slotIdle = idle
+	a.slotsDone = now
+	return nil
+}

@@ -1,0 +1,300 @@
+// Package certificates keeps each cluster's TLS material: a CA of its own, the server
+// certificate its instances serve and the replication role's client certificate, each
+// in a Secret the instance pods mount, renewed before it expires.
+package certificates
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/operator/pki"
+	"github.com/pgpilot/pgpilot/internal/operator/secrets"
+)
+
+// Keys of the TLS Secrets: those of the kubernetes.io/tls type, and ca.crt as
+// cert-manager writes it.
+const (
+	KeyCert = corev1.TLSCertKey
+	KeyKey  = corev1.TLSPrivateKeyKey
+	KeyCA   = "ca.crt"
+)
+
+// Reconciler keeps a cluster's CA and certificates.
+type Reconciler struct {
+	client client.Client
+	// reader reads Secrets uncached: a Secret of the cluster's name may predate its label.
+	reader   client.Reader
+	scheme   *runtime.Scheme
+	recorder record.EventRecorder
+	clock    clock.PassiveClock
+}
+
+// NewReconciler returns a Reconciler.
+func NewReconciler(c client.Client, reader client.Reader, scheme *runtime.Scheme, recorder record.EventRecorder, clk clock.PassiveClock) *Reconciler {
+	return &Reconciler{client: c, reader: reader, scheme: scheme, recorder: recorder, clock: clk}
+}
+
+// +kubebuilder:rbac:groups=db.example.com,resources=postgresclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+
+// Reconcile makes whatever is missing of the cluster's CA, its published certificate
+// and the two leaf certificates, and issues a leaf again when it is due for renewal,
+// no longer fits (another CA, other names) or cannot be read. It comes back when the
+// next leaf is due.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var cluster dbv1.PostgresCluster
+	if err := r.client.Get(ctx, req.NamespacedName, &cluster); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !cluster.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	now := r.clock.Now()
+	ca, err := r.ensureCA(ctx, &cluster, now)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	names := cluster.Names()
+	if err := r.ensureSecret(ctx, &cluster, names.CASecret(), corev1.SecretTypeOpaque, map[string][]byte{KeyCA: ca.CertPEM}); err != nil {
+		return ctrl.Result{}, err
+	}
+	next := time.Time{}
+	for _, leaf := range []struct {
+		secret string
+		req    pki.Request
+	}{
+		{names.ServerTLSSecret(), ServerRequest(&cluster)},
+		{names.ReplicationTLSSecret(), ReplicationRequest()},
+	} {
+		renew, err := r.ensureLeaf(ctx, &cluster, leaf.secret, leaf.req, ca, now)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if next.IsZero() || renew.Before(next) {
+			next = renew
+		}
+	}
+	r.checkUserSecret(ctx, &cluster)
+	return ctrl.Result{RequeueAfter: max(next.Sub(now), time.Second)}, nil
+}
+
+// ServerRequest is the certificate of a cluster's instances: every name of its Services
+// (short, namespaced and fully qualified, in the default cluster domain) and of each pod
+// behind the headless Service, which replicas verify the primary with.
+func ServerRequest(c *dbv1.PostgresCluster) pki.Request {
+	n, ns := c.Names(), c.Namespace
+	var dns []string
+	for _, svc := range []string{n.ReadWriteService(), n.ReadOnlyService(), n.ReadService(), n.HeadlessService()} {
+		dns = append(dns, svc, svc+"."+ns, svc+"."+ns+".svc", svc+"."+ns+".svc.cluster.local")
+	}
+	headless := n.HeadlessService() + "." + ns + ".svc"
+	dns = append(dns, "*."+headless, "*."+headless+".cluster.local")
+	return pki.Request{CommonName: n.ReadWriteService() + "." + ns + ".svc", DNSNames: dns, Usage: pki.Server}
+}
+
+// ReplicationRequest is the replication role's client certificate: pg_hba.conf's cert
+// method logs in the role its common name names.
+func ReplicationRequest() pki.Request {
+	return pki.Request{CommonName: dbv1.ReplicationUser, Usage: pki.Client}
+}
+
+// ensureCA returns the cluster's CA, making it first when its Secret is missing. A CA
+// Secret that cannot be read is reported and left alone: replacing it would make every
+// client that trusts it fail, and a person must decide that (by deleting the Secret).
+func (r *Reconciler) ensureCA(ctx context.Context, c *dbv1.PostgresCluster, now time.Time) (*pki.KeyPair, error) {
+	name := c.Names().CAKeySecret()
+	var s corev1.Secret
+	err := r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &s)
+	if err == nil {
+		ca, err := pki.Parse(s.Data[KeyCert], s.Data[KeyKey])
+		if err != nil {
+			r.recorder.Eventf(c, corev1.EventTypeWarning, dbv1.ReasonCertificateInvalid,
+				"Secret %s does not hold a usable CA (%v): delete it to have a new CA made, then restart clients that trust the old one", name, err)
+			return nil, fmt.Errorf("the CA in Secret %s: %w", name, err)
+		}
+		return ca, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	ca, err := pki.NewCA(c.Name+"."+c.Namespace+" pgpilot CA", now, 0)
+	if err != nil {
+		return nil, err
+	}
+	data := map[string][]byte{KeyCert: ca.CertPEM, KeyKey: ca.KeyPEM}
+	if err := r.create(ctx, c, name, corev1.SecretTypeTLS, data); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("the CA Secret %s appeared meanwhile: %w", name, err)
+		}
+		return nil, err
+	}
+	r.recorder.Eventf(c, corev1.EventTypeNormal, dbv1.ReasonCertificateIssued, "Made the cluster's CA (Secret %s), valid until %s", name, ca.Cert.NotAfter.UTC().Format(time.RFC3339))
+	return ca, nil
+}
+
+// ensureLeaf keeps Secret name holding a certificate for req issued by ca; it returns
+// when that certificate is due for renewal.
+func (r *Reconciler) ensureLeaf(ctx context.Context, c *dbv1.PostgresCluster, name string, req pki.Request, ca *pki.KeyPair, now time.Time) (time.Time, error) {
+	var s corev1.Secret
+	err := r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &s)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return time.Time{}, err
+	}
+	exists := err == nil
+	why := "it did not exist"
+	if exists {
+		why = leafProblem(&s, req, ca, now)
+		if why == "" {
+			leaf, _ := pki.Parse(s.Data[KeyCert], s.Data[KeyKey])
+			return pki.RenewAt(leaf.Cert), nil
+		}
+	}
+	leaf, err := pki.Issue(ca, req, now)
+	if err != nil {
+		return time.Time{}, err
+	}
+	data := map[string][]byte{KeyCert: leaf.CertPEM, KeyKey: leaf.KeyPEM, KeyCA: ca.CertPEM}
+	if exists {
+		s.Data = data
+		if err := r.client.Update(ctx, &s); err != nil {
+			return time.Time{}, fmt.Errorf("renewing the certificate in Secret %s: %w", name, err)
+		}
+	} else if err := r.create(ctx, c, name, corev1.SecretTypeTLS, data); err != nil {
+		return time.Time{}, err
+	}
+	log.FromContext(ctx).Info("Issued a certificate", "secret", name, "because", why, "notAfter", leaf.Cert.NotAfter)
+	r.recorder.Eventf(c, corev1.EventTypeNormal, dbv1.ReasonCertificateIssued, "Issued the certificate in Secret %s (%s), valid until %s",
+		name, why, leaf.Cert.NotAfter.UTC().Format(time.RFC3339))
+	return pki.RenewAt(leaf.Cert), nil
+}
+
+// leafProblem says why the certificate in s must be issued again, or "".
+func leafProblem(s *corev1.Secret, req pki.Request, ca *pki.KeyPair, now time.Time) string {
+	leaf, err := pki.Parse(s.Data[KeyCert], s.Data[KeyKey])
+	if err != nil {
+		return "it could not be read: " + err.Error()
+	}
+	if !bytes.Equal(s.Data[KeyCA], ca.CertPEM) {
+		return "its ca.crt is not the cluster's CA"
+	}
+	if why := pki.Fits(leaf.Cert, ca.Cert, req, now); why != "" {
+		return why
+	}
+	if !now.Before(pki.RenewAt(leaf.Cert)) {
+		return "it expires at " + leaf.Cert.NotAfter.UTC().Format(time.RFC3339)
+	}
+	return ""
+}
+
+// checkUserSecret reports, as a Warning event, what makes the Secret that
+// spec.tls.serverSecretName names unusable; the pods wait for it meanwhile.
+func (r *Reconciler) checkUserSecret(ctx context.Context, c *dbv1.PostgresCluster) {
+	name := c.Spec.TLS.ServerSecretName
+	if name == "" {
+		return
+	}
+	var s corev1.Secret
+	err := r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &s)
+	var problem string
+	switch {
+	case apierrors.IsNotFound(err):
+		problem = "does not exist"
+	case err != nil:
+		return
+	default:
+		problem = UserSecretProblem(&s, c, r.clock.Now())
+	}
+	if problem != "" {
+		r.recorder.Eventf(c, corev1.EventTypeWarning, dbv1.ReasonCertificateInvalid,
+			"Secret %s (spec.tls.serverSecretName) %s; the instances wait for a usable certificate", name, problem)
+	}
+}
+
+// UserSecretProblem says what makes a user's server certificate Secret unusable for c:
+// a missing key, a certificate that does not match its key, or one that ca.crt does
+// not verify for the names clients and replicas connect to (the -rw Service and a pod
+// behind the headless Service).
+func UserSecretProblem(s *corev1.Secret, c *dbv1.PostgresCluster, now time.Time) string {
+	for _, k := range []string{KeyCert, KeyKey, KeyCA} {
+		if len(s.Data[k]) == 0 {
+			return fmt.Sprintf("has no %s", k)
+		}
+	}
+	if _, err := pki.Parse(s.Data[KeyCert], s.Data[KeyKey]); err != nil {
+		return "has a tls.crt and tls.key that do not go together: " + err.Error()
+	}
+	n := c.Names()
+	for _, host := range []string{
+		n.ReadWriteService() + "." + c.Namespace + ".svc",
+		n.Instance(0) + "." + n.HeadlessService() + "." + c.Namespace + ".svc",
+	} {
+		if why := pki.VerifyServer(s.Data[KeyCert], s.Data[KeyCA], host, now); why != "" {
+			return why
+		}
+	}
+	return ""
+}
+
+// create makes Secret name for c.
+func (r *Reconciler) create(ctx context.Context, c *dbv1.PostgresCluster, name string, typ corev1.SecretType, data map[string][]byte) error {
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: secrets.Labels(c)},
+		Type:       typ,
+		Data:       data,
+	}
+	if err := controllerutil.SetControllerReference(c, s, r.scheme); err != nil {
+		return err
+	}
+	if err := r.client.Create(ctx, s); err != nil {
+		return fmt.Errorf("creating Secret %s: %w", name, err)
+	}
+	return nil
+}
+
+// ensureSecret creates Secret name with data, or sets its data to data.
+func (r *Reconciler) ensureSecret(ctx context.Context, c *dbv1.PostgresCluster, name string, typ corev1.SecretType, data map[string][]byte) error {
+	var s corev1.Secret
+	err := r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &s)
+	if apierrors.IsNotFound(err) {
+		return r.create(ctx, c, name, typ, data)
+	}
+	if err != nil {
+		return err
+	}
+	same := len(s.Data) == len(data)
+	for k, v := range data {
+		same = same && bytes.Equal(s.Data[k], v)
+	}
+	if same {
+		return nil
+	}
+	s.Data = data
+	return r.client.Update(ctx, &s)
+}
+
+// SetupWithManager watches clusters (spec changes) and the Secrets they own, so a
+// deleted or edited Secret is made again.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("certificates").
+		For(&dbv1.PostgresCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&corev1.Secret{}).
+		Complete(r)
+}

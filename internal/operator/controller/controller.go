@@ -1,0 +1,112 @@
+// Package controller assembles the controller process: the operator's controllers that
+// do what the chart cannot express (failover, switchover, rolling updates, backups,
+// credentials, roles, storage, status). Each is a package under this one, and none
+// imports another: what they share is in internal/protocol and the operator's libraries.
+package controller
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/discovery"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/operator/controller/backup"
+	"github.com/pgpilot/pgpilot/internal/operator/controller/certificates"
+	"github.com/pgpilot/pgpilot/internal/operator/controller/credentials"
+	"github.com/pgpilot/pgpilot/internal/operator/controller/failover"
+	"github.com/pgpilot/pgpilot/internal/operator/controller/restart"
+	"github.com/pgpilot/pgpilot/internal/operator/controller/roles"
+	"github.com/pgpilot/pgpilot/internal/operator/controller/rollout"
+	"github.com/pgpilot/pgpilot/internal/operator/controller/status"
+	"github.com/pgpilot/pgpilot/internal/operator/controller/storage"
+	"github.com/pgpilot/pgpilot/internal/operator/opmetrics"
+	"github.com/pgpilot/pgpilot/internal/operator/rolestatus"
+	"github.com/pgpilot/pgpilot/internal/version"
+)
+
+// EventSource is the component name on the controller's events.
+const EventSource = "pgpilot-controller"
+
+// Scheme returns a scheme with the Kubernetes types and pgpilot's.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := dbv1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// CacheOptions keeps only pgpilot's Pods, Secrets, ConfigMaps, Leases, StatefulSets and
+// volume claims in the cache (those labelled with a cluster), not every one in the
+// cluster.
+func CacheOptions() cache.Options {
+	req, err := labels.NewRequirement(dbv1.LabelCluster, selection.Exists, nil)
+	if err != nil {
+		panic(err) // a constant label key cannot be invalid
+	}
+	labelled := cache.ByObject{Label: labels.NewSelector().Add(*req)}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}:                   labelled,
+		&corev1.Secret{}:                labelled,
+		&corev1.ConfigMap{}:             labelled,
+		&coordinationv1.Lease{}:         labelled,
+		&appsv1.StatefulSet{}:           labelled,
+		&corev1.PersistentVolumeClaim{}: labelled,
+	}}
+}
+
+// Setup adds the controller's controllers to mgr.
+func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
+	recorder := mgr.GetEventRecorderFor(EventSource)
+	if err := credentials.NewCredentialsReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme(), recorder, nil).
+		SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := certificates.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme(), recorder, clk).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := failover.NewFailoverReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, clk, nil).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := backup.NewBackupReconciler(mgr.GetClient(), recorder, clk, nil).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := backup.NewScheduleReconciler(mgr.GetClient(), recorder, clk, nil).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := rollout.NewRolloutReconciler(mgr.GetClient(), recorder).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := restart.NewRestartReconciler(mgr.GetClient(), recorder, nil).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := storage.NewReconciler(mgr.GetClient(), recorder, nil).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	// The operator's own series, served with controller-runtime's reconcile metrics.
+	opmetrics.Register(metrics.Registry, mgr.GetClient(), mgr.GetLogger().WithName("metrics"))
+	store := rolestatus.NewStore()
+	if err := roles.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, store, nil).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	return status.NewStatusReconciler(mgr.GetClient(), mgr.GetAPIReader(), clk, store, version.Version).
+		WithMonitoringAPIs(&status.DiscoveryMonitoringAPIs{Client: disco, Now: clk.Now}).
+		SetupWithManager(mgr)
+}

@@ -1,0 +1,321 @@
+package failover
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
+	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
+)
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func pod(name string) *corev1.Pod { return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}} }
+
+func primary(name string) Instance {
+	return Instance{Name: name, Pod: pod(name), Reachable: true, Status: agentapi.Status{Pod: name, Role: agentapi.RolePrimary, Ready: true, Running: true,
+		Timeline: 1, WriteLSN: "0/5000000", Position: "0/5000000"}}
+}
+
+// standby is a running replica at position on timeline 1, frozen or not.
+func standby(name, position string, frozen bool) Instance {
+	return Instance{Name: name, Pod: pod(name), Reachable: true, Status: agentapi.Status{Pod: name, Role: agentapi.RoleReplica, Ready: true, Running: true,
+		Timeline: 1, Position: position, Frozen: frozen}}
+}
+
+// dead has a pod whose agent does not answer.
+func dead(name string) Instance { return Instance{Name: name, Pod: pod(name)} }
+
+func held(instances ...Instance) Input {
+	return Input{Lease: primarylease.Record{Holder: "db-0", Term: 3, Bootstrapped: true}, Instances: instances,
+		Enabled: true, Delay: 3 * time.Second, StartTimeout: time.Minute, RenewSeen: t0.Add(-10 * time.Second), Now: t0}
+}
+
+// vacant is a Lease revoked from db-0 (term 3) long enough ago that db-0 cannot
+// acknowledge anything any more.
+func vacant(instances ...Instance) Input {
+	in := held(instances...)
+	in.Lease.Holder, in.Lease.Term = "", 4
+	in.Lease.Handover = &primarylease.Handover{From: "db-0", Term: 3, Reason: "crashed"}
+	in.RenewSeen = t0.Add(-time.Minute)
+	in.VacantSince = t0.Add(-time.Second)
+	return in
+}
+
+func with(in Input, edit func(*Input)) Input {
+	edit(&in)
+	return in
+}
+
+type decideCase struct {
+	name   string
+	in     Input
+	action Action
+	target string
+	reason string // a substring of the reason
+}
+
+func check(t *testing.T, cases []decideCase, decide func(Input) Decision) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := decide(c.in)
+			if d.Action != c.action || d.Target != c.target || !strings.Contains(d.Reason, c.reason) {
+				t.Errorf("got %s %q (%q), want %s %q (reason containing %q)", d.Action, d.Target, d.Reason, c.action, c.target, c.reason)
+			}
+		})
+	}
+}
+
+func TestDecideHeld(t *testing.T) {
+	failedAt := t0.Add(-5 * time.Second)
+	failed := func(in Input) Input { in.FailedSince = failedAt; return in }
+	check(t, []decideCase{
+		{"healthy primary", held(primary("db-0"), standby("db-1", "0/5000000", false)), None, "", "is healthy"},
+		{"not bootstrapped: nothing to fail over", with(held(dead("db-0")), func(i *Input) { i.Lease.Bootstrapped = false }), None, "", "first primary"},
+		{"agent does not answer but renews the Lease: alive", with(held(dead("db-0"), standby("db-1", "0/5000000", false)),
+			func(i *Input) { i.RenewSeen = t0.Add(-time.Second) }), None, "", "is healthy"},
+		{"primary just failed: wait for the delay", with(held(dead("db-0"), standby("db-1", "0/5000000", false)),
+			func(i *Input) { i.RenewSeen = t0.Add(-2500 * time.Millisecond) }), Wait, "", "failing over after 3s"},
+		{"silent since a renewal due longer than the delay ago: revoke at once", with(held(dead("db-0"), standby("db-1", "0/5000000", false)),
+			func(i *Input) { i.RenewSeen, i.RenewObserved = t0.Add(-4500*time.Millisecond), true }), Revoke, "", "has not renewed the Lease for 4.5s"},
+		{"silent since the controller first read the Lease: the delay counts from the detection", with(held(dead("db-0"), standby("db-1", "0/5000000", false)),
+			func(i *Input) { i.RenewSeen = t0.Add(-4500 * time.Millisecond) }), Wait, "", "failing over after 3s"},
+		{"a primary that answers is failed from when it was seen failed, not from its renewal", with(held(func() Instance {
+			p := primary("db-0")
+			p.Status.Role = agentapi.RoleFenced
+			return p
+		}(), standby("db-1", "0/1", false)), func(i *Input) { i.RenewSeen = t0.Add(-time.Minute) }), Wait, "", "failing over after 3s"},
+		{"failed for the delay: revoke", failed(held(dead("db-0"), standby("db-1", "0/5000000", false))), Revoke, "", "does not answer"},
+		{"failover disabled", failed(with(held(dead("db-0"), standby("db-1", "0/1", false)), func(i *Input) { i.Enabled = false })), Blocked, "", "disabled"},
+		{"no replica answers: keep the Lease", failed(held(dead("db-0"), dead("db-1"))), Blocked, "", "no replica is running"},
+		{"terminating primary hands over by itself", held(func() Instance { p := primary("db-0"); p.Terminating = true; p.Status.Ready = false; return p }(),
+			standby("db-1", "0/1", false)), None, "", "is healthy"},
+		{"primary handing over (gate draining) is left to release", failed(held(func() Instance {
+			p := primary("db-0")
+			p.Status.Ready, p.Status.Gate = false, agentapi.GateDraining
+			return p
+		}(), standby("db-1", "0/1", false))), None, "", "is healthy"},
+		{"fenced primary is failed", failed(held(func() Instance { p := primary("db-0"); p.Status.Role = agentapi.RoleFenced; return p }(),
+			standby("db-1", "0/1", false))), Revoke, "", "is fenced"},
+		{"primary whose gate withholds is failed", failed(held(func() Instance {
+			p := primary("db-0")
+			p.Status.Ready, p.Status.Gate = false, "withholding"
+			return p
+		}(), standby("db-1", "0/1", false))), Revoke, "", "commit gate withholding"},
+		{"restarting primary, asynchronous: within startTimeout", held(func() Instance {
+			p := primary("db-0")
+			p.Status.Role, p.Status.Running, p.Status.Ready, p.Status.DownForMillis = agentapi.RoleStarting, false, false, 20000
+			return p
+		}(), standby("db-1", "0/1", false)), None, "", "is healthy"},
+		{"restarting primary, asynchronous: past startTimeout", failed(held(func() Instance {
+			p := primary("db-0")
+			p.Status.Role, p.Status.Running, p.Status.Ready, p.Status.DownForMillis = agentapi.RoleStarting, false, false, 61000
+			return p
+		}(), standby("db-1", "0/1", false))), Revoke, "", "longer than spec.failover.startTimeout"},
+		{"restarting primary, synchronous: a standby has it all", failed(with(held(func() Instance {
+			p := primary("db-0")
+			p.Status.Role, p.Status.Running, p.Status.Ready, p.Status.DownForMillis = agentapi.RoleStarting, false, false, 1000
+			return p
+		}(), standby("db-1", "0/1", false)), func(i *Input) {
+			i.SynchronousReplicas = 1
+			i.Lease.Sync = &primarylease.SyncSet{K: 1, Members: map[string]string{"db-1": ""}}
+		})), Revoke, "", "is starting"},
+		{"crash loop", failed(held(func() Instance {
+			p := primary("db-0")
+			p.Status.Role, p.Status.Running, p.Status.Ready, p.Status.RecentCrashes = agentapi.RoleStopped, false, false, 3
+			return p
+		}(), standby("db-1", "0/1", false))), Revoke, "", "crashed 3 times"},
+		{"crash loop: failed even while the last restart is up for a moment", held(func() Instance {
+			p := primary("db-0")
+			p.Status.RecentCrashes, p.Status.FirstRecentCrashMillisAgo = 3, 3500
+			return p
+		}(), standby("db-1", "0/1", false)), Revoke, "", "crashed 3 times"},
+		{"crash loop: the delay counts from the first crash", held(func() Instance {
+			p := primary("db-0")
+			p.Status.Role, p.Status.Running, p.Status.Ready = agentapi.RoleStopped, false, false
+			p.Status.RecentCrashes, p.Status.FirstRecentCrashMillisAgo = 3, 3500
+			return p
+		}(), standby("db-1", "0/1", false)), Revoke, "", "crashed 3 times"},
+		{"crash loop shorter than the delay: wait", held(func() Instance {
+			p := primary("db-0")
+			p.Status.Role, p.Status.Running, p.Status.Ready = agentapi.RoleStopped, false, false
+			p.Status.RecentCrashes, p.Status.FirstRecentCrashMillisAgo = 3, 1000
+			return p
+		}(), standby("db-1", "0/1", false)), Wait, "", "failing over after 3s"},
+		{"synchronous: the only sync member is down: blocked", failed(with(held(dead("db-0"), standby("db-1", "0/1", false), dead("db-2")), func(i *Input) {
+			i.Lease.Sync = &primarylease.SyncSet{K: 1, Members: map[string]string{"db-2": ""}}
+		})), Blocked, "", "db-2 cannot be compared"},
+		{"synchronous: either member may hold a commit the other lacks: blocked", failed(with(held(dead("db-0"), standby("db-1", "0/1", false), dead("db-2")), func(i *Input) {
+			i.Lease.Sync = &primarylease.SyncSet{K: 1, Members: map[string]string{"db-1": "", "db-2": ""}}
+		})), Blocked, "", "db-2 cannot be compared"},
+		{"synchronous: a member taken out with a bound does not block", failed(with(held(dead("db-0"), standby("db-1", "0/1", false), dead("db-2")), func(i *Input) {
+			i.Lease.Sync = &primarylease.SyncSet{K: 1, Members: map[string]string{"db-1": "", "db-2": "0/1"}}
+		})), Revoke, "", "does not answer"},
+		{"no pod at all", failed(held(Instance{Name: "db-0"}, standby("db-1", "0/1", false))), Revoke, "", "has no pod"},
+		{"switchover to a caught-up replica", with(held(primary("db-0"), standby("db-1", "0/5000000", false)), func(i *Input) { i.Switchover = "db-1" }),
+			Demote, "db-1", "switchover to db-1"},
+		{"switchover to a lagging replica is refused", with(held(primary("db-0"), standby("db-1", "0/1", false)), func(i *Input) { i.Switchover = "db-1" }),
+			RefuseSwitchover, "db-1", "bytes behind"},
+		{"switchover to the primary is refused", with(held(primary("db-0")), func(i *Input) { i.Switchover = "db-0" }),
+			RefuseSwitchover, "db-0", "already the primary"},
+	}, Decide)
+}
+
+func TestDecideVacant(t *testing.T) {
+	clean := func(in Input, final string) Input {
+		in.Lease.Handover = &primarylease.Handover{From: "db-0", Term: 3, Clean: true, Released: true, FinalLSN: final, Timeline: 1, Reason: "shutting down"}
+		in.RenewSeen = t0 // a release needs no waiting
+		return in
+	}
+	frozenFailsafe := func(ago time.Duration) Instance {
+		s := standby("db-2", "0/4000000", true)
+		s.Status.FailsafeConfirmed = &agentapi.FailsafeConfirmation{Primary: "db-0", Term: 3, AgoMillis: ago.Milliseconds()}
+		return s
+	}
+	check(t, []decideCase{
+		{"revoked just now: wait T + margin after the last renewal", with(vacant(dead("db-0"), standby("db-1", "0/5000000", true)),
+			func(i *Input) { i.RenewSeen = t0.Add(-2 * time.Second) }), Wait, "", "T + margin after its last renewal"},
+		{"old primary confirmed fenced: no waiting", with(vacant(func() Instance {
+			p := primary("db-0")
+			p.Status.Role, p.Status.Running, p.Status.Fenced = agentapi.RoleFenced, false, true
+			return p
+		}(), standby("db-1", "0/5000000", true)), func(i *Input) { i.RenewSeen = t0 }), Move, "db-1", "has the most WAL"},
+		{"a fenced old primary that still runs postgres is not safe", with(vacant(func() Instance {
+			p := primary("db-0")
+			p.Status.Role, p.Status.Fenced = agentapi.RoleFenced, true
+			return p
+		}(), standby("db-1", "0/5000000", true)), func(i *Input) { i.RenewSeen = t0 }), Wait, "", "T + margin"},
+		{"failsafe confirmation extends the wait", vacant(dead("db-0"), standby("db-1", "0/5000000", true), frozenFailsafe(2*time.Second)),
+			Wait, "", "failsafe confirmation"},
+		{"an old failsafe confirmation does not", vacant(dead("db-0"), standby("db-1", "0/5000000", true), frozenFailsafe(time.Minute)),
+			Move, "db-1", "has the most WAL"},
+		{"only frozen standbys are candidates", vacant(dead("db-0"), standby("db-1", "0/9000000", false), standby("db-2", "0/5000000", true)),
+			Move, "db-2", "db-2 has the most WAL"},
+		{"the most advanced frozen standby wins", vacant(dead("db-0"), standby("db-1", "0/4000000", true), standby("db-2", "0/5000000", true)),
+			Move, "db-2", "0/5000000"},
+		{"a standby the user fences is no candidate before the Lease records it (a rebuilt Lease)", with(vacant(dead("db-0"), standby("db-1", "0/4000000", true), standby("db-2", "0/5000000", true)),
+			func(i *Input) { i.Fenced = []string{"db-2"} }), Move, "db-1", "has the most WAL"},
+		{"every standby fenced by the user: no candidate", with(vacant(dead("db-0"), standby("db-1", "0/4000000", true)),
+			func(i *Input) { i.Fenced = []string{"db-0", "db-1"} }), Blocked, "", "no frozen standby answers"},
+		{"a higher timeline wins over a higher position", vacant(dead("db-0"), standby("db-1", "0/9000000", true), func() Instance {
+			s := standby("db-2", "0/5000000", true)
+			s.Status.Timeline = 2
+			return s
+		}()), Move, "db-2", "timeline 2"},
+		{"no frozen standby, old primary gone", vacant(dead("db-0"), dead("db-1")), Blocked, "", "no frozen standby answers"},
+		{"no frozen standby, old primary back", vacant(func() Instance {
+			p := primary("db-0")
+			p.Status.Role, p.Status.Running = agentapi.RoleStopped, false
+			return p
+		}(), dead("db-1")), GiveBack, "db-0", "is back"},
+		{"clean handover: a standby with the final LSN", clean(vacant(dead("db-0"), standby("db-1", "0/5000000", true), standby("db-2", "0/4FFFFFF", true)), "0/5000000"),
+			Move, "db-1", "has its final WAL"},
+		{"clean handover: standbys need no freezing", clean(vacant(dead("db-0"), standby("db-1", "0/5000000", false)), "0/5000000"),
+			Move, "db-1", "has its final WAL"},
+		{"revoked, not clean: an unfrozen standby is no candidate", vacant(dead("db-0"), standby("db-1", "0/5000000", false)),
+			Blocked, "", "no frozen standby answers"},
+		{"clean handover: nobody has it yet: wait", clean(vacant(dead("db-0"), standby("db-1", "0/4000000", true)), "0/5000000"),
+			Wait, "", "waiting for a standby with db-0's final WAL"},
+		{"clean handover: the final LSN on another timeline does not count", clean(vacant(dead("db-0"), func() Instance {
+			s := standby("db-1", "0/6000000", true)
+			s.Status.Timeline = 2
+			return s
+		}()), "0/5000000"), Wait, "", "final WAL"},
+		{"clean handover timed out: failover rules", clean(with(vacant(dead("db-0"), standby("db-1", "0/4000000", true)),
+			func(i *Input) { i.VacantSince = t0.Add(-HandoverTimeout - time.Second) }), "0/5000000"), Move, "db-1", "has the most WAL"},
+		{"switchover: the target has the final LSN", clean(with(vacant(dead("db-0"), standby("db-1", "0/5000000", true), standby("db-2", "0/5000000", true)),
+			func(i *Input) { i.Switchover = "db-2" }), "0/5000000"), Move, "db-2", "switchover from db-0"},
+		{"switchover: target behind, within the catch-up time: wait", clean(with(vacant(primaryStopped("db-0"), standby("db-1", "0/5000000", true), standby("db-2", "0/4000000", true)),
+			func(i *Input) { i.Switchover = "db-2" }), "0/5000000"), Wait, "", "waiting for db-2"},
+		{"switchover: target behind after the catch-up time: give back", clean(with(vacant(primaryStopped("db-0"), standby("db-1", "0/5000000", true), standby("db-2", "0/4000000", true)),
+			func(i *Input) { i.Switchover = "db-2"; i.VacantSince = t0.Add(-SwitchoverCatchUp - time.Second) }), "0/5000000"), GiveBack, "db-0", "switchover aborted"},
+		{"synchronous: a member that cannot be compared blocks", with(vacant(dead("db-0"), standby("db-1", "0/5000000", true), dead("db-2")), func(i *Input) {
+			i.Lease.Sync = &primarylease.SyncSet{K: 1, Members: map[string]string{"db-2": ""}}
+		}), Blocked, "", "db-2 cannot be compared"},
+		{"synchronous: a removed member's bound lets the others decide", with(vacant(dead("db-0"), standby("db-1", "0/5000000", true), dead("db-2")), func(i *Input) {
+			i.Lease.Sync = &primarylease.SyncSet{K: 1, Members: map[string]string{"db-1": "", "db-2": "0/3000000"}}
+		}), Move, "db-1", "has the most WAL"},
+		{"synchronous: the best candidate lacks what a member acknowledged", with(vacant(dead("db-0"), standby("db-1", "0/5000000", true), dead("db-2")), func(i *Input) {
+			i.Lease.Sync = &primarylease.SyncSet{K: 1, Members: map[string]string{"db-2": "0/6000000"}}
+		}), Blocked, "", "no standby has every acknowledged commit"},
+	}, DecideVacant)
+}
+
+func primaryStopped(name string) Instance {
+	p := primary(name)
+	p.Status.Role, p.Status.Running, p.Status.Ready = agentapi.RoleStopped, false, false
+	return p
+}
+
+func TestAsynchronousMoveSaysWhatMayBeLost(t *testing.T) {
+	d := DecideVacant(vacant(dead("db-0"), standby("db-1", "0/5000000", true)))
+	if d.Action != Move || d.Lost == "" {
+		t.Fatalf("asynchronous failover after a crash: got %s, Lost %q; want Move with what may be lost", d.Action, d.Lost)
+	}
+	in := vacant(dead("db-0"), standby("db-1", "0/5000000", true))
+	in.Lease.Sync = &primarylease.SyncSet{K: 1, Members: map[string]string{"db-1": ""}}
+	if d := DecideVacant(in); d.Action != Move || d.Lost != "" {
+		t.Fatalf("synchronous failover: got %s, Lost %q; want Move losing nothing", d.Action, d.Lost)
+	}
+}
+
+func TestSyncFrontier(t *testing.T) {
+	cands := []Instance{standby("a", "0/500", true), standby("b", "0/300", true), standby("c", "0/400", true)}
+	cases := []struct {
+		name    string
+		set     *primarylease.SyncSet
+		want    uint64
+		wantErr string
+	}{
+		{"asynchronous", nil, 0, ""},
+		{"K=1 of three: the highest", &primarylease.SyncSet{K: 1, Members: map[string]string{"a": "", "b": "", "c": ""}}, 0x500, ""},
+		{"K=2 of three: the second highest", &primarylease.SyncSet{K: 2, Members: map[string]string{"a": "", "b": "", "c": ""}}, 0x400, ""},
+		{"a bound lowers a member's frontier", &primarylease.SyncSet{K: 1, Members: map[string]string{"a": "0/350", "b": ""}}, 0x350, ""},
+		{"an absent member without a bound is infinite", &primarylease.SyncSet{K: 1, Members: map[string]string{"x": ""}}, 0, "x cannot be compared"},
+		{"K=2 with one infinite: the other decides", &primarylease.SyncSet{K: 2, Members: map[string]string{"x": "", "b": ""}}, 0x300, ""},
+		{"fewer members than K", &primarylease.SyncSet{K: 2, Members: map[string]string{"a": ""}}, 0, "records 1 standbys for 2"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := syncFrontier(c.set, cands, false)
+			if got != c.want || !strings.Contains(err, c.wantErr) || (c.wantErr == "" && err != "") {
+				t.Errorf("got %#x %q, want %#x %q", got, err, c.want, c.wantErr)
+			}
+		})
+	}
+}
+
+// A scale-down that removes the primary's pod moves it first, to the most advanced
+// instance that stays; it waits while none can take over.
+func TestDecideScaleDown(t *testing.T) {
+	scaled := func(replicas int, holder string, instances ...Instance) Input {
+		in := held(instances...)
+		in.Cluster, in.Replicas, in.Lease.Holder = "db", replicas, holder
+		return in
+	}
+	check(t, []decideCase{
+		{"the primary stays", scaled(2, "db-1", standby("db-0", "0/5000000", false), primary("db-1"), standby("db-2", "0/5000000", false)),
+			None, "", "is healthy"},
+		{"the primary leaves: the most advanced that stays",
+			scaled(2, "db-2", standby("db-0", "0/4000000", false), standby("db-1", "0/5000000", false), primary("db-2")),
+			ScaleDown, "db-1", "spec.replicas 2 removes the primary db-2: switching over to db-1"},
+		{"among equals, the lowest ordinal",
+			scaled(2, "db-2", standby("db-0", "0/5000000", false), standby("db-1", "0/5000000", false), primary("db-2")),
+			ScaleDown, "db-0", "switching over to db-0"},
+		{"never to an instance that leaves too",
+			scaled(1, "db-2", standby("db-0", "0/4000000", false), standby("db-1", "0/5000000", false), primary("db-2")),
+			ScaleDown, "db-0", "switching over to db-0"},
+		{"none that stays can take over: wait",
+			scaled(1, "db-2", dead("db-0"), standby("db-1", "0/5000000", false), primary("db-2")),
+			ScaleDown, "", "no instance that stays can take over yet: db-0's agent does not answer"},
+		{"a switchover already requested goes first",
+			with(scaled(1, "db-2", standby("db-0", "0/5000000", false), standby("db-1", "0/5000000", false), primary("db-2")),
+				func(i *Input) { i.Switchover = "db-1" }),
+			Demote, "db-1", "switchover to db-1 requested"},
+	}, Decide)
+}

@@ -1,0 +1,210 @@
+package restart
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/operator/clusterpods"
+	"github.com/pgpilot/pgpilot/internal/operator/fleet"
+	"github.com/pgpilot/pgpilot/internal/operator/switchover"
+	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
+	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
+	"github.com/pgpilot/pgpilot/internal/protocol/report"
+)
+
+const (
+	// busyPeriod is how often a cluster with settings waiting for a restart is looked at.
+	busyPeriod = 2 * time.Second
+	// idlePeriod is how often the agents are asked whether a setting waits: a changed
+	// ConfigMap reaches the pods by the kubelet, which nothing here watches.
+	idlePeriod = 10 * time.Second
+	// statusTimeout bounds each agent's answer.
+	statusTimeout = 2 * time.Second
+)
+
+// Record is what waits for a restart, kept in the cluster's report for the status
+// controller's PendingRestart condition.
+type Record = report.PendingRestart
+
+// RecordOf is what d says for the record, with what each instance in waits for.
+func RecordOf(d Decision, in []Instance) Record {
+	if d.Action == Done {
+		return Record{Message: "No setting waits for a restart"}
+	}
+	r := Record{Pending: true, Blocked: d.Action == Blocked, Message: d.Pending + "; " + d.Reason, Instances: map[string][]string{}}
+	for _, i := range in {
+		for _, p := range i.Status.PendingRestart {
+			r.Instances[i.Name] = append(r.Instances[i.Name], fmt.Sprintf("%s: %s → %s", p.Name, p.Value, p.Pending))
+		}
+	}
+	return r
+}
+
+// RestartReconciler restarts instances whose settings wait for a restart.
+type RestartReconciler struct {
+	client   client.Client
+	recorder record.EventRecorder
+	fleet    *fleet.Fleet
+}
+
+// NewRestartReconciler returns a RestartReconciler; agentURL nil means
+// https://<pod IP>:8008.
+func NewRestartReconciler(c client.Client, recorder record.EventRecorder, agentURL func(*corev1.Pod) string) *RestartReconciler {
+	return &RestartReconciler{client: c, recorder: recorder, fleet: fleet.New(c, agentURL)}
+}
+
+// +kubebuilder:rbac:groups=db.example.com,resources=postgresclusters,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+
+// Reconcile observes the agents, records what waits for a restart, and takes the next
+// step of applying it.
+func (r *RestartReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var cluster dbv1.PostgresCluster
+	if err := r.client.Get(ctx, req.NamespacedName, &cluster); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !cluster.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	store := primarylease.ClientStore{Reader: r.client, Writer: r.client, Namespace: cluster.Namespace, Name: cluster.PrimaryLeaseName()}
+	lease, err := store.Get(ctx)
+	if err != nil {
+		return ctrl.Result{RequeueAfter: idlePeriod}, client.IgnoreNotFound(err)
+	}
+	access, err := r.fleet.Access(ctx, &cluster)
+	if err != nil {
+		return ctrl.Result{RequeueAfter: idlePeriod}, client.IgnoreNotFound(err)
+	}
+	if rec := primarylease.Parse(lease); rec.Hibernation != nil || cluster.Spec.Stopped {
+		return ctrl.Result{RequeueAfter: idlePeriod}, nil // stopped on purpose: settings apply at the start
+	}
+	in, pods, err := r.observe(ctx, &cluster, lease, access)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	d := Plan(in)
+	if err := r.record(ctx, &cluster, RecordOf(d, in.Instances)); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.act(ctx, &cluster, d, pods, access); err != nil {
+		return ctrl.Result{}, err
+	}
+	if d.Action == Done {
+		return ctrl.Result{RequeueAfter: idlePeriod}, nil
+	}
+	return ctrl.Result{RequeueAfter: busyPeriod}, nil
+}
+
+// observe asks every instance's agent for its status and reads what else Plan needs.
+func (r *RestartReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster, lease *coordinationv1.Lease, access fleet.Access) (Input, []corev1.Pod, error) {
+	pods, err := clusterpods.List(ctx, r.client, c)
+	if err != nil {
+		return Input{}, nil, err
+	}
+	var sts appsv1.StatefulSet
+	if err := r.client.Get(ctx, client.ObjectKeyFromObject(c), &sts); err != nil && !apierrors.IsNotFound(err) {
+		return Input{}, nil, err
+	}
+	replicas := int(c.Spec.Replicas)
+	if sts.Spec.Replicas != nil {
+		replicas = int(*sts.Spec.Replicas)
+	}
+	rec := primarylease.Parse(lease)
+	in := Input{Replicas: replicas, Primary: rec.Holder, Switchover: c.Annotations[dbv1.AnnotationSwitchoverTo], Fenced: rec.Fenced}
+	for _, o := range r.fleet.Observe(ctx, pods, access, statusTimeout) {
+		ordinal, _ := c.Names().Ordinal(o.Name)
+		rev := sts.Status.UpdateRevision
+		in.Instances = append(in.Instances, Instance{Name: o.Name, Ordinal: ordinal, Reachable: o.Reachable, Status: o.Status,
+			Terminating: o.Terminating, Outdated: rev != "" && o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] != rev})
+	}
+	return in, pods, nil
+}
+
+// record writes what waits for a restart into the cluster's report when it changed,
+// then the events of the change.
+func (r *RestartReconciler) record(ctx context.Context, c *dbv1.PostgresCluster, next Record) error {
+	old, err := report.Read(ctx, r.client, c)
+	if err != nil {
+		return err
+	}
+	if old.PendingRestart != nil && equality.Semantic.DeepEqual(*old.PendingRestart, next) {
+		return nil
+	}
+	if err := report.Write(ctx, r.client, c, report.KeyPendingRestart, &next); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	var was Record
+	if old.PendingRestart != nil {
+		was = *old.PendingRestart
+	}
+	switch {
+	case was.Pending && !next.Pending:
+		r.recorder.Event(c, corev1.EventTypeNormal, dbv1.ReasonPendingRestartApplied, "Every instance runs with its configured settings: none waits for a restart")
+	case next.Blocked && !was.Blocked:
+		r.recorder.Event(c, corev1.EventTypeWarning, dbv1.ReasonRestartBlocked, next.Message)
+	}
+	return nil
+}
+
+// act carries out d.
+func (r *RestartReconciler) act(ctx context.Context, c *dbv1.PostgresCluster, d Decision, pods []corev1.Pod, access fleet.Access) error {
+	logger := log.FromContext(ctx)
+	switch d.Action {
+	case RestartStandby, RestartPrimary:
+		pod := podNamed(pods, d.Target)
+		if pod == nil {
+			return nil
+		}
+		logger.Info("Restarting an instance to apply settings", "pod", d.Target, "reason", d.Reason, "pending", d.Pending)
+		r.recorder.Event(c, corev1.EventTypeNormal, dbv1.ReasonRestartingInstance, d.Reason)
+		if _, err := r.fleet.Client(pod, access).Restart(ctx); err != nil {
+			if errors.Is(err, agentapi.ErrConflict) {
+				logger.Info("The agent refused the restart; trying again later", "pod", d.Target, "error", err.Error())
+				return nil
+			}
+			return fmt.Errorf("restarting %s: %w", d.Target, err)
+		}
+	case Switchover:
+		logger.Info("Switching over to apply settings", "to", d.Target, "reason", d.Reason)
+		r.recorder.Event(c, corev1.EventTypeNormal, dbv1.ReasonSwitchingOverForRestart, d.Reason)
+		return switchover.Request(ctx, r.client, c, d.Target)
+	}
+	return nil
+}
+
+func podNamed(pods []corev1.Pod, name string) *corev1.Pod {
+	for i := range pods {
+		if pods[i].Name == name {
+			return &pods[i]
+		}
+	}
+	return nil
+}
+
+// SetupWithManager watches clusters and their pods.
+func (r *RestartReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("restart").
+		For(&dbv1.PostgresCluster{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(clusterpods.ClusterOf)).
+		Complete(r)
+}

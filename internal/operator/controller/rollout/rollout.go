@@ -1,0 +1,126 @@
+package rollout
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/operator/clusterpods"
+	"github.com/pgpilot/pgpilot/internal/operator/switchover"
+	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
+)
+
+// checkPeriod is how often a rollout in progress is looked at.
+const checkPeriod = 2 * time.Second
+
+// RolloutReconciler applies a changed instance template, one pod at a time.
+type RolloutReconciler struct {
+	client   client.Client
+	recorder record.EventRecorder
+}
+
+// NewRolloutReconciler returns a RolloutReconciler.
+func NewRolloutReconciler(c client.Client, recorder record.EventRecorder) *RolloutReconciler {
+	return &RolloutReconciler{client: c, recorder: recorder}
+}
+
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=db.example.com,resources=postgresclusters,verbs=get;list;watch;patch
+
+// Reconcile takes the next step of the cluster's rollout, if any.
+func (r *RolloutReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var cluster dbv1.PostgresCluster
+	if err := r.client.Get(ctx, req.NamespacedName, &cluster); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !cluster.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	if _, busy := cluster.Annotations[dbv1.AnnotationSwitchoverTo]; busy {
+		return ctrl.Result{RequeueAfter: checkPeriod}, nil // a switchover is under way
+	}
+	var sts appsv1.StatefulSet
+	if err := r.client.Get(ctx, req.NamespacedName, &sts); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	var lease coordinationv1.Lease
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.PrimaryLeaseName()}, &lease); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	rec := primarylease.Parse(&lease)
+	if rec.Hibernation != nil || cluster.Spec.Stopped {
+		return ctrl.Result{RequeueAfter: checkPeriod}, nil // stopped on purpose: the pods start with the new template
+	}
+	primary := rec.Holder
+	pods, err := clusterpods.List(ctx, r.client, &cluster)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var plan []Pod
+	for i := range pods {
+		p := &pods[i]
+		ordinal, _ := strconv.Atoi(p.Name[strings.LastIndex(p.Name, "-")+1:])
+		plan = append(plan, Pod{Name: p.Name, Revision: p.Labels[appsv1.ControllerRevisionHashLabelKey],
+			Ready: clusterpods.IsReady(p), Terminating: !p.DeletionTimestamp.IsZero(), Ordinal: ordinal, Fenced: rec.IsFenced(p.Name)})
+	}
+	replicas := int(cluster.Spec.Replicas)
+	if sts.Spec.Replicas != nil {
+		replicas = int(*sts.Spec.Replicas)
+	}
+	d := Plan(plan, replicas, primary, sts.Status.UpdateRevision)
+	logger := log.FromContext(ctx)
+	switch d.Action {
+	case Done:
+		return ctrl.Result{}, nil
+	case Wait:
+		return ctrl.Result{RequeueAfter: checkPeriod}, nil
+	case DeleteReplica, DeletePrimary:
+		logger.Info("Rolling update", "reason", d.Reason)
+		r.recorder.Event(&cluster, corev1.EventTypeNormal, dbv1.ReasonRestartingInstance, d.Reason)
+		if err := clusterpods.Delete(ctx, r.client, &cluster, podNamed(pods, d.Target)); err != nil {
+			return ctrl.Result{}, err
+		}
+	case Switchover:
+		logger.Info("Rolling update", "reason", d.Reason)
+		r.recorder.Event(&cluster, corev1.EventTypeNormal, dbv1.ReasonSwitchingOverForUpdate, d.Reason)
+		if err := switchover.Request(ctx, r.client, &cluster, d.Target); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{RequeueAfter: checkPeriod}, nil
+}
+
+// podNamed is the pod of pods named name; a pod of no cluster when none is, which
+// clusterpods.Delete refuses.
+func podNamed(pods []corev1.Pod, name string) *corev1.Pod {
+	for i := range pods {
+		if pods[i].Name == name {
+			return &pods[i]
+		}
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}
+
+// SetupWithManager watches clusters, their StatefulSets and pods.
+func (r *RolloutReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	byLabel := handler.EnqueueRequestsFromMapFunc(clusterpods.ClusterOf)
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("rollout").
+		For(&dbv1.PostgresCluster{}).
+		Watches(&corev1.Pod{}, byLabel).
+		Watches(&appsv1.StatefulSet{}, byLabel).
+		Complete(r)
+}

@@ -1,0 +1,200 @@
+// Package status writes the controller's part of a PostgresCluster's status: phase,
+// currentPrimary, readyInstances, instances, roles, databases, operatorVersion and its
+// conditions. It is the only writer of
+// those fields, and writes them back whenever the Helm manager's status write drops them.
+package status
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/operator/claims"
+	"github.com/pgpilot/pgpilot/internal/operator/clusterpods"
+	"github.com/pgpilot/pgpilot/internal/operator/rolestatus"
+	"github.com/pgpilot/pgpilot/internal/operator/secrets"
+	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
+	"github.com/pgpilot/pgpilot/internal/protocol/report"
+)
+
+// StatusReconciler writes the observed state of a cluster into its status.
+type StatusReconciler struct {
+	client client.Client
+	// reader reads uncached: the cluster right before a status write, and Secrets
+	// missing from the cache (which holds only Secrets labelled with a cluster).
+	reader client.Reader
+	clock  clock.PassiveClock
+	// roles are the roles controller's outcomes; nil when it does not run.
+	roles *rolestatus.Store
+	// operatorVersion is this operator's version, written to status.operatorVersion.
+	operatorVersion string
+	// monitoring says whether the Prometheus Operator's kinds are served; nil leaves
+	// the MonitoringReady condition alone.
+	monitoring MonitoringAPIs
+}
+
+// WithMonitoringAPIs has r report whether spec.monitoring.enabled can be served.
+func (r *StatusReconciler) WithMonitoringAPIs(m MonitoringAPIs) *StatusReconciler {
+	r.monitoring = m
+	return r
+}
+
+// NewStatusReconciler returns a StatusReconciler; rolesStore may be nil. operatorVersion
+// is this operator's version (internal/version.Version).
+func NewStatusReconciler(c client.Client, reader client.Reader, clk clock.PassiveClock, rolesStore *rolestatus.Store, operatorVersion string) *StatusReconciler {
+	return &StatusReconciler{client: c, reader: reader, clock: clk, roles: rolesStore, operatorVersion: operatorVersion}
+}
+
+// +kubebuilder:rbac:groups=db.example.com,resources=postgresclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=db.example.com,resources=postgresclusters/status,verbs=get;update
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch
+// +kubebuilder:rbac:groups=db.example.com,resources=postgresbackups,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
+
+// Reconcile observes, decides and writes the status once, only when it changed.
+func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var cluster dbv1.PostgresCluster
+	if err := r.client.Get(ctx, req.NamespacedName, &cluster); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !cluster.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	obs, err := r.observe(ctx, &cluster)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if equality.Semantic.DeepEqual(Decide(obs, metav1.NewTime(r.clock.Now())), cluster.Status) {
+		return ctrl.Result{}, nil
+	}
+	// Write against the newest cluster: the cache may not have seen the Helm manager's
+	// latest status write yet, and its conditions must be kept.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var latest dbv1.PostgresCluster
+		if err := r.reader.Get(ctx, req.NamespacedName, &latest); err != nil {
+			return err
+		}
+		obs.Cluster = &latest
+		want := Decide(obs, metav1.NewTime(r.clock.Now()))
+		if equality.Semantic.DeepEqual(want, latest.Status) {
+			return nil
+		}
+		latest.Status = want
+		return r.client.Status().Update(ctx, &latest)
+	})
+	return ctrl.Result{}, client.IgnoreNotFound(err)
+}
+
+func (r *StatusReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster) (Observed, error) {
+	obs := Observed{Cluster: c, OperatorVersion: r.operatorVersion}
+	if r.monitoring != nil && c.Spec.Monitoring.Enabled {
+		served, err := r.monitoring.Served(ctx)
+		if err != nil {
+			return obs, err
+		}
+		obs.MonitoringAPIs = served
+	}
+	if r.roles != nil {
+		if o, ok := r.roles.Get(client.ObjectKeyFromObject(c)); ok {
+			obs.Roles = &o
+		}
+	}
+	pods, err := clusterpods.List(ctx, r.client, c)
+	if err != nil {
+		return obs, err
+	}
+	obs.Pods = pods
+	if obs.Claims, err = claims.InstanceClaims(ctx, r.client, c); err != nil {
+		return obs, err
+	}
+
+	var lease coordinationv1.Lease
+	err = r.client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.PrimaryLeaseName()}, &lease)
+	switch {
+	case err == nil:
+		rec := primarylease.Parse(&lease)
+		obs.Primary = rec.Holder
+		if h := rec.Hibernation; h != nil && h.Holder == rec.Holder && h.Term == rec.Term {
+			obs.Hibernation = h
+		}
+	case !apierrors.IsNotFound(err):
+		return obs, err
+	}
+
+	rep, err := report.Read(ctx, r.client, c)
+	if err != nil {
+		return obs, err
+	}
+	obs.Streaming, obs.FailoverBlocked, obs.LastFailover = rep.Streaming, rep.FailoverBlocked, rep.LastFailover
+	obs.DataGuard, obs.DataVersion, obs.PendingRestart = rep.DataGuard, rep.DataVersion, rep.PendingRestart
+	if a := rep.Archiving; a != nil {
+		obs.Archiving = &ArchivingHealth{OK: a.OK, Message: a.Message}
+	}
+
+	var backups dbv1.PostgresBackupList
+	if err := r.client.List(ctx, &backups, client.InNamespace(c.Namespace), client.MatchingLabels{dbv1.LabelCluster: c.Name}); err != nil {
+		return obs, err
+	}
+	var newest time.Time
+	for _, b := range backups.Items {
+		if b.Status.Phase == dbv1.BackupCompleted && b.Status.StoppedAt != nil && b.Status.StoppedAt.After(newest) {
+			obs.LastBackup, newest = b.Name, b.Status.StoppedAt.Time
+		}
+	}
+
+	for _, want := range secrets.Wanted(c) {
+		var s corev1.Secret
+		key := client.ObjectKey{Namespace: c.Namespace, Name: want.Name}
+		err := r.client.Get(ctx, key, &s)
+		if apierrors.IsNotFound(err) {
+			err = r.reader.Get(ctx, key, &s)
+		}
+		switch {
+		case apierrors.IsNotFound(err):
+			obs.CredentialProblems = append(obs.CredentialProblems, fmt.Sprintf("Secret %s does not exist yet", want.Name))
+		case err != nil:
+			return obs, err
+		default:
+			if p := secrets.Problem(&s); p != "" {
+				obs.CredentialProblems = append(obs.CredentialProblems, p)
+			}
+		}
+	}
+	return obs, nil
+}
+
+// SetupWithManager watches clusters (status writes included, to restore the fields a
+// Helm status write drops), and the pods, Leases and Secrets labelled with a cluster.
+func (r *StatusReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	byLabel := handler.EnqueueRequestsFromMapFunc(clusterpods.ClusterOf)
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("status").
+		For(&dbv1.PostgresCluster{}).
+		Watches(&corev1.Pod{}, byLabel).
+		Watches(&coordinationv1.Lease{}, byLabel).
+		Watches(&corev1.ConfigMap{}, byLabel).
+		Watches(&corev1.Secret{}, byLabel).
+		Watches(&dbv1.PostgresBackup{}, byLabel).
+		Watches(&corev1.PersistentVolumeClaim{}, byLabel)
+	if r.roles != nil {
+		b = b.WatchesRawSource(source.Channel(r.roles.Changes(), &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
+}

@@ -1,0 +1,129 @@
+// Package fleet is the operator's one client of a cluster's agents: it finds each
+// instance pod's agent, reads the operator's token and the cluster's CA, calls each agent
+// over TLS verifying its name, and observes them all at once.
+package fleet
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/operator/secrets"
+	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
+)
+
+// Fleet reaches the agents of every cluster. It is safe for concurrent use.
+type Fleet struct {
+	reader   client.Reader
+	clients  agentapi.HTTPClients
+	agentURL func(pod *corev1.Pod) string
+}
+
+// New returns a Fleet reading Secrets through r. agentURL nil means
+// https://<pod IP>:8008.
+func New(r client.Reader, agentURL func(*corev1.Pod) string) *Fleet {
+	if agentURL == nil {
+		agentURL = func(p *corev1.Pod) string { return agentapi.BaseURL(p.Status.PodIP) }
+	}
+	return &Fleet{reader: r, agentURL: agentURL}
+}
+
+// Access is what calling a cluster's agents takes: the operator's token, and the
+// cluster's CA, which every agent's certificate must chain to for its pod's name.
+type Access struct {
+	token    string
+	headless string
+	roots    *x509.CertPool
+	// key tells CAs apart: a client made for another CA is not reused.
+	key string
+}
+
+// Access reads the operator's token (Secret <cluster>-agent) and the cluster's CA
+// (Secret <cluster>-ca); both are made by the controller.
+func (f *Fleet) Access(ctx context.Context, c *dbv1.PostgresCluster) (Access, error) {
+	n := c.Names()
+	var token, ca corev1.Secret
+	if err := f.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: n.AgentTokenSecret()}, &token); err != nil {
+		return Access{}, err
+	}
+	if err := f.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: n.CASecret()}, &ca); err != nil {
+		return Access{}, err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca.Data["ca.crt"]) {
+		return Access{}, fmt.Errorf("the CA Secret %s has no ca.crt", n.CASecret())
+	}
+	sum := sha256.Sum256(ca.Data["ca.crt"])
+	return Access{
+		token:    string(token.Data[secrets.KeyToken]),
+		headless: n.HeadlessService() + "." + c.Namespace + ".svc",
+		roots:    roots,
+		key:      hex.EncodeToString(sum[:8]),
+	}, nil
+}
+
+// Client is a client of pod's agent: its certificate is verified for the pod's name
+// behind the headless Service.
+func (f *Fleet) Client(pod *corev1.Pod, a Access) *agentapi.Client {
+	roots := a.roots
+	http := f.clients.For(pod.Name+"."+a.headless, a.key, func() (*x509.CertPool, error) { return roots, nil })
+	return agentapi.NewClient(f.agentURL(pod), a.token, http)
+}
+
+// Instance is one instance pod as last observed.
+type Instance struct {
+	Name string
+	// Pod is nil for an instance that has no pod.
+	Pod *corev1.Pod
+	// Terminating: the pod is being deleted.
+	Terminating bool
+	// Reachable is whether its agent answered /status.
+	Reachable bool
+	// Status is what its agent answered; valid when Reachable.
+	Status agentapi.Status
+}
+
+// TerminatingTimeout bounds the status call to a pod being deleted.
+const TerminatingTimeout = 300 * time.Millisecond
+
+// Observe asks every pod's agent but those named in except for its status, all at
+// once, each within timeout; a pod being deleted within TerminatingTimeout at most:
+// once its address is gone, a question to it waits for the whole timeout, and so would
+// the decision that needs the others' answers. A pod not asked, or not answering, is
+// reported unreachable.
+func (f *Fleet) Observe(ctx context.Context, pods []corev1.Pod, access Access, timeout time.Duration, except ...string) []Instance {
+	out := make([]Instance, len(pods))
+	var wg sync.WaitGroup
+	for i := range pods {
+		p := &pods[i]
+		out[i] = Instance{Name: p.Name, Pod: p, Terminating: !p.DeletionTimestamp.IsZero()}
+		if p.Status.PodIP == "" || slices.Contains(except, p.Name) {
+			continue
+		}
+		wg.Add(1)
+		go func(in *Instance) {
+			defer wg.Done()
+			t := timeout
+			if in.Terminating {
+				t = min(t, TerminatingTimeout)
+			}
+			sctx, cancel := context.WithTimeout(ctx, t)
+			defer cancel()
+			st, err := f.Client(in.Pod, access).Status(sctx)
+			if err == nil {
+				in.Reachable, in.Status = true, st
+			}
+		}(&out[i])
+	}
+	wg.Wait()
+	return out
+}

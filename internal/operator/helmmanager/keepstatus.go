@@ -1,0 +1,134 @@
+package helmmanager
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+)
+
+// helmConditions are the condition types helm-operator-plugins writes; every other
+// condition, and every status field but deployedRelease, belongs to the controller.
+var helmConditions = map[string]bool{
+	dbv1.ConditionInitialized:    true,
+	dbv1.ConditionDeployed:       true,
+	dbv1.ConditionReleaseFailed:  true,
+	dbv1.ConditionIrreconcilable: true,
+}
+
+// keepStatus is c as the Helm reconciler of gvk writes with it: a status update of a
+// custom resource of gvk changes what helm-operator-plugins owns (its four conditions
+// and status.deployedRelease) and keeps the rest of the status as the server has it.
+//
+// helm-operator-plugins v0.8.0 decodes the status into its own struct and writes that
+// struct back as the whole status, so each of its writes used to blank the phase, the
+// primary and the instances until the controller wrote them again: `kubectl get pgc` showed
+// empty columns, and anything watching the cluster saw it lose its primary for a moment.
+// The update still carries the resourceVersion the reconciler read: a status that
+// changed since is a conflict, as it was, and the reconciler tries again.
+func keepStatus(c client.Client, reader client.Reader, gvk schema.GroupVersionKind) client.Client {
+	return statusKeepingClient{Client: c, reader: reader, gvk: gvk}
+}
+
+type statusKeepingClient struct {
+	client.Client
+	reader client.Reader
+	gvk    schema.GroupVersionKind
+}
+
+func (c statusKeepingClient) Status() client.SubResourceWriter {
+	return statusKeepingWriter{SubResourceWriter: c.Client.Status(), reader: c.reader, gvk: c.gvk}
+}
+
+type statusKeepingWriter struct {
+	client.SubResourceWriter
+	reader client.Reader
+	gvk    schema.GroupVersionKind
+}
+
+func (w statusKeepingWriter) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok || u.GroupVersionKind() != w.gvk {
+		return w.SubResourceWriter.Update(ctx, obj, opts...)
+	}
+	current := &unstructured.Unstructured{}
+	current.SetGroupVersionKind(w.gvk)
+	if err := w.reader.Get(ctx, client.ObjectKeyFromObject(u), current); err != nil {
+		return err
+	}
+	if current.GetResourceVersion() != u.GetResourceVersion() {
+		return apierrors.NewConflict(schema.GroupResource{Group: w.gvk.Group, Resource: u.GetKind()}, u.GetName(),
+			fmt.Errorf("the object has been modified since resourceVersion %s; please apply your changes to the latest version and try again", u.GetResourceVersion()))
+	}
+	server, _ := current.Object["status"].(map[string]any)
+	helm, _ := u.Object["status"].(map[string]any)
+	u.Object["status"] = mergeHelmStatus(server, helm)
+	return w.SubResourceWriter.Update(ctx, u, opts...)
+}
+
+// mergeHelmStatus is the status on the server with what the Helm reconciler owns taken
+// from helm: its conditions (replaced, added, or removed when helm lacks them) and
+// deployedRelease. The controller's conditions keep their place and every field.
+func mergeHelmStatus(server, helm map[string]any) map[string]any {
+	out := runtime.DeepCopyJSON(server)
+	if out == nil {
+		out = map[string]any{}
+	}
+	if r, ok := helm["deployedRelease"]; ok {
+		out["deployedRelease"] = runtime.DeepCopyJSONValue(r)
+	} else {
+		delete(out, "deployedRelease")
+	}
+
+	owned := map[string]any{}
+	var order []string
+	for _, c := range conditionList(helm) {
+		if t := conditionType(c); helmConditions[t] {
+			if _, seen := owned[t]; !seen {
+				order = append(order, t)
+			}
+			owned[t] = runtime.DeepCopyJSONValue(c)
+		}
+	}
+	var conditions []any
+	placed := map[string]bool{}
+	for _, c := range conditionList(out) {
+		t := conditionType(c)
+		if !helmConditions[t] {
+			conditions = append(conditions, c)
+			continue
+		}
+		if h, ok := owned[t]; ok && !placed[t] {
+			conditions = append(conditions, h)
+			placed[t] = true
+		}
+	}
+	for _, t := range order {
+		if !placed[t] {
+			conditions = append(conditions, owned[t])
+		}
+	}
+	if conditions == nil {
+		delete(out, "conditions")
+	} else {
+		out["conditions"] = conditions
+	}
+	return out
+}
+
+func conditionList(status map[string]any) []any {
+	l, _ := status["conditions"].([]any)
+	return l
+}
+
+func conditionType(c any) string {
+	m, _ := c.(map[string]any)
+	t, _ := m["type"].(string)
+	return t
+}

@@ -1,0 +1,145 @@
+package helmmanager
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	toolscache "k8s.io/client-go/tools/cache"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+)
+
+// statusBlind is mgr as a Helm reconciler of gvk sees it: an update of a custom
+// resource of gvk that changed its status only (and so neither the chart's values
+// nor anything the reconciler acts on) reaches none of its watches.
+//
+// helm-operator-plugins watches its custom resource with no predicate but a label
+// selector, so every status write enqueued a whole reconcile: the chart rendered, a
+// dry-run upgrade, and a Get of every object of the release. pgpilot's controllers
+// write a cluster's status at every change of its instances; during a failover that
+// was a reconcile every 400 ms, on the same CPUs as the promotion. A spec change
+// still reconciles at once, a change of labels, annotations, finalizers, owners or
+// the deletion timestamp too, and the reconcile period repairs drift as before.
+func statusBlind(mgr ctrl.Manager, gvk schema.GroupVersionKind) ctrl.Manager {
+	return statusBlindManager{Manager: mgr, cache: statusBlindCache{Cache: mgr.GetCache(), gvk: gvk}}
+}
+
+type statusBlindManager struct {
+	ctrl.Manager
+	cache cache.Cache
+}
+
+func (m statusBlindManager) GetCache() cache.Cache { return m.cache }
+
+type statusBlindCache struct {
+	cache.Cache
+	gvk schema.GroupVersionKind
+}
+
+func (c statusBlindCache) GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error) {
+	i, err := c.Cache.GetInformer(ctx, obj, opts...)
+	if err != nil {
+		return i, err
+	}
+	// The reconciler watches its kind as unstructured, which carries its kind.
+	if obj.GetObjectKind().GroupVersionKind() != c.gvk {
+		return i, nil
+	}
+	return statusBlindInformer{Informer: i}, nil
+}
+
+type statusBlindInformer struct {
+	cache.Informer
+}
+
+func (i statusBlindInformer) AddEventHandler(h toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error) {
+	return i.Informer.AddEventHandler(statusBlindHandler{h})
+}
+
+func (i statusBlindInformer) AddEventHandlerWithResyncPeriod(h toolscache.ResourceEventHandler, resync time.Duration) (toolscache.ResourceEventHandlerRegistration, error) {
+	return i.Informer.AddEventHandlerWithResyncPeriod(statusBlindHandler{h}, resync)
+}
+
+type statusBlindHandler struct {
+	toolscache.ResourceEventHandler
+}
+
+func (h statusBlindHandler) OnUpdate(oldObj, newObj any) {
+	if statusOnly(oldObj, newObj) && !releasesScaleDown(oldObj, newObj) && !movesHibernation(oldObj, newObj) {
+		return
+	}
+	h.ResourceEventHandler.OnUpdate(oldObj, newObj)
+}
+
+// releasesScaleDown reports whether an update moved status.currentPrimary away from an
+// instance a scale-down removes, or named a primary again while a scale-down waits
+// (more instances than spec.replicas): the plan kept those pods (plan.Replicas) and may
+// now let them go. The controller's scale-down switchover also clears an annotation, which
+// reconciles anyway; a failover does not.
+func releasesScaleDown(oldObj, newObj any) bool {
+	o, ok1 := oldObj.(*unstructured.Unstructured)
+	n, ok2 := newObj.(*unstructured.Unstructured)
+	if !ok1 || !ok2 {
+		return false
+	}
+	was, _, _ := unstructured.NestedString(o.Object, "status", "currentPrimary")
+	now, _, _ := unstructured.NestedString(n.Object, "status", "currentPrimary")
+	replicas, found, _ := unstructured.NestedInt64(n.Object, "spec", "replicas")
+	if was == now || !found {
+		return false
+	}
+	if ordinal, ok := dbv1.NamesOf(n.GetName()).Ordinal(was); ok {
+		return int64(ordinal) >= replicas
+	}
+	instances, _, _ := unstructured.NestedSlice(n.Object, "status", "instances")
+	return was == "" && int64(len(instances)) > replicas
+}
+
+// movesHibernation reports whether an update changed the Hibernated condition's status
+// or reason: once a stopped cluster's primary has stopped (True, Stopped), the plan
+// renders no pod (plan.Stopped), and it must not wait for the reconcile period.
+func movesHibernation(oldObj, newObj any) bool {
+	o, ok1 := oldObj.(*unstructured.Unstructured)
+	n, ok2 := newObj.(*unstructured.Unstructured)
+	if !ok1 || !ok2 {
+		return false
+	}
+	was, is := hibernatedCondition(o), hibernatedCondition(n)
+	return was != is
+}
+
+// hibernatedCondition is the Hibernated condition's status and reason, "" when absent.
+func hibernatedCondition(u *unstructured.Unstructured) string {
+	conditions, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conditions {
+		m, ok := c.(map[string]any)
+		if ok && m["type"] == dbv1.ConditionHibernated {
+			return fmt.Sprint(m["status"], "/", m["reason"])
+		}
+	}
+	return ""
+}
+
+// statusOnly reports whether an update changed nothing of the object but its status
+// (and the metadata every write changes). A resync (same resourceVersion) is not an
+// update of the status: it passes.
+func statusOnly(oldObj, newObj any) bool {
+	o, ok1 := oldObj.(client.Object)
+	n, ok2 := newObj.(client.Object)
+	if !ok1 || !ok2 || o.GetResourceVersion() == n.GetResourceVersion() {
+		return false
+	}
+	return o.GetGeneration() == n.GetGeneration() &&
+		equality.Semantic.DeepEqual(o.GetLabels(), n.GetLabels()) &&
+		equality.Semantic.DeepEqual(o.GetAnnotations(), n.GetAnnotations()) &&
+		equality.Semantic.DeepEqual(o.GetFinalizers(), n.GetFinalizers()) &&
+		equality.Semantic.DeepEqual(o.GetOwnerReferences(), n.GetOwnerReferences()) &&
+		equality.Semantic.DeepEqual(o.GetDeletionTimestamp(), n.GetDeletionTimestamp())
+}

@@ -1,0 +1,128 @@
+// Package managerflags holds the command-line flags both controller managers share.
+package managerflags
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/pgpilot/pgpilot/internal/logging"
+)
+
+// WatchNamespaceEnv lists the namespaces to watch, comma-separated; empty means all.
+const WatchNamespaceEnv = "WATCH_NAMESPACE"
+
+// The downward API's pod name and namespace (config/manager): the default leader
+// election identity and namespace.
+const (
+	PodNameEnv      = "POD_NAME"
+	PodNamespaceEnv = "POD_NAMESPACE"
+)
+
+// serviceAccountNamespace is where a pod finds its namespace without the downward API.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// Flags are the manager settings common to the Helm manager and the controller.
+type Flags struct {
+	MetricsAddr      string
+	ProbeAddr        string
+	LeaderElect      bool
+	LeaderElectionID string
+	LeaseDuration    time.Duration
+	RenewDeadline    time.Duration
+	// Identity is this process's name in leader election; "" for controller-runtime's
+	// default, the host name plus a random suffix.
+	Identity string
+	Zap      zap.Options
+}
+
+// Register adds the flags to fs with the given defaults.
+func (f *Flags) Register(fs *flag.FlagSet, metricsAddr, probeAddr, leaderElectionID string) {
+	fs.StringVar(&f.MetricsAddr, "metrics-bind-address", metricsAddr, "Address of the Prometheus metrics endpoint; 0 disables it.")
+	fs.StringVar(&f.ProbeAddr, "health-probe-bind-address", probeAddr, "Address of the /healthz and /readyz endpoints.")
+	fs.BoolVar(&f.LeaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles.")
+	fs.StringVar(&f.LeaderElectionID, "leader-election-id", leaderElectionID, "Name of the leader election Lease.")
+	fs.DurationVar(&f.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "How long a leader's Lease is valid.")
+	fs.DurationVar(&f.RenewDeadline, "leader-election-renew-deadline", 10*time.Second, "How long a leader keeps trying to renew before it gives up.")
+	fs.StringVar(&f.Identity, "leader-election-identity", os.Getenv(PodNameEnv),
+		"Name of this process in leader election (default $"+PodNameEnv+"): a restarted process with the name of the leader takes over at once instead of waiting for the Lease to expire. It must be unique among the running replicas; the pod's name is. Empty: the host name with a random suffix.")
+	f.Zap = logging.Options()
+	f.Zap.BindFlags(fs)
+}
+
+// Options returns controller-runtime manager options for these flags, watching the
+// namespaces in WATCH_NAMESPACE (all when empty). cfg is the manager's configuration,
+// which the leader election lock of an Identity uses.
+func (f *Flags) Options(scheme *runtime.Scheme, cfg *rest.Config) (manager.Options, error) {
+	opts := manager.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: f.MetricsAddr},
+		HealthProbeBindAddress:        f.ProbeAddr,
+		LeaderElection:                f.LeaderElect,
+		LeaderElectionID:              f.LeaderElectionID,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &f.LeaseDuration,
+		RenewDeadline:                 &f.RenewDeadline,
+	}
+	if ns := WatchNamespaces(os.Getenv(WatchNamespaceEnv)); len(ns) > 0 {
+		opts.Cache.DefaultNamespaces = make(map[string]cache.Config, len(ns))
+		for _, n := range ns {
+			opts.Cache.DefaultNamespaces[n] = cache.Config{}
+		}
+	}
+	if f.LeaderElect && f.Identity != "" {
+		lock, err := f.identityLock(cfg)
+		if err != nil {
+			return manager.Options{}, err
+		}
+		opts.LeaderElectionResourceLockInterface = lock
+	}
+	return opts, nil
+}
+
+// identityLock is controller-runtime's default lock (a Lease named LeaderElectionID in
+// the pod's namespace, its client bounded by half the renew deadline) with a stable
+// identity. controller-runtime names a leader by its host name and a random suffix, so
+// a container that restarts after a crash or a kill is a stranger to its own Lease and
+// waits out the Lease duration (15 s) before it acts again: the failover of a primary
+// that failed meanwhile waits with it. A restarted container that keeps its pod's name
+// resumes at once. Two processes never share a pod's name: the kubelet starts a
+// container again only after its previous instance exited, and a pod's name is unique
+// in its namespace while the pod exists.
+func (f *Flags) identityLock(cfg *rest.Config) (resourcelock.Interface, error) {
+	ns := os.Getenv(PodNamespaceEnv)
+	if ns == "" {
+		b, err := os.ReadFile(serviceAccountNamespace)
+		if err != nil {
+			return nil, fmt.Errorf("leader election as %q needs the pod's namespace: set $%s or run in a pod: %w", f.Identity, PodNamespaceEnv, err)
+		}
+		ns = strings.TrimSpace(string(b))
+	}
+	lock, err := resourcelock.NewFromKubeconfig(resourcelock.LeasesResourceLock, ns, f.LeaderElectionID,
+		resourcelock.ResourceLockConfig{Identity: f.Identity}, cfg, f.RenewDeadline)
+	if err != nil {
+		return nil, fmt.Errorf("the leader election lock: %w", err)
+	}
+	return lock, nil
+}
+
+// WatchNamespaces splits a comma-separated namespace list, dropping empty entries.
+func WatchNamespaces(s string) []string {
+	var out []string
+	for _, n := range strings.Split(s, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
