@@ -160,7 +160,7 @@ func startS3(t *testing.T, ns string) *minio.Client {
 				Containers: []corev1.Container{{
 					Name: "versitygw", Image: s3Image, ImagePullPolicy: corev1.PullIfNotPresent,
 					Args: []string{"--port", ":7070", "--region", "us-east-1", "--health", "/health",
-						"--iam-dir", "/srv/iam", "--quiet", "posix", "--controller", "/srv/meta", "/srv/data"},
+						"--iam-dir", "/srv/iam", "--quiet", "posix", "--sidecar", "/srv/meta", "/srv/data"},
 					Env: []corev1.EnvVar{
 						{Name: "ROOT_ACCESS_KEY", ValueFrom: secretKey("s3-credentials", "AWS_ACCESS_KEY_ID")},
 						{Name: "ROOT_SECRET_KEY", ValueFrom: secretKey("s3-credentials", "AWS_SECRET_ACCESS_KEY")},

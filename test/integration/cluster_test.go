@@ -775,7 +775,7 @@ func TestMonitoringRendersAPodMonitor(t *testing.T) {
 			return err
 		}
 		if dash.Labels["grafana_dashboard"] != "1" || !strings.Contains(dash.Data["pgpilot-"+ns+"-mon.json"], `"uid": "pgpilot-`+ns+`-mon"`) {
-			return fmt.Errorf("the dashboard ConfigMap is not Grafana's controller's: labels %v", dash.Labels)
+			return fmt.Errorf("the dashboard ConfigMap is not Grafana's dashboard sidecar's: labels %v", dash.Labels)
 		}
 		var c dbv1.PostgresCluster
 		if err := get(ns, "mon", &c); err != nil {

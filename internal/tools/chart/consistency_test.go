@@ -17,9 +17,9 @@ import (
 
 // Files the operator's configuration is spread over, relative to this package.
 const (
-	managerYAMLPath = "../../config/manager/manager.yaml"
-	watchesYAMLPath = "../../watches.yaml"
-	valuesYAMLPath  = "../../helm-charts/postgrescluster/values.yaml"
+	managerYAMLPath = "../../../config/manager/manager.yaml"
+	watchesYAMLPath = "../../../watches.yaml"
+	valuesYAMLPath  = "../../../helm-charts/postgrescluster/values.yaml"
 )
 
 // postgresMajors are the versions the CRD accepts.

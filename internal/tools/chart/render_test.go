@@ -36,7 +36,7 @@ import (
 
 const (
 	// chartDir is relative to this package: go test runs in the package's directory.
-	chartDir   = "../../helm-charts/postgrescluster"
+	chartDir   = "../../../helm-charts/postgrescluster"
 	name       = "my-db"
 	namespace  = "db"
 	agentImage = "registry.example.com/pgpilot/pgpilot:0.1.0"

@@ -15,8 +15,8 @@ import (
 )
 
 const (
-	crdPath    = "../../config/crd/bases/db.example.com_postgresclusters.yaml"
-	schemaPath = "../../helm-charts/postgrescluster/values.schema.json"
+	crdPath    = "../../../config/crd/bases/db.example.com_postgresclusters.yaml"
+	schemaPath = "../../../helm-charts/postgrescluster/values.schema.json"
 )
 
 // fromRealCRD converts the committed CRD.

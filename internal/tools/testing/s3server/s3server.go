@@ -4,7 +4,7 @@
 // The posix backend keeps objects as files and, by default, their metadata (ETags,
 // checksums, multipart state) in user extended attributes, refusing to start on a
 // filesystem without them (tmpfs before Linux 6.6, some overlay and network filesystems).
-// The server runs with --controller instead, which keeps that metadata in files in a second
+// The server runs with --sidecar instead, which keeps that metadata in files in a second
 // directory, so any writable filesystem works, whatever TMPDIR points at.
 package s3server
 
@@ -202,7 +202,7 @@ func (s *Server) start() error {
 	if s.certFile != "" {
 		args = append(args, "--cert", s.certFile, "--key", s.keyFile)
 	}
-	args = append(args, "posix", "--controller", s.meta, s.data)
+	args = append(args, "posix", "--sidecar", s.meta, s.data)
 	cmd := exec.Command(s.bin, args...)
 	// The credentials go in the environment, not on the command line other processes see.
 	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+s.AccessKeyID, "ROOT_SECRET_KEY="+s.SecretAccessKey)
