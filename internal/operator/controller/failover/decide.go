@@ -59,8 +59,12 @@ type Input struct {
 	Cluster  string
 	Replicas int
 	// FailedSince is when the holder was first seen failed; zero if it was healthy at
-	// the last observation.
-	FailedSince time.Time
+	// the last observation. FailedHolder and FailedTerm are the holder and term it was
+	// seen failed in: the failure counts only while the Lease still names that holder in
+	// that term.
+	FailedSince  time.Time
+	FailedHolder string
+	FailedTerm   int32
 	// RenewSeen is when the controller last saw the holder renew the Lease (or started
 	// watching it, when it never saw a renewal).
 	RenewSeen time.Time
@@ -106,7 +110,8 @@ type Decision struct {
 	Action Action
 	Target string
 	Reason string
-	// FailedSince is what Input.FailedSince must be at the next decision.
+	// FailedSince is what Input.FailedSince must be at the next decision, for the
+	// Lease's holder and term it was decided on (Input.FailedHolder, FailedTerm).
 	FailedSince time.Time
 	// RequeueAfter is when to decide again at the latest (0: the poll period).
 	RequeueAfter time.Duration
@@ -147,6 +152,15 @@ func Decide(in Input) Decision {
 		return Decision{Action: None, Reason: fmt.Sprintf("the primary %s is healthy", in.Lease.Holder)}
 	}
 	since := in.FailedSince
+	if in.FailedHolder != in.Lease.Holder || in.FailedTerm != in.Lease.Term {
+		// Another holder's failure, or this one's in a term it no longer holds: the Lease
+		// changed hands since, by a writer other than this controller's move (another
+		// operator, a recreated Lease, a Move whose success this controller did not
+		// see). A primary just promoted is not ready for a moment: counted from its
+		// predecessor's failure it would be revoked at once, and the cluster fail over
+		// again onto one more timeline.
+		since = time.Time{}
+	}
 	if since.IsZero() {
 		since = in.Now
 	}

@@ -27,6 +27,14 @@ func standby(name, position string, frozen bool) Instance {
 		Timeline: 1, Position: position, Frozen: frozen}}
 }
 
+// withholding is a running primary whose commit gate withholds: not ready, as a primary
+// is between its promotion and its Lease's confirmation.
+func withholding(name string) Instance {
+	p := primary(name)
+	p.Status.Ready, p.Status.Gate = false, agentapi.GateWithholding
+	return p
+}
+
 // dead has a pod whose agent does not answer.
 func dead(name string) Instance { return Instance{Name: name, Pod: pod(name)} }
 
@@ -73,7 +81,10 @@ func check(t *testing.T, cases []decideCase, decide func(Input) Decision) {
 
 func TestDecideHeld(t *testing.T) {
 	failedAt := t0.Add(-5 * time.Second)
-	failed := func(in Input) Input { in.FailedSince = failedAt; return in }
+	failed := func(in Input) Input {
+		in.FailedSince, in.FailedHolder, in.FailedTerm = failedAt, in.Lease.Holder, in.Lease.Term
+		return in
+	}
 	check(t, []decideCase{
 		{"healthy primary", held(primary("db-0"), standby("db-1", "0/5000000", false)), None, "", "is healthy"},
 		{"not bootstrapped: nothing to fail over", with(held(dead("db-0")), func(i *Input) { i.Lease.Bootstrapped = false }), None, "", "first primary"},
@@ -91,6 +102,24 @@ func TestDecideHeld(t *testing.T) {
 			return p
 		}(), standby("db-1", "0/1", false)), func(i *Input) { i.RenewSeen = t0.Add(-time.Minute) }), Wait, "", "failing over after 3s"},
 		{"failed for the delay: revoke", failed(held(dead("db-0"), standby("db-1", "0/5000000", false))), Revoke, "", "does not answer"},
+		// A failure counts for the holder and term it was seen in. A primary just
+		// promoted is not ready until its Lease is confirmed: counted from the failure of
+		// the primary before it (the Lease moved by another writer, or by a write of this
+		// controller it did not see succeed), it was revoked at once.
+		{"a new primary is not failed over for its predecessor's failure", with(held(withholding("db-1"), standby("db-0", "0/5000000", false),
+			standby("db-2", "0/5000000", false)), func(i *Input) {
+			i.Lease.Holder, i.Lease.Term = "db-1", 5
+			i.FailedSince, i.FailedHolder, i.FailedTerm = failedAt, "db-0", 3
+		}), Wait, "", "withholding) for 0s; failing over after 3s"},
+		{"a primary given the Lease back is not failed over for its failure in the term before", with(held(withholding("db-0"),
+			standby("db-1", "0/5000000", false)), func(i *Input) {
+			i.Lease.Term = 5
+			i.FailedSince, i.FailedHolder, i.FailedTerm = failedAt, "db-0", 3
+		}), Wait, "", "withholding) for 0s; failing over after 3s"},
+		{"the same primary failing in the same term is failed over", with(held(withholding("db-0"),
+			standby("db-1", "0/5000000", false)), func(i *Input) {
+			i.FailedSince, i.FailedHolder, i.FailedTerm = failedAt, "db-0", 3
+		}), Revoke, "", "withholding) for 5s"},
 		{"failover disabled", failed(with(held(dead("db-0"), standby("db-1", "0/1", false)), func(i *Input) { i.Enabled = false })), Blocked, "", "disabled"},
 		{"no replica answers: keep the Lease", failed(held(dead("db-0"), dead("db-1"))), Blocked, "", "no replica is running"},
 		{"terminating primary hands over by itself", held(func() Instance { p := primary("db-0"); p.Terminating = true; p.Status.Ready = false; return p }(),

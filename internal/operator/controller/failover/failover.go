@@ -55,8 +55,11 @@ type FailoverReconciler struct {
 // memory is what decisions need from earlier observations. It is lost on a restart,
 // which only makes the controller wait longer (RenewSeen and VacantSince start again).
 type memory struct {
-	failedSince time.Time
-	lastReason  string
+	// failedSince is when the holder failedHolder was first seen failed in failedTerm.
+	failedSince  time.Time
+	failedHolder string
+	failedTerm   int32
+	lastReason   string
 	// fenceNote is the last message about the user's fencing (reportFencing).
 	fenceNote string
 	// renewTime is the holder's last renewal seen, and renewSeen when it was seen.
@@ -321,6 +324,7 @@ func (c *cycle) input(rec primarylease.Record) Input {
 		Lease: rec, Instances: c.instances, Enabled: c.cluster.FailoverEnabled(), Delay: c.cluster.FailoverDelay(),
 		StartTimeout: c.cluster.FailoverStartTimeout(), SynchronousReplicas: int(c.cluster.Spec.PostgreSQL.SynchronousReplicas),
 		Switchover: c.cluster.Annotations[dbv1.AnnotationSwitchoverTo], FailedSince: c.mem.failedSince,
+		FailedHolder: c.mem.failedHolder, FailedTerm: c.mem.failedTerm,
 		Fenced: RequestedFencing(FencingInput{Requested: c.cluster.Annotations[dbv1.AnnotationFencedInstances], Lease: rec,
 			Instances: c.instances, Cluster: c.cluster.Name, Replicas: int(c.cluster.Spec.Replicas)}),
 		Cluster: c.cluster.Name, Replicas: int(c.cluster.Spec.Replicas),
@@ -344,7 +348,7 @@ func (c *cycle) decideAndAct(ctx context.Context) (time.Duration, error) {
 	rec = primarylease.Parse(c.lease)
 	d := Decide(c.input(rec))
 	c.r.mu.Lock()
-	c.mem.failedSince = d.FailedSince
+	c.mem.failedSince, c.mem.failedHolder, c.mem.failedTerm = d.FailedSince, rec.Holder, rec.Term
 	c.r.mu.Unlock()
 	if d.Action != Blocked && d.Action != Wait {
 		// A report that cannot be written never holds the action back.

@@ -159,7 +159,7 @@ func TestDecideWithFencingAndHibernation(t *testing.T) {
 		{"a failover never elects a fenced standby", fenced(vacant(dead("db-0"), standby("db-1", "0/4000000", true), standby("db-2", "0/5000000", true)), "db-2"),
 			Move, "db-1", ""},
 		{"a failed primary with only fenced standbys: blocked", with(fenced(held(dead("db-0"), standby("db-1", "0/4000000", false)), "db-1"), func(i *Input) {
-			i.FailedSince = t0.Add(-5 * time.Second)
+			i.FailedSince, i.FailedHolder, i.FailedTerm = t0.Add(-5*time.Second), "db-0", 3
 		}), Blocked, "", "no replica is running"},
 	}, Decide)
 }
