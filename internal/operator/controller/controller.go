@@ -71,26 +71,26 @@ func CacheOptions() cache.Options {
 // Setup adds the controller's controllers to mgr.
 func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
 	recorder := mgr.GetEventRecorderFor(EventSource)
-	if err := credentials.NewCredentialsReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme(), recorder, nil).
+	if err := credentials.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme(), recorder, nil).
 		SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := certificates.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme(), recorder, clk).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := failover.NewFailoverReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, clk, nil).SetupWithManager(mgr); err != nil {
+	if err := failover.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, clk, nil).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := backup.NewBackupReconciler(mgr.GetClient(), recorder, clk, nil).SetupWithManager(mgr); err != nil {
+	if err := backup.NewReconciler(mgr.GetClient(), recorder, clk, nil).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := backup.NewScheduleReconciler(mgr.GetClient(), recorder, clk, nil).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := rollout.NewRolloutReconciler(mgr.GetClient(), recorder).SetupWithManager(mgr); err != nil {
+	if err := rollout.NewReconciler(mgr.GetClient(), recorder).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := restart.NewRestartReconciler(mgr.GetClient(), recorder, nil).SetupWithManager(mgr); err != nil {
+	if err := restart.NewReconciler(mgr.GetClient(), recorder, nil).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := storage.NewReconciler(mgr.GetClient(), recorder, nil).SetupWithManager(mgr); err != nil {
@@ -106,7 +106,7 @@ func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
 	if err != nil {
 		return err
 	}
-	return status.NewStatusReconciler(mgr.GetClient(), mgr.GetAPIReader(), clk, store, version.Version).
+	return status.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), clk, store, version.Version).
 		WithMonitoringAPIs(&status.DiscoveryMonitoringAPIs{Client: disco, Now: clk.Now}).
 		SetupWithManager(mgr)
 }

@@ -86,19 +86,19 @@ func ChooseInstance(statuses []agentapi.Status, target dbv1.BackupTarget) string
 	return replicas[0].Pod
 }
 
-// BackupReconciler runs PostgresBackups: it picks an instance, has its agent take the
+// Reconciler runs PostgresBackups: it picks an instance, has its agent take the
 // backup, follows it to the end and records the outcome in the backup's status, which
 // it alone writes.
-type BackupReconciler struct {
+type Reconciler struct {
 	agents
 	recorder record.EventRecorder
 	clock    clock.PassiveClock
 }
 
-// NewBackupReconciler returns a BackupReconciler; agentURL nil means
+// NewReconciler returns a Reconciler; agentURL nil means
 // https://<pod IP>:8008.
-func NewBackupReconciler(c client.Client, recorder record.EventRecorder, clk clock.PassiveClock, agentURL func(*corev1.Pod) string) *BackupReconciler {
-	return &BackupReconciler{agents: newAgents(c, agentURL), recorder: recorder, clock: clk}
+func NewReconciler(c client.Client, recorder record.EventRecorder, clk clock.PassiveClock, agentURL func(*corev1.Pod) string) *Reconciler {
+	return &Reconciler{agents: newAgents(c, agentURL), recorder: recorder, clock: clk}
 }
 
 // +kubebuilder:rbac:groups=db.example.com,resources=postgresbackups,verbs=get;list;watch;create;patch;delete
@@ -106,7 +106,7 @@ func NewBackupReconciler(c client.Client, recorder record.EventRecorder, clk clo
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
 
 // Reconcile moves one backup along Pending → Running → Completed or Failed.
-func (r *BackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var b dbv1.PostgresBackup
 	if err := r.client.Get(ctx, req.NamespacedName, &b); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -152,7 +152,7 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	return r.start(ctx, &b, &cluster, access)
 }
 
-func (r *BackupReconciler) start(ctx context.Context, b *dbv1.PostgresBackup, cluster *dbv1.PostgresCluster, access fleet.Access) (ctrl.Result, error) {
+func (r *Reconciler) start(ctx context.Context, b *dbv1.PostgresBackup, cluster *dbv1.PostgresCluster, access fleet.Access) (ctrl.Result, error) {
 	if b.Status.Phase == "" {
 		if err := r.setStatus(ctx, b, func(st *dbv1.PostgresBackupStatus) { st.Phase = dbv1.BackupPending }); err != nil {
 			return ctrl.Result{}, err
@@ -202,7 +202,7 @@ func (r *BackupReconciler) start(ctx context.Context, b *dbv1.PostgresBackup, cl
 	return ctrl.Result{RequeueAfter: PollPeriod}, nil
 }
 
-func (r *BackupReconciler) follow(ctx context.Context, b *dbv1.PostgresBackup, cluster *dbv1.PostgresCluster, access fleet.Access) (ctrl.Result, error) {
+func (r *Reconciler) follow(ctx context.Context, b *dbv1.PostgresBackup, cluster *dbv1.PostgresCluster, access fleet.Access) (ctrl.Result, error) {
 	var pod corev1.Pod
 	err := r.client.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Status.Instance}, &pod)
 	if apierrors.IsNotFound(err) {
@@ -243,7 +243,7 @@ func (r *BackupReconciler) follow(ctx context.Context, b *dbv1.PostgresBackup, c
 	return ctrl.Result{RequeueAfter: PollPeriod}, nil
 }
 
-func (r *BackupReconciler) fail(ctx context.Context, b *dbv1.PostgresBackup, why string) error {
+func (r *Reconciler) fail(ctx context.Context, b *dbv1.PostgresBackup, why string) error {
 	now := metav1.NewTime(r.clock.Now())
 	if err := r.setStatus(ctx, b, func(s *dbv1.PostgresBackupStatus) {
 		s.Phase, s.Error, s.StoppedAt = dbv1.BackupFailed, why, &now
@@ -262,7 +262,7 @@ func ended(b *dbv1.PostgresBackup) bool {
 // setStatus patches b's status from what was read: with an optimistic lock, so that a
 // decision made on a stale read (a backup that meanwhile completed, say) conflicts and
 // is made again on the new state instead of overwriting it.
-func (r *BackupReconciler) setStatus(ctx context.Context, b *dbv1.PostgresBackup, change func(*dbv1.PostgresBackupStatus)) error {
+func (r *Reconciler) setStatus(ctx context.Context, b *dbv1.PostgresBackup, change func(*dbv1.PostgresBackupStatus)) error {
 	patch := client.MergeFromWithOptions(b.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	change(&b.Status)
 	return r.client.Status().Patch(ctx, b, patch)
@@ -280,7 +280,7 @@ func timePtr(t *time.Time) *metav1.Time {
 func humanBytes(n int64) string { return humanize.IBytes(uint64(max(n, 0))) }
 
 // SetupWithManager runs the reconciler on PostgresBackups.
-func (r *BackupReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("backup").
 		For(&dbv1.PostgresBackup{}).

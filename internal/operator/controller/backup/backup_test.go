@@ -44,7 +44,7 @@ func TestBackupThatEndedMeanwhileKeepsItsEnd(t *testing.T) {
 				return cl.Patch(ctx, obj, patch, opts...)
 			},
 		}).Build()
-	r := NewBackupReconciler(c, record.NewFakeRecorder(10), clocktesting.NewFakePassiveClock(metav1.Now().Time), nil)
+	r := NewReconciler(c, record.NewFakeRecorder(10), clocktesting.NewFakePassiveClock(metav1.Now().Time), nil)
 	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)}); err != nil {
 		t.Fatal(err)
 	}

@@ -39,8 +39,8 @@ const passwordAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 // PostgresPort is the port of every instance and Service.
 const PostgresPort = 5432
 
-// CredentialsReconciler creates a cluster's credentials Secrets.
-type CredentialsReconciler struct {
+// Reconciler creates a cluster's credentials Secrets.
+type Reconciler struct {
 	client client.Client
 	// reader reads Secrets uncached: the cache holds only Secrets labelled with a
 	// cluster, and a user may have created one beforehand without the label.
@@ -50,13 +50,13 @@ type CredentialsReconciler struct {
 	random   io.Reader
 }
 
-// NewCredentialsReconciler returns a reconciler that draws passwords from random
+// NewReconciler returns a reconciler that draws passwords from random
 // (crypto/rand.Reader in production).
-func NewCredentialsReconciler(c client.Client, reader client.Reader, scheme *runtime.Scheme, recorder record.EventRecorder, random io.Reader) *CredentialsReconciler {
+func NewReconciler(c client.Client, reader client.Reader, scheme *runtime.Scheme, recorder record.EventRecorder, random io.Reader) *Reconciler {
 	if random == nil {
 		random = rand.Reader
 	}
-	return &CredentialsReconciler{client: c, reader: reader, scheme: scheme, recorder: recorder, random: random}
+	return &Reconciler{client: c, reader: reader, scheme: scheme, recorder: recorder, random: random}
 }
 
 // +kubebuilder:rbac:groups=db.example.com,resources=postgresclusters,verbs=get;list;watch
@@ -67,7 +67,7 @@ func NewCredentialsReconciler(c client.Client, reader client.Reader, scheme *run
 // Secrets, including ones a user created beforehand to choose a password, are used as
 // they are; only the uri key of the application Secret pgpilot made is kept current
 // (keepAppURI).
-func (r *CredentialsReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var cluster dbv1.PostgresCluster
 	if err := r.client.Get(ctx, req.NamespacedName, &cluster); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -106,7 +106,7 @@ func (r *CredentialsReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 // ensureAgentAuth keeps the Secret the instance pods mount for the agent API: the
 // digests of the operator's and Prometheus's tokens as they are now (a token changed in
 // its Secret is taken up), and the peers' token, made once.
-func (r *CredentialsReconciler) ensureAgentAuth(ctx context.Context, c *dbv1.PostgresCluster) error {
+func (r *Reconciler) ensureAgentAuth(ctx context.Context, c *dbv1.PostgresCluster) error {
 	names := c.Names()
 	digests := map[string][]byte{}
 	for key, name := range map[string]string{agentapi.FileControlDigest: names.AgentTokenSecret(), agentapi.FileMetricsDigest: names.MetricsTokenSecret()} {
@@ -157,7 +157,7 @@ func (r *CredentialsReconciler) ensureAgentAuth(ctx context.Context, c *dbv1.Pos
 // password written into the Secret reaches the uri. Only the uri key is written,
 // never the password; a Secret pgpilot did not make (a user's, made beforehand) is
 // left as it is.
-func (r *CredentialsReconciler) keepAppURI(ctx context.Context, c *dbv1.PostgresCluster, s *corev1.Secret) error {
+func (r *Reconciler) keepAppURI(ctx context.Context, c *dbv1.PostgresCluster, s *corev1.Secret) error {
 	if !metav1.IsControlledBy(s, c) || s.Labels["app.kubernetes.io/managed-by"] != "pgpilot" || secrets.Problem(s) != "" {
 		return nil
 	}
@@ -196,13 +196,13 @@ func AppURI(c *dbv1.PostgresCluster, username, password string) string {
 }
 
 // ensure creates Secret name with build unless it exists.
-func (r *CredentialsReconciler) ensure(ctx context.Context, c *dbv1.PostgresCluster, name, what string, build func() (*corev1.Secret, error)) error {
+func (r *Reconciler) ensure(ctx context.Context, c *dbv1.PostgresCluster, name, what string, build func() (*corev1.Secret, error)) error {
 	_, err := r.ensured(ctx, c, name, what, build)
 	return err
 }
 
 // ensured is ensure returning the Secret as it is now.
-func (r *CredentialsReconciler) ensured(ctx context.Context, c *dbv1.PostgresCluster, name, what string, build func() (*corev1.Secret, error)) (*corev1.Secret, error) {
+func (r *Reconciler) ensured(ctx context.Context, c *dbv1.PostgresCluster, name, what string, build func() (*corev1.Secret, error)) (*corev1.Secret, error) {
 	var existing corev1.Secret
 	err := r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &existing)
 	if err == nil {
@@ -227,7 +227,7 @@ func (r *CredentialsReconciler) ensured(ctx context.Context, c *dbv1.PostgresClu
 	return secret, nil
 }
 
-func (r *CredentialsReconciler) newSecret(c *dbv1.PostgresCluster, want secrets.Credential) (*corev1.Secret, error) {
+func (r *Reconciler) newSecret(c *dbv1.PostgresCluster, want secrets.Credential) (*corev1.Secret, error) {
 	password, err := Password(r.random, PasswordLength)
 	if err != nil {
 		return nil, err
@@ -258,7 +258,7 @@ func (r *CredentialsReconciler) newSecret(c *dbv1.PostgresCluster, want secrets.
 }
 
 // newTokenSecret is Secret name with a random token of each length under its key.
-func (r *CredentialsReconciler) newTokenSecret(c *dbv1.PostgresCluster, name string, keys map[string]int) (*corev1.Secret, error) {
+func (r *Reconciler) newTokenSecret(c *dbv1.PostgresCluster, name string, keys map[string]int) (*corev1.Secret, error) {
 	data := map[string][]byte{}
 	for k, n := range keys {
 		token, err := Password(r.random, n)
@@ -294,7 +294,7 @@ func Password(random io.Reader, n int) (string, error) {
 
 // SetupWithManager watches clusters (spec changes only) and the Secrets they own, so a
 // deleted Secret is created again.
-func (r *CredentialsReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("credentials").
 		For(&dbv1.PostgresCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).

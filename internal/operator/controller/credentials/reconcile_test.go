@@ -28,12 +28,12 @@ import (
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 )
 
-// env is a CredentialsReconciler on a fake API server holding objects.
+// env is a Reconciler on a fake API server holding objects.
 type env struct {
 	t        *testing.T
 	client   client.Client
 	recorder *record.FakeRecorder
-	r        *credentials.CredentialsReconciler
+	r        *credentials.Reconciler
 }
 
 func newEnv(t *testing.T, objects ...client.Object) *env {
@@ -47,7 +47,7 @@ func newEnv(t *testing.T, objects ...client.Object) *env {
 	// A seeded generator: the passwords are the same on every run.
 	random := rand.NewChaCha8([32]byte{'p', 'g', 'p', 'i', 'l', 'o', 't'})
 	return &env{t: t, client: c, recorder: recorder,
-		r: credentials.NewCredentialsReconciler(c, c, scheme, recorder, random)}
+		r: credentials.NewReconciler(c, c, scheme, recorder, random)}
 }
 
 func (e *env) reconcile(name string) {

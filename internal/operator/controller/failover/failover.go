@@ -37,11 +37,11 @@ import (
 // PollPeriod is how often each cluster's agents are asked for their status.
 const PollPeriod = time.Second
 
-// FailoverReconciler watches every instance of every cluster and keeps one writer: it
+// Reconciler watches every instance of every cluster and keeps one writer: it
 // creates the primary Lease, revokes it from a failed primary, moves it after a
 // handover, runs switchovers, and labels the pods by role (the only writer of that
 // label).
-type FailoverReconciler struct {
+type Reconciler struct {
 	client   client.Client
 	reader   client.Reader // uncached, for reads that must see the latest Lease
 	recorder record.EventRecorder
@@ -81,10 +81,10 @@ type memory struct {
 	unrecorded *dbv1.FailoverRecord
 }
 
-// NewFailoverReconciler returns a FailoverReconciler. reader reads uncached (the
+// NewReconciler returns a Reconciler. reader reads uncached (the
 // manager's API reader); agentURL nil means https://<pod IP>:8008.
-func NewFailoverReconciler(c client.Client, reader client.Reader, recorder record.EventRecorder, clk clock.PassiveClock, agentURL func(*corev1.Pod) string) *FailoverReconciler {
-	return &FailoverReconciler{
+func NewReconciler(c client.Client, reader client.Reader, recorder record.EventRecorder, clk clock.PassiveClock, agentURL func(*corev1.Pod) string) *Reconciler {
+	return &Reconciler{
 		client: c, reader: reader, recorder: recorder, clock: clk, fleet: fleet.New(c, agentURL),
 		memory: map[types.NamespacedName]*memory{},
 	}
@@ -100,7 +100,7 @@ func NewFailoverReconciler(c client.Client, reader client.Reader, recorder recor
 
 // cycle is one reconcile of one cluster.
 type cycle struct {
-	r       *FailoverReconciler
+	r       *Reconciler
 	cluster *dbv1.PostgresCluster
 	store   primarylease.Store
 	lease   *coordinationv1.Lease
@@ -121,7 +121,7 @@ type cycle struct {
 
 // Reconcile observes the cluster's instances, decides, acts, labels, and comes back
 // after PollPeriod at the latest.
-func (r *FailoverReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var cluster dbv1.PostgresCluster
 	if err := r.client.Get(ctx, req.NamespacedName, &cluster); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -714,7 +714,7 @@ func (c *cycle) label(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (r *FailoverReconciler) remember(key types.NamespacedName) *memory {
+func (r *Reconciler) remember(key types.NamespacedName) *memory {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m, ok := r.memory[key]
@@ -725,7 +725,7 @@ func (r *FailoverReconciler) remember(key types.NamespacedName) *memory {
 	return m
 }
 
-func (r *FailoverReconciler) forget(key types.NamespacedName) {
+func (r *Reconciler) forget(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.memory, key)
@@ -735,7 +735,7 @@ func (r *FailoverReconciler) forget(key types.NamespacedName) {
 // leaseEvents records every renewal the moment the watch delivers it, and wakes the
 // cluster's reconcile only when something other than a renewal changed: its holder,
 // term or annotations.
-func (r *FailoverReconciler) leaseEvents() handler.TypedEventHandler[client.Object, reconcile.Request] {
+func (r *Reconciler) leaseEvents() handler.TypedEventHandler[client.Object, reconcile.Request] {
 	enqueue := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		for _, req := range clusterpods.ClusterOf(context.Background(), o) {
 			q.Add(req)
@@ -785,7 +785,7 @@ func equalAnnotations(a, b map[string]string) bool {
 
 // SetupWithManager reconciles each cluster when it or its pods change, when its Lease
 // changes other than by a renewal, and every PollPeriod.
-func (r *FailoverReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	byLabel := handler.EnqueueRequestsFromMapFunc(clusterpods.ClusterOf)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("failover").

@@ -54,17 +54,17 @@ func RecordOf(d Decision, in []Instance) Record {
 	return r
 }
 
-// RestartReconciler restarts instances whose settings wait for a restart.
-type RestartReconciler struct {
+// Reconciler restarts instances whose settings wait for a restart.
+type Reconciler struct {
 	client   client.Client
 	recorder record.EventRecorder
 	fleet    *fleet.Fleet
 }
 
-// NewRestartReconciler returns a RestartReconciler; agentURL nil means
+// NewReconciler returns a Reconciler; agentURL nil means
 // https://<pod IP>:8008.
-func NewRestartReconciler(c client.Client, recorder record.EventRecorder, agentURL func(*corev1.Pod) string) *RestartReconciler {
-	return &RestartReconciler{client: c, recorder: recorder, fleet: fleet.New(c, agentURL)}
+func NewReconciler(c client.Client, recorder record.EventRecorder, agentURL func(*corev1.Pod) string) *Reconciler {
+	return &Reconciler{client: c, recorder: recorder, fleet: fleet.New(c, agentURL)}
 }
 
 // +kubebuilder:rbac:groups=db.example.com,resources=postgresclusters,verbs=get;list;watch;patch
@@ -77,7 +77,7 @@ func NewRestartReconciler(c client.Client, recorder record.EventRecorder, agentU
 
 // Reconcile observes the agents, records what waits for a restart, and takes the next
 // step of applying it.
-func (r *RestartReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var cluster dbv1.PostgresCluster
 	if err := r.client.Get(ctx, req.NamespacedName, &cluster); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -101,7 +101,7 @@ func (r *RestartReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	d := Plan(in)
+	d := Decide(in)
 	if err := r.record(ctx, &cluster, RecordOf(d, in.Instances)); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -115,7 +115,7 @@ func (r *RestartReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 }
 
 // observe asks every instance's agent for its status and reads what else Plan needs.
-func (r *RestartReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster, lease *coordinationv1.Lease, access fleet.Access) (Input, []corev1.Pod, error) {
+func (r *Reconciler) observe(ctx context.Context, c *dbv1.PostgresCluster, lease *coordinationv1.Lease, access fleet.Access) (Input, []corev1.Pod, error) {
 	pods, err := clusterpods.List(ctx, r.client, c)
 	if err != nil {
 		return Input{}, nil, err
@@ -141,7 +141,7 @@ func (r *RestartReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster
 
 // record writes what waits for a restart into the cluster's report when it changed,
 // then the events of the change.
-func (r *RestartReconciler) record(ctx context.Context, c *dbv1.PostgresCluster, next Record) error {
+func (r *Reconciler) record(ctx context.Context, c *dbv1.PostgresCluster, next Record) error {
 	old, err := report.Read(ctx, r.client, c)
 	if err != nil {
 		return err
@@ -166,7 +166,7 @@ func (r *RestartReconciler) record(ctx context.Context, c *dbv1.PostgresCluster,
 }
 
 // act carries out d.
-func (r *RestartReconciler) act(ctx context.Context, c *dbv1.PostgresCluster, d Decision, pods []corev1.Pod, access fleet.Access) error {
+func (r *Reconciler) act(ctx context.Context, c *dbv1.PostgresCluster, d Decision, pods []corev1.Pod, access fleet.Access) error {
 	logger := log.FromContext(ctx)
 	switch d.Action {
 	case RestartStandby, RestartPrimary:
@@ -201,7 +201,7 @@ func podNamed(pods []corev1.Pod, name string) *corev1.Pod {
 }
 
 // SetupWithManager watches clusters and their pods.
-func (r *RestartReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("restart").
 		For(&dbv1.PostgresCluster{}).

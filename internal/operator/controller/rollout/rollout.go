@@ -25,15 +25,15 @@ import (
 // checkPeriod is how often a rollout in progress is looked at.
 const checkPeriod = 2 * time.Second
 
-// RolloutReconciler applies a changed instance template, one pod at a time.
-type RolloutReconciler struct {
+// Reconciler applies a changed instance template, one pod at a time.
+type Reconciler struct {
 	client   client.Client
 	recorder record.EventRecorder
 }
 
-// NewRolloutReconciler returns a RolloutReconciler.
-func NewRolloutReconciler(c client.Client, recorder record.EventRecorder) *RolloutReconciler {
-	return &RolloutReconciler{client: c, recorder: recorder}
+// NewReconciler returns a Reconciler.
+func NewReconciler(c client.Client, recorder record.EventRecorder) *Reconciler {
+	return &Reconciler{client: c, recorder: recorder}
 }
 
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
@@ -41,7 +41,7 @@ func NewRolloutReconciler(c client.Client, recorder record.EventRecorder) *Rollo
 // +kubebuilder:rbac:groups=db.example.com,resources=postgresclusters,verbs=get;list;watch;patch
 
 // Reconcile takes the next step of the cluster's rollout, if any.
-func (r *RolloutReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var cluster dbv1.PostgresCluster
 	if err := r.client.Get(ctx, req.NamespacedName, &cluster); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -80,7 +80,7 @@ func (r *RolloutReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if sts.Spec.Replicas != nil {
 		replicas = int(*sts.Spec.Replicas)
 	}
-	d := Plan(plan, replicas, primary, sts.Status.UpdateRevision)
+	d := Decide(plan, replicas, primary, sts.Status.UpdateRevision)
 	logger := log.FromContext(ctx)
 	switch d.Action {
 	case Done:
@@ -115,7 +115,7 @@ func podNamed(pods []corev1.Pod, name string) *corev1.Pod {
 }
 
 // SetupWithManager watches clusters, their StatefulSets and pods.
-func (r *RolloutReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	byLabel := handler.EnqueueRequestsFromMapFunc(clusterpods.ClusterOf)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("rollout").

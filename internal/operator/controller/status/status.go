@@ -30,8 +30,8 @@ import (
 	"github.com/pgpilot/pgpilot/internal/protocol/report"
 )
 
-// StatusReconciler writes the observed state of a cluster into its status.
-type StatusReconciler struct {
+// Reconciler writes the observed state of a cluster into its status.
+type Reconciler struct {
 	client client.Client
 	// reader reads uncached: the cluster right before a status write, and Secrets
 	// missing from the cache (which holds only Secrets labelled with a cluster).
@@ -47,15 +47,15 @@ type StatusReconciler struct {
 }
 
 // WithMonitoringAPIs has r report whether spec.monitoring.enabled can be served.
-func (r *StatusReconciler) WithMonitoringAPIs(m MonitoringAPIs) *StatusReconciler {
+func (r *Reconciler) WithMonitoringAPIs(m MonitoringAPIs) *Reconciler {
 	r.monitoring = m
 	return r
 }
 
-// NewStatusReconciler returns a StatusReconciler; rolesStore may be nil. operatorVersion
+// NewReconciler returns a Reconciler; rolesStore may be nil. operatorVersion
 // is this operator's version (internal/version.Version).
-func NewStatusReconciler(c client.Client, reader client.Reader, clk clock.PassiveClock, rolesStore *rolestatus.Store, operatorVersion string) *StatusReconciler {
-	return &StatusReconciler{client: c, reader: reader, clock: clk, roles: rolesStore, operatorVersion: operatorVersion}
+func NewReconciler(c client.Client, reader client.Reader, clk clock.PassiveClock, rolesStore *rolestatus.Store, operatorVersion string) *Reconciler {
+	return &Reconciler{client: c, reader: reader, clock: clk, roles: rolesStore, operatorVersion: operatorVersion}
 }
 
 // +kubebuilder:rbac:groups=db.example.com,resources=postgresclusters,verbs=get;list;watch
@@ -69,7 +69,7 @@ func NewStatusReconciler(c client.Client, reader client.Reader, clk clock.Passiv
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
 
 // Reconcile observes, decides and writes the status once, only when it changed.
-func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var cluster dbv1.PostgresCluster
 	if err := r.client.Get(ctx, req.NamespacedName, &cluster); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -102,7 +102,7 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	return ctrl.Result{}, client.IgnoreNotFound(err)
 }
 
-func (r *StatusReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster) (Observed, error) {
+func (r *Reconciler) observe(ctx context.Context, c *dbv1.PostgresCluster) (Observed, error) {
 	obs := Observed{Cluster: c, OperatorVersion: r.operatorVersion}
 	if r.monitoring != nil && c.Spec.Monitoring.Enabled {
 		served, err := r.monitoring.Served(ctx)
@@ -182,7 +182,7 @@ func (r *StatusReconciler) observe(ctx context.Context, c *dbv1.PostgresCluster)
 
 // SetupWithManager watches clusters (status writes included, to restore the fields a
 // Helm status write drops), and the pods, Leases and Secrets labelled with a cluster.
-func (r *StatusReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	byLabel := handler.EnqueueRequestsFromMapFunc(clusterpods.ClusterOf)
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("status").

@@ -101,7 +101,7 @@ func TestPlan(t *testing.T) {
 			RestartStandby, "db-2", "shared_buffers"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Plan(tc.in)
+			d := Decide(tc.in)
 			if d.Action != tc.action || d.Target != tc.target || !strings.Contains(d.Reason, tc.reason) {
 				t.Errorf("Plan = %s %q (%q), want %s %q (%q)", d.Action, d.Target, d.Reason, tc.action, tc.target, tc.reason)
 			}
@@ -122,12 +122,12 @@ func TestPending(t *testing.T) {
 
 func TestRecordOf(t *testing.T) {
 	in := three(opts(pending(sharedBuffers)), nil, nil)
-	r := RecordOf(Plan(Input{Instances: in, Replicas: 3, Primary: "db-0"}), in)
+	r := RecordOf(Decide(Input{Instances: in, Replicas: 3, Primary: "db-0"}), in)
 	if !r.Pending || r.Blocked || len(r.Instances) != 1 || r.Instances["db-0"][0] != "shared_buffers: 128MB → 160MB" ||
 		!strings.Contains(r.Message, "on db-0 (primary); switching over from db-0 to db-1") {
 		t.Errorf("record %+v", r)
 	}
-	if r := RecordOf(Plan(Input{Instances: three(nil, nil, nil), Replicas: 3, Primary: "db-0"}), nil); r.Pending || r.Message != "No setting waits for a restart" {
+	if r := RecordOf(Decide(Input{Instances: three(nil, nil, nil), Replicas: 3, Primary: "db-0"}), nil); r.Pending || r.Message != "No setting waits for a restart" {
 		t.Errorf("nothing pending: %+v", r)
 	}
 }

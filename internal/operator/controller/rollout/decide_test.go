@@ -34,12 +34,12 @@ func TestPlan(t *testing.T) {
 		{"a fenced instance is not the switchover's target", fenced(three("a", "a", "b")), 3, "db-1", Decision{Action: DeleteReplica, Target: "db-0"}},
 		{"the primary hands over to an instance that is not fenced", fenced(three("b", "a", "b")), 3, "db-1", Decision{Action: Switchover, Target: "db-0"}},
 	} {
-		got := Plan(tc.pods, tc.replicas, tc.primary, "b")
+		got := Decide(tc.pods, tc.replicas, tc.primary, "b")
 		if got.Action != tc.want.Action || got.Target != tc.want.Target {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
-	if got := Plan(three("a", "a", "a"), 3, "db-0", ""); got.Action != Done {
+	if got := Decide(three("a", "a", "a"), 3, "db-0", ""); got.Action != Done {
 		t.Errorf("no update revision: %+v", got)
 	}
 }

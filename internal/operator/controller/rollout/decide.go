@@ -48,9 +48,9 @@ type Decision struct {
 	Reason string
 }
 
-// Plan decides the next step of a rollout of updateRevision over pods (replicas is the
+// Decide decides the next step of a rollout of updateRevision over pods (replicas is the
 // number the cluster wants; primary the Lease's holder).
-func Plan(pods []Pod, replicas int, primary, updateRevision string) Decision {
+func Decide(pods []Pod, replicas int, primary, updateRevision string) Decision {
 	if updateRevision == "" {
 		return Decision{Action: Done}
 	}

@@ -84,12 +84,12 @@ type Decision struct {
 // past it.
 var atLeastPrimarys = []string{"max_connections", "max_worker_processes", "max_wal_senders", "max_prepared_transactions", "max_locks_per_transaction"}
 
-// Plan decides the next step towards every instance running with its configured
+// Decide decides the next step towards every instance running with its configured
 // settings: standbys first, from the highest ordinal, each only once every instance is
 // ready and every standby streams (so the one restarted before is back); then a
 // switchover to a restarted standby; the only instance of a cluster is restarted in
 // place.
-func Plan(in Input) Decision {
+func Decide(in Input) Decision {
 	pending := Pending(in.Instances, in.Primary)
 	if pending == "" {
 		return Decision{Action: Done, Reason: "no setting waits for a restart"}
