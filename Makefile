@@ -102,9 +102,15 @@ s3server: ## Build (once) the versitygw S3 server the backup store's tests run.
 .PHONY: test
 test: test-quick e2e chaos-short ## Run every test: test-quick, then e2e and the fault suite's short version on a real local Kubernetes node (root).
 
+# -parallel: test/pg's tests run side by side (each its own clusters, addresses and
+# operator), three at a time; go test's default is GOMAXPROCS, two on a 2-core machine,
+# and more than three at once overloads one (Lease renewals late, failovers the tests
+# do not expect). No other package's tests call t.Parallel.
+TEST_PARALLEL ?= 3
+
 .PHONY: test-quick
 test-quick: vet control-plane postgres s3server $(PROMTOOL) ## Unit, chart, alert rules (promtool), integration on a real kube-apiserver + etcd, and real PostgreSQL (no root needed once PostgreSQL is installed).
-	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -timeout 40m ./...
+	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -timeout 40m -parallel $(TEST_PARALLEL) ./...
 
 .PHONY: bench
 bench: bench-quick bench-e2e ## Print every benchmark's figures (no timing assertions); bench-e2e needs root.

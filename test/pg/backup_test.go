@@ -193,6 +193,7 @@ func wantRange(t *testing.T, got []int64, from, to int64) {
 // writes: exactly the rows before it exist; the restored cluster's replica clones as
 // usual.
 func TestBackupAndPointInTimeRestore(t *testing.T) {
+	t.Parallel()
 	s := newS3Store(t)
 	c := backedUpCluster(t, s, 2)
 	c.startAll()
@@ -238,6 +239,7 @@ func TestBackupAndPointInTimeRestore(t *testing.T) {
 // A backup taken before a failover restores across the timeline change: the archive
 // holds the old timeline, the history file and the new timeline.
 func TestRestoreAfterFailover(t *testing.T) {
+	t.Parallel()
 	s := newS3Store(t)
 	c := backedUpCluster(t, s, 2)
 	c.startAll()
@@ -264,6 +266,7 @@ func TestRestoreAfterFailover(t *testing.T) {
 // message, makes the archiver report its error while WAL waits on the volume, and
 // leaves the backups already stored intact; archiving catches up once the store is back.
 func TestBackupStoreFailures(t *testing.T) {
+	t.Parallel()
 	s := newS3Store(t)
 	c := backedUpCluster(t, s, 1)
 	c.startAll()
@@ -325,6 +328,7 @@ func TestBackupStoreFailures(t *testing.T) {
 
 // Retention deletes the named backups and the archived WAL only they needed.
 func TestRetentionPrunesBackupsAndWAL(t *testing.T) {
+	t.Parallel()
 	s := newS3Store(t)
 	c := backedUpCluster(t, s, 1)
 	c.startAll()
@@ -381,6 +385,7 @@ func TestRetentionPrunesBackupsAndWAL(t *testing.T) {
 // segments and archives them once the store is back, the last one too though its WAL
 // receiver never readied it, and a restore replays through them and the failover.
 func TestWALThePrimaryCouldNotArchiveIsArchivedByTheReplica(t *testing.T) {
+	t.Parallel()
 	s := newS3Store(t)
 	c := backedUpCluster(t, s, 2)
 	c.startAll()
@@ -447,6 +452,7 @@ func (in *instance) archived(st store.Store, names ...string) {
 // A new cluster given the store directory of another (same name and path) cannot archive
 // into it or back up there: the store says whose it is.
 func TestAnotherClusterCannotArchiveIntoTheSameDirectory(t *testing.T) {
+	t.Parallel()
 	s := newS3Store(t)
 	first := backedUpCluster(t, s, 1)
 	first.startAll()
@@ -483,6 +489,7 @@ func (in *instance) refusedByTheStore(why string) {
 // The same backup and restore through a directory store, as on a PersistentVolumeClaim
 // every instance mounts.
 func TestBackupToAVolume(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(workDir, "claims", "volume-test")
 	mustMkdir(t, dir, 0o755)
 	chownR(t, dir)
@@ -511,6 +518,7 @@ func TestBackupToAVolume(t *testing.T) {
 // restore now starts a lineage of its own: the second cluster's archiver is refused
 // with what to do, and the first cluster's archive restores exactly its own history.
 func TestTwoClustersRestoredFromOneBackupCannotShareAnArchive(t *testing.T) {
+	t.Parallel()
 	s := newS3Store(t)
 	src := backedUpCluster(t, s, 1)
 	src.startAll()

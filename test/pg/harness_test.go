@@ -1,5 +1,11 @@
 // Package pg runs real agents supervising real PostgreSQL (Debian's postgresql-15), each
 // instance on its own loopback address, with the primary Lease in a real kube-apiserver.
+//
+// The tests run in parallel (t.Parallel; make test-quick runs three at a time): each
+// makes its own clusters (nextCluster: name, namespace, work directory and 127.0.<k>.*
+// addresses of their own), its own S3 server, and for operated clusters an operator that
+// watches the cluster's namespace only. What they share is set up once by TestMain: the
+// API server (each cluster in a namespace of its own), the agent binary, the kubeconfig.
 package pg
 
 import (
@@ -15,6 +21,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,7 +67,7 @@ const workPrefix = "pgpilot-pg-"
 
 var (
 	// operatorConfig impersonates the operator's ServiceAccount; each operated cluster
-	// runs an operator of its own with it (startOperator).
+	// runs an operator of its own with it, watching its namespace (startOperator).
 	operatorConfig *rest.Config
 	repoRoot       string
 	kube           kubernetes.Interface
@@ -208,6 +215,8 @@ type cluster struct {
 	stopOperator func()
 	// customQueries is the custom queries' file the agents are given; "" for none.
 	customQueries string
+	// operatorLog is the log of the cluster's operator (operated clusters).
+	operatorLog *bytes.Buffer
 
 	mu sync.Mutex
 	// revision labels the pods the kubelet stand-in creates, as the StatefulSet
@@ -523,6 +532,9 @@ func (c *cluster) stopAll() {
 				c.t.Logf("--- log of %s ---\n%s", in.pod, lastBytes(in.log.Bytes(), 60000))
 			}
 		}
+		if c.operatorLog != nil {
+			c.t.Logf("--- log of the operator of %s ---\n%s", c.name, lastBytes(syncWriter(c.operatorLog).bytes(), 100000))
+		}
 	}
 }
 
@@ -690,6 +702,29 @@ func (in *instance) waitCount(table string, n int64, timeout time.Duration) {
 	})
 }
 
+// waitRows waits until the ids of table's rows on the instance are want, in order.
+func (in *instance) waitRows(table string, want []int64, timeout time.Duration) {
+	in.c.t.Helper()
+	testutil.Eventually(in.c.t, timeout, func() error {
+		var got []int64
+		err := in.onSession(func(ctx context.Context, conn *pgx.Conn) error {
+			rows, err := conn.Query(ctx, "SELECT id FROM "+pgx.Identifier{table}.Sanitize()+" ORDER BY id")
+			if err != nil {
+				return err
+			}
+			got, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("%s has the ids %v in %s, want %v", in.pod, got, table, want)
+		}
+		return nil
+	})
+}
+
 func mustMkdir(t testing.TB, dir string, mode os.FileMode) {
 	t.Helper()
 	if err := os.MkdirAll(dir, mode); err != nil {
@@ -727,6 +762,13 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.Write(p)
+}
+
+// bytes is a copy of what was written so far.
+func (w *lockedWriter) bytes() []byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return bytes.Clone(w.b.Bytes())
 }
 
 var writers sync.Map

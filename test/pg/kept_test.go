@@ -21,6 +21,7 @@ import (
 // is the same primary on the same timeline, with every row. A fenced standby stops
 // and rejoins when unfenced.
 func TestLeaseKeepsInstancesDown(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 2)
 	c.startAll()
 	primary, standby := c.instances[0], c.instances[1]
@@ -146,6 +147,7 @@ func (in *instance) staysDown(d time.Duration) {
 // quarters of the shutdown timeout, then the agent escalated to an immediate shutdown,
 // which leaves crash recovery to the next start.
 func TestSingleInstanceStopsCleanly(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 1)
 	c.startAll()
 	p := c.instances[0]

@@ -97,6 +97,7 @@ func keepWriting(ctx context.Context, in *instance, synchronousCommit string, l 
 // not a new session. It locks its clients out and terminates their sessions, without
 // stopping postgres, and lets them in again once the Lease is confirmed.
 func TestUnconfirmedPrimaryLocksOutEveryCommit(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 3)
 	c.startAll()
 	p := c.instances[0]
@@ -176,6 +177,7 @@ func TestUnconfirmedPrimaryLocksOutEveryCommit(t *testing.T) {
 // replaces the pin itself (ALTER ROLE ... IN DATABASE), terminating the sessions that
 // may have started with it, and reports each.
 func TestSynchronousCommitOverridesAreReset(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 2)
 	c.startAll()
 	p := c.instances[0]

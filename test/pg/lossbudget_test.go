@@ -21,6 +21,7 @@ import (
 // nothing; once the standby is back, commits go through again. A failover at any moment
 // loses at most the budget.
 func TestAsynchronousLossBudget(t *testing.T) {
+	t.Parallel()
 	const budget = 256 << 10
 	c := newCluster(t, 2)
 	c.setConfig("lossBudget", budget)

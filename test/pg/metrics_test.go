@@ -51,6 +51,7 @@ slow:
 // the superuser, one that fails and one that runs too long each report their failure
 // alone.
 func TestInstanceMetrics(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 2)
 	c.customQueries = filepath.Join(c.dir, "queries.yaml")
 	mustWrite(t, c.customQueries, []byte(customQueriesFile))

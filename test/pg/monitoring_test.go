@@ -22,6 +22,7 @@ import (
 // test-monitoring; about 8 minutes, so not in make test). make e2e-monitoring proves
 // the same on the local node through the PodMonitor.
 func TestPrometheusAlertsOnRealInstances(t *testing.T) {
+	t.Parallel()
 	bin, err := devenv.Tool("PROMETHEUS", "prometheus")
 	if err != nil {
 		t.Fatal(err)

@@ -68,6 +68,7 @@ func (c *cluster) requestBackup(name string) dbv1.PostgresBackup {
 // from the store and the API, and a new cluster restored from the kept backup by name
 // has the data.
 func TestOperatorBacksUpAndRestores(t *testing.T) {
+	t.Parallel()
 	s := newS3Store(t)
 	c := newOperatedCluster(t, 2, withS3(s, 1))
 	startOperated(t, c)
@@ -128,6 +129,7 @@ func TestOperatorBacksUpAndRestores(t *testing.T) {
 // wait on the primary's volume and their size, the volume's free space and, once the
 // volume has been filling for a minute, how long until it is full.
 func TestArchiveFailureSaysWhenTheVolumeIsFull(t *testing.T) {
+	t.Parallel()
 	s := newS3Store(t)
 	c := newOperatedCluster(t, 1, withS3(s, 1))
 	p := c.instances[0]

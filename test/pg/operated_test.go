@@ -1,6 +1,7 @@
 package pg
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/instance/pgconf"
@@ -142,10 +144,17 @@ func (c *cluster) mountVolumes(config string) string {
 }
 
 // startOperator starts an operator (Helm manager and controller) for this cluster's test.
+// It watches the cluster's namespace only, as an operator deployed with
+// WATCH_NAMESPACE does: the operators of tests running in parallel each run their own
+// clusters. Its log is kept, and shown with the agents' when the test fails.
 func (c *cluster) startOperator() {
 	c.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	errs, err := devenv.StartOperator(ctx, operatorConfig, repoRoot)
+	if c.operatorLog == nil {
+		c.operatorLog = &bytes.Buffer{}
+	}
+	log := zap.New(zap.WriteTo(syncWriter(c.operatorLog)), zap.UseDevMode(false))
+	errs, err := devenv.StartOperator(ctx, operatorConfig, repoRoot, devenv.OperatorOptions{Namespaces: []string{c.namespace}, Log: log})
 	if err != nil {
 		cancel()
 		c.t.Fatal(err)

@@ -33,6 +33,7 @@ import (
 // connections already made stay dead. The standby must say it is not ready while it
 // does not stream, and stream again within 10 s.
 func TestHungWALReceiverStreamsAgainWithinSeconds(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 2)
 	p, s := c.instances[0], c.instances[1]
 	front := strings.TrimSuffix(p.ip, ".2") + ".200" // 127.0.<k>.200
@@ -185,6 +186,7 @@ func TestHungWALReceiverStreamsAgainWithinSeconds(t *testing.T) {
 // again (it takes the pending SIGTERM, a new one connects) the cluster is Healthy again,
 // with a ReplicaStreaming event.
 func TestStalledReplicaMakesTheClusterDegraded(t *testing.T) {
+	t.Parallel()
 	c := newOperatedCluster(t, 2)
 	startOperated(t, c)
 	r := c.instances[1]

@@ -79,6 +79,7 @@ func managed(list []dbv1.ManagedStatus, name string) (dbv1.ManagedStatus, error)
 // (it authenticates by certificate). A database whose owner does not exist fails alone,
 // with PostgreSQL's message in its status and an event.
 func TestRolesAndDatabasesWithoutRestart(t *testing.T) {
+	t.Parallel()
 	c := newOperatedCluster(t, 2, func(p *dbv1.PostgresCluster) {
 		p.Spec.Roles = []dbv1.RoleSpec{
 			{Name: "readers", Login: new(bool)},

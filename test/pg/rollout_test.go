@@ -39,6 +39,7 @@ func (c *cluster) setUpdateRevision(rev string) {
 // primary, after a switchover hands its role to an updated replica; no write is lost
 // and writes work throughout but for the switchover's moment.
 func TestRollingUpdateReplicasFirstPrimaryLast(t *testing.T) {
+	t.Parallel()
 	c := newOperatedCluster(t, 3)
 	c.setUpdateRevision("rev-1")
 	startOperated(t, c)

@@ -34,6 +34,7 @@ var loggedSecret = regexp.MustCompile(`(?i)PASSWORD\s+'|SCRAM-SHA-256\$`)
 // creates a role with one and rotates it (PUT /roles), and the server's log holds
 // none of them, while it does log the agent's other statements.
 func TestPasswordsAreNeverLogged(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 1)
 	c.setConfig("parameters", map[string]string{"log_statement": "all", "log_min_duration_statement": "0",
 		"log_min_error_statement": "debug5", "shared_buffers": "16MB"})
@@ -178,6 +179,7 @@ func connectImpostor(t *testing.T, in *instance) *impostor {
 // terminated by the primary's agent within seconds, counted in its status, and the
 // primary, whose Lease is not confirmed, acknowledges no commit.
 func TestGateNameCannotBeTaken(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 2)
 	c.startAll()
 	p := c.instances[0]
@@ -235,6 +237,7 @@ func TestGateNameCannotBeTaken(t *testing.T) {
 // (carol's of pg_read_server_files, and of admins, which reaches a program role), and
 // grants the others.
 func TestUnsafeMembershipsAreRefused(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 1)
 	p := c.instances[0]
 	p.start()
@@ -291,6 +294,7 @@ func TestUnsafeMembershipsAreRefused(t *testing.T) {
 // name resolved to the primary, it connects with sslmode=verify-full; with another CA
 // it does not.
 func TestAppURIVerifiesTheServer(t *testing.T) {
+	t.Parallel()
 	c := newOperatedCluster(t, 1)
 	startOperated(t, c)
 	names := dbv1.NamesOf(c.name)

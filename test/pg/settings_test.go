@@ -28,6 +28,7 @@ import (
 // POST /restart restarts a standby in place (streaming again, the setting applied) and
 // is refused on a primary that has standbys.
 func TestPendingRestartReportedAndStandbyRestarted(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 2)
 	c.startAll()
 	p, r := c.instances[0], c.instances[1]
@@ -180,6 +181,7 @@ func (c *cluster) postmasterStarts() (stop func() map[string][]time.Time) {
 // reload-only setting changed before restarts nothing. Asynchronous and synchronous
 // (one standby confirms each commit, so a restarting standby leaves the rule).
 func TestRestartSettingRollsStandbysFirstPrimaryBySwitchover(t *testing.T) {
+	t.Parallel()
 	for _, k := range []int32{0, 1} {
 		t.Run(fmt.Sprintf("synchronousReplicas=%d", k), func(t *testing.T) { rollRestartSetting(t, k) })
 	}
@@ -271,6 +273,7 @@ func rollRestartSetting(t *testing.T, synchronous int32) {
 // The only instance of a cluster restarts in place on POST /restart: there is no
 // standby to hand over to. Its data stays, and the setting is in force after.
 func TestSingleInstanceRestartsInPlace(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 1)
 	p := c.instances[0]
 	p.start()

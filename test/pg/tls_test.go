@@ -146,6 +146,7 @@ func (in *instance) served(ctx context.Context, ca []byte) (*x509.Certificate, e
 // certificate alone (the replication role has no password at all), the superuser cannot
 // log in over the network, and a renewed certificate is served without a restart.
 func TestTLSEverywhere(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 2)
 	c.startAll()
 	primary, replica := c.instances[0], c.instances[1]

@@ -12,10 +12,12 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -76,10 +78,26 @@ func StartControlPlane(root string, extraCRDDirs ...string) (*envtest.Environmen
 	return env, nil
 }
 
+// OperatorOptions are the optional settings of StartOperator.
+type OperatorOptions struct {
+	// Namespaces, when set, are the only ones both managers watch, as WATCH_NAMESPACE
+	// makes the deployed managers do: operators started side by side for clusters in
+	// different namespaces (test/pg's parallel tests) never act on each other's
+	// clusters.
+	Namespaces []string
+	// Log, when set, receives both managers' logs (controller-runtime's global logger
+	// otherwise).
+	Log logr.Logger
+}
+
 // StartOperator runs the Helm manager and the controller in this process until ctx ends,
 // with the chart paths of watches.yaml resolved against root. Errors of either manager
 // arrive on the returned channel.
-func StartOperator(ctx context.Context, cfg *rest.Config, root string) (<-chan error, error) {
+func StartOperator(ctx context.Context, cfg *rest.Config, root string, options ...OperatorOptions) (<-chan error, error) {
+	var o OperatorOptions
+	if len(options) > 0 {
+		o = options[len(options)-1]
+	}
 	if err := os.Chdir(root); err != nil {
 		return nil, err
 	}
@@ -95,7 +113,8 @@ func StartOperator(ctx context.Context, cfg *rest.Config, root string) (<-chan e
 	// Tests start the operator again in the same process (after "killing" it), which
 	// controller-runtime's check for unique controller names would refuse.
 	again := config.Controller{SkipNameValidation: ptr.To(true)}
-	helmMgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: helmScheme, Metrics: noMetrics, Cache: helmmanager.CacheOptions(), Controller: again})
+	helmMgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: helmScheme, Metrics: noMetrics,
+		Cache: inNamespaces(helmmanager.CacheOptions(), o.Namespaces), Controller: again, Logger: o.Log})
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +123,8 @@ func StartOperator(ctx context.Context, cfg *rest.Config, root string) (<-chan e
 	if _, err := helmmanager.Setup(helmMgr, opts); err != nil {
 		return nil, err
 	}
-	controllerMgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: noMetrics, Cache: controller.CacheOptions(), Controller: again})
+	controllerMgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: noMetrics,
+		Cache: inNamespaces(controller.CacheOptions(), o.Namespaces), Controller: again, Logger: o.Log})
 	if err != nil {
 		return nil, err
 	}
@@ -116,4 +136,16 @@ func StartOperator(ctx context.Context, cfg *rest.Config, root string) (<-chan e
 		go func() { errs <- m.Start(ctx) }()
 	}
 	return errs, nil
+}
+
+// inNamespaces limits opts to namespaces; none leaves it watching every namespace.
+func inNamespaces(opts cache.Options, namespaces []string) cache.Options {
+	if len(namespaces) == 0 {
+		return opts
+	}
+	opts.DefaultNamespaces = make(map[string]cache.Config, len(namespaces))
+	for _, ns := range namespaces {
+		opts.DefaultNamespaces[ns] = cache.Config{}
+	}
+	return opts
 }
