@@ -11,6 +11,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/instance/agent"
 	"github.com/pgpilot/pgpilot/internal/instance/backup"
 	"github.com/pgpilot/pgpilot/internal/instance/backup/store"
+	"github.com/pgpilot/pgpilot/internal/instance/postgres"
 	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 )
 
@@ -37,7 +38,7 @@ func archiveWAL(args []string) error {
 	}
 	// A placeholder (internal/instance/agent/timeline.go) names a timeline this cluster may use
 	// elsewhere: the archive keeps only real history files.
-	if agent.IsPlaceholderHistory(path) {
+	if postgres.IsPlaceholderHistory(path) {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
-	"github.com/pgpilot/pgpilot/internal/instance/agent"
+	"github.com/pgpilot/pgpilot/internal/instance/postgres"
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
 	"github.com/pgpilot/pgpilot/test/testutil"
@@ -155,7 +155,7 @@ func TestSingleInstanceStopsCleanly(t *testing.T) {
 	start := time.Now()
 	p.stop()
 	took := time.Since(start)
-	cd, err := (&agent.Postgres{BinDir: PGBin, PGData: p.pgdata}).ControlData(context.Background())
+	cd, err := (&postgres.Postgres{BinDir: PGBin, PGData: p.pgdata}).ControlData(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

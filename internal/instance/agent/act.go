@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgpilot/pgpilot/internal/instance/backup"
 	"github.com/pgpilot/pgpilot/internal/instance/pgconf"
+	"github.com/pgpilot/pgpilot/internal/instance/postgres"
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 )
@@ -73,7 +74,7 @@ func (a *Agent) binMajor(ctx context.Context) (string, error) {
 	if a.binVersion != "" {
 		return a.binVersion, nil
 	}
-	out, err := exec.CommandContext(ctx, a.pg.bin("postgres"), "--version").Output()
+	out, err := exec.CommandContext(ctx, a.pg.Bin("postgres"), "--version").Output()
 	if err != nil {
 		return "", fmt.Errorf("running postgres --version: %w", err)
 	}
@@ -98,7 +99,7 @@ func (a *Agent) confInput(role pgconf.Role, upstream string) pgconf.ConfInput {
 		up := a.upstreamOf(upstream)
 		in.Upstream = &up
 	}
-	if _, total, err := volumeSpace(filepath.Dir(a.cfg.PGData)); err == nil {
+	if _, total, err := postgres.VolumeSpace(filepath.Dir(a.cfg.PGData)); err == nil {
 		in.VolumeBytes = total
 	}
 	// A frozen standby (no upstream) keeps the rule of a standby of the primary it
@@ -146,10 +147,10 @@ func (a *Agent) startInstance(ctx context.Context, d Decision, view LeaseView) (
 	return a.startStandby(ctx, state, d.Target)
 }
 
-func (a *Agent) startPrimary(ctx context.Context, state DataState, view LeaseView) error {
+func (a *Agent) startPrimary(ctx context.Context, state postgres.DataState, view LeaseView) error {
 	fresh := false
 	switch state {
-	case DataEmpty:
+	case postgres.DataEmpty:
 		if view.Bootstrapped {
 			return errors.New("the Lease names this instance primary of a cluster that was bootstrapped before, but its data directory is empty: refusing to initialise a new, empty database over a lost volume; move the primary to an instance that has the data")
 		}
@@ -168,9 +169,9 @@ func (a *Agent) startPrimary(ctx context.Context, state DataState, view LeaseVie
 			return err
 		}
 		fresh = true
-	case DataStandby:
+	case postgres.DataStandby:
 		return a.startFormerStandby(ctx, view)
-	case DataPrimary:
+	case postgres.DataPrimary:
 		if a.pg.Recovering() && a.cluster.Restore != nil {
 			a.log.Info("Resuming the recovery from the backup")
 			return a.startRestored(ctx)
@@ -267,21 +268,21 @@ func (a *Agent) upstreamOf(pod string) pgconf.Upstream {
 
 // startStandby starts postgres as a standby of primary, cloning or rewinding first as
 // the data directory needs; primary "" starts it frozen, with no upstream.
-func (a *Agent) startStandby(ctx context.Context, state DataState, primary string) error {
+func (a *Agent) startStandby(ctx context.Context, state postgres.DataState, primary string) error {
 	if primary == "" {
-		if state != DataStandby {
+		if state != postgres.DataStandby {
 			return fmt.Errorf("cannot start a %s data directory frozen", state)
 		}
 		return a.runStandby(ctx, "")
 	}
 	host := a.upstreamOf(primary)
 	switch state {
-	case DataEmpty:
+	case postgres.DataEmpty:
 		a.log.Info("Cloning from the primary", "primary", primary)
 		if err := a.pg.BaseBackup(ctx, host); err != nil {
 			return fmt.Errorf("cloning from %s: %w", primary, err)
 		}
-	case DataPrimary:
+	case postgres.DataPrimary:
 		// pg_rewind reads the source's control file: before the new primary has finished
 		// its first checkpoint on the new timeline, it would compute the wrong
 		// divergence point.
@@ -324,20 +325,20 @@ const walGoneFor = 15 * time.Second
 // walsender cannot serve, or a standby away for longer than its slot existed) and
 // there is no archive to restore it from. Without this it would stay a replica that
 // never streams again.
-func (a *Agent) maintainStandby(ctx context.Context, proc *Process, primary string) error {
+func (a *Agent) maintainStandby(ctx context.Context, proc *postgres.Process, primary string) error {
 	a.watchReceiver(ctx, proc, primary)
 	if err := a.keepSlots(ctx, true); err != nil {
 		// The slots only make a later promotion faster: never a reason to stop here.
 		a.log.Info("Could not keep the replication slots on this standby", "error", err.Error())
 		a.slotsDone = time.Now()
 	}
-	if fatal := lastReceiverFatal(proc.tail.String()); strings.Contains(fatal, "database system identifier differs") {
+	if fatal := lastReceiverFatal(proc.Tail()); strings.Contains(fatal, "database system identifier differs") {
 		// postgres refuses it by itself; the agent says what it means.
 		return refused("%s holds another database than this standby (its WAL receiver says %q): this instance's data is kept and it does not follow %s. "+
 			"If this instance holds the cluster's data, the primary Lease must name an instance of it (see docs/data-safety.md); "+
 			"to clone this instance from %s anyway, delete its PersistentVolumeClaim", primary, strings.TrimSpace(fatal), primary, primary)
 	}
-	if !walRemovedUpstream(proc.tail.String()) {
+	if !walRemovedUpstream(proc.Tail()) {
 		a.walGone = time.Time{}
 		return nil
 	}
@@ -355,7 +356,7 @@ func (a *Agent) maintainStandby(ctx context.Context, proc *Process, primary stri
 	}
 	a.walGone = time.Time{}
 	a.log.Info("Cloning again: the primary no longer has the WAL this standby needs", "primary", primary, "waited", walGoneFor.String())
-	a.stopPostgres(StopFast)
+	a.stopPostgres(postgres.StopFast)
 	if err := a.reclone(ctx, a.upstreamOf(primary), primary, "the primary no longer has the WAL this standby needs"); err != nil {
 		return err
 	}
@@ -448,14 +449,14 @@ func (a *Agent) reclone(ctx context.Context, host pgconf.Upstream, primary, why 
 	if err := sameSystem(primary, peer.systemID, own); err != nil {
 		return err
 	}
-	a.makeRoom(dirSize(a.cfg.PGData))
-	aside, err := a.pg.setAside(why, time.Now())
+	a.makeRoom(postgres.DirSize(a.cfg.PGData))
+	aside, err := a.pg.SetAside(why, time.Now())
 	if err != nil {
 		return err
 	}
 	a.noteSetAside()
 	if err := a.pg.BaseBackup(ctx, host); err != nil {
-		if restore := a.pg.putBack(aside); restore != nil {
+		if restore := a.pg.PutBack(aside); restore != nil {
 			return errors.Join(fmt.Errorf("cloning from %s: %w", primary, err), fmt.Errorf("putting the data directory back from %s: %w", aside, restore))
 		}
 		return fmt.Errorf("cloning from %s: %w", primary, err)
@@ -481,7 +482,7 @@ func (a *Agent) start(ctx context.Context) error {
 		}
 		select {
 		case <-proc.Done():
-			proc.killAll()
+			proc.KillAll()
 			a.setState(nil, agentapi.RoleStopped, "")
 			if why := proc.Complaint(); why != "" {
 				return fmt.Errorf("postgres exited while starting: %s", why)
@@ -677,7 +678,7 @@ func (a *Agent) readyWALGaps(ctx context.Context) {
 		a.log.Error(err, "Reading the timeline to archive the segments earlier timelines left")
 		return
 	}
-	readied, err := a.pg.readyAncestorSegments(tl)
+	readied, err := a.pg.ReadyAncestorSegments(tl)
 	if len(readied) > 0 {
 		a.log.Info("Readied for archiving the segments an earlier timeline left unarchived", "timeline", tl, "segments", readied)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgpilot/pgpilot/internal/instance/gate"
 	"github.com/pgpilot/pgpilot/internal/instance/pgconf"
+	"github.com/pgpilot/pgpilot/internal/instance/postgres"
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
@@ -38,7 +39,7 @@ type Agent struct {
 	cfg      Config
 	cluster  clusterconfig.Config
 	creds    pgconf.Credentials
-	pg       *Postgres
+	pg       *postgres.Postgres
 	db       *DB
 	lease    LeaseSource
 	log      logr.Logger
@@ -62,7 +63,7 @@ type Agent struct {
 	rolesMu sync.Mutex
 
 	mu            sync.Mutex
-	proc          *Process
+	proc          *postgres.Process
 	role          string // an agentapi.Role* constant
 	upstream      string // the primary a standby streams from; "" when frozen
 	fenced        bool   // stopped on request or after a handover ...
@@ -118,7 +119,7 @@ func New(cfg Config, cluster clusterconfig.Config, creds pgconf.Credentials, lea
 	passfile := cfg.SocketDir + "/.pgpass-pgpilot"
 	a := &Agent{
 		cfg: cfg, cluster: cluster, creds: creds, lease: lease, log: log,
-		pg: &Postgres{BinDir: cfg.BinDir, PGData: cfg.PGData, Env: []string{"PGPASSFILE=" + passfile, "PGCONNECT_TIMEOUT=5"},
+		pg: &postgres.Postgres{BinDir: cfg.BinDir, PGData: cfg.PGData, Env: []string{"PGPASSFILE=" + passfile, "PGCONNECT_TIMEOUT=5"},
 			SocketLock: fmt.Sprintf("%s/.s.PGSQL.%d.lock", cfg.SocketDir, cfg.Port),
 			StaleLockRemoved: func(file string) {
 				log.Info("Removed a stale lock file: no postgres of this data directory runs", "file", file)
@@ -161,7 +162,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("the instance's certificates (the operator's Secrets %s, or spec.tls.serverSecretName): %w", a.cfg.TLS.Source, err)
 	}
 	go a.keepTLS(ctx, tlsCheckInterval)
-	lock, err := Interlock(ctx, a.cfg.PGData, func() {
+	lock, err := postgres.Interlock(ctx, a.cfg.PGData, func() {
 		a.log.Info("Waiting for another postgres on this volume to stop (a container of this pod still running?)", "lock", a.cfg.PGData+".lock")
 	})
 	if err != nil {
@@ -243,13 +244,13 @@ func (a *Agent) setErr(err error) {
 	a.lastErr, a.lastRefusal = err.Error(), refusal(err)
 }
 
-func (a *Agent) process() *Process {
+func (a *Agent) process() *postgres.Process {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.proc
 }
 
-func (a *Agent) setState(p *Process, role, upstream string) {
+func (a *Agent) setState(p *postgres.Process, role, upstream string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.proc, a.role, a.upstream = p, role, upstream
@@ -288,7 +289,7 @@ func (a *Agent) crashed() int {
 func (a *Agent) postmasterExited() int {
 	p := a.process()
 	a.log.Error(p.Err(), "Postgres exited unexpectedly; restarting it", "ranFor", time.Since(p.Started).Round(time.Millisecond).String())
-	p.killAll()
+	p.KillAll()
 	a.db.Reset()
 	a.stopGate()
 	recent := a.crashed()
@@ -554,7 +555,7 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 			st.Position, st.Timeline = cd.Checkpoint, cd.Timeline
 		}
 	}
-	if free, total, err := volumeSpace(filepath.Dir(a.cfg.PGData)); err == nil {
+	if free, total, err := postgres.VolumeSpace(filepath.Dir(a.cfg.PGData)); err == nil {
 		st.VolumeBytes, st.VolumeFreeBytes = int64(total), int64(free)
 		a.mu.Lock()
 		a.volume.add(time.Now(), free)

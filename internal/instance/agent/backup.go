@@ -13,6 +13,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/instance/backup"
 	"github.com/pgpilot/pgpilot/internal/instance/backup/store"
 	"github.com/pgpilot/pgpilot/internal/instance/pgconf"
+	"github.com/pgpilot/pgpilot/internal/instance/postgres"
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 )
@@ -254,7 +255,7 @@ func (a *Agent) restoreFromBackup(ctx context.Context) error {
 	}
 	// Files of the source instance that must not carry over: its role and its
 	// bootstrap marker (the roles and database are checked again, passwords reset).
-	for _, name := range []string{"standby.signal", bootstrapMarker} {
+	for _, name := range []string{"standby.signal", postgres.BootstrapMarker} {
 		if err := os.Remove(filepath.Join(a.cfg.PGData, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}

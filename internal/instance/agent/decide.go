@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 
+	"github.com/pgpilot/pgpilot/internal/instance/postgres"
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 )
 
@@ -28,7 +29,7 @@ type Observation struct {
 	Frozen     bool
 	FrozenTerm int32
 	// Data is what the data directory holds; read only when postgres is not running.
-	Data DataState
+	Data postgres.DataState
 }
 
 // Act is what a step does.
@@ -121,7 +122,7 @@ func decideVacant(o Observation) Decision {
 		return Decision{Act: Freeze, Reason: "the Lease names no primary: a failover or handover is under way"}
 	case o.Running:
 		return Decision{Act: KeepStandby, Reason: "frozen until the Lease names a primary"}
-	case o.Data == DataStandby:
+	case o.Data == postgres.DataStandby:
 		// Started, a frozen standby reports its position to the operator.
 		return Decision{Act: StartStandby, Reason: "the Lease names no primary: starting frozen"}
 	}

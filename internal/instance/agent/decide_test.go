@@ -3,6 +3,7 @@ package agent
 import (
 	"testing"
 
+	"github.com/pgpilot/pgpilot/internal/instance/postgres"
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
 )
@@ -12,7 +13,7 @@ func TestDecide(t *testing.T) {
 	running := func(role, upstream string) Observation {
 		return Observation{Me: "db-1", Running: true, Role: role, Upstream: upstream}
 	}
-	stopped := func(data DataState) Observation { return Observation{Me: "db-1", Data: data} }
+	stopped := func(data postgres.DataState) Observation { return Observation{Me: "db-1", Data: data} }
 	with := func(o Observation, v LeaseView, edit func(*Observation)) Observation {
 		o.View = v
 		if edit != nil {
@@ -41,9 +42,9 @@ func TestDecide(t *testing.T) {
 		{"holder, running primary: keep", with(running(agentapi.RolePrimary, ""), view("db-1", 3), nil), KeepPrimary, ""},
 		{"holder, running standby: promote", with(running(agentapi.RoleReplica, "db-0"), view("db-1", 3), nil), Promote, ""},
 		{"holder, frozen standby: promote", with(running(agentapi.RoleReplica, ""), view("db-1", 3), func(o *Observation) { o.Frozen, o.FrozenTerm = true, 2 }), Promote, ""},
-		{"holder, stopped: start as primary", with(stopped(DataPrimary), view("db-1", 3), nil), StartPrimary, ""},
-		{"holder fenced in this term: stays down", with(stopped(DataPrimary), view("db-1", 3), func(o *Observation) { o.Fenced, o.FencedTerm = true, 3 }), Idle, ""},
-		{"holder fenced in an earlier term: starts", with(stopped(DataPrimary), view("db-1", 4), func(o *Observation) { o.Fenced, o.FencedTerm = true, 3 }), StartPrimary, ""},
+		{"holder, stopped: start as primary", with(stopped(postgres.DataPrimary), view("db-1", 3), nil), StartPrimary, ""},
+		{"holder fenced in this term: stays down", with(stopped(postgres.DataPrimary), view("db-1", 3), func(o *Observation) { o.Fenced, o.FencedTerm = true, 3 }), Idle, ""},
+		{"holder fenced in an earlier term: starts", with(stopped(postgres.DataPrimary), view("db-1", 4), func(o *Observation) { o.Fenced, o.FencedTerm = true, 3 }), StartPrimary, ""},
 		{"holder, postgres starting: wait", with(running(agentapi.RoleStarting, ""), view("db-1", 3), nil), Idle, ""},
 
 		// The Lease names no holder: a failover or handover is under way.
@@ -54,8 +55,8 @@ func TestDecide(t *testing.T) {
 		{"vacant after an unclean release, streaming standby: freeze", with(running(agentapi.RoleReplica, "db-0"),
 			LeaseView{Known: true, Term: 4, Handover: &primarylease.Handover{From: "db-0", Released: true}}, nil), Freeze, ""},
 		{"vacant, frozen standby: keep", with(running(agentapi.RoleReplica, ""), view("", 4), func(o *Observation) { o.Frozen, o.FrozenTerm = true, 4 }), KeepStandby, ""},
-		{"vacant, stopped standby: start frozen", with(stopped(DataStandby), view("", 4), nil), StartStandby, ""},
-		{"vacant, stopped primary data: nothing", with(stopped(DataPrimary), view("", 4), nil), Idle, ""},
+		{"vacant, stopped standby: start frozen", with(stopped(postgres.DataStandby), view("", 4), nil), StartStandby, ""},
+		{"vacant, stopped primary data: nothing", with(stopped(postgres.DataPrimary), view("", 4), nil), Idle, ""},
 
 		// The Lease names another instance.
 		{"follower, running primary: step down", with(running(agentapi.RolePrimary, ""), view("db-0", 5), nil), StepDown, ""},
@@ -63,25 +64,25 @@ func TestDecide(t *testing.T) {
 		{"follower, standby of another: follow the holder", with(running(agentapi.RoleReplica, "db-2"), view("db-0", 5), nil), Follow, "db-0"},
 		{"follower, frozen in this term: stays frozen", with(running(agentapi.RoleReplica, ""), view("db-0", 4), func(o *Observation) { o.Frozen, o.FrozenTerm = true, 4 }), KeepStandby, ""},
 		{"follower, frozen in an earlier term: follow the new holder", with(running(agentapi.RoleReplica, ""), view("db-0", 5), func(o *Observation) { o.Frozen, o.FrozenTerm = true, 4 }), Follow, "db-0"},
-		{"follower, stopped: start as the holder's standby", with(stopped(DataStandby), view("db-0", 5), nil), StartStandby, "db-0"},
+		{"follower, stopped: start as the holder's standby", with(stopped(postgres.DataStandby), view("db-0", 5), nil), StartStandby, "db-0"},
 		{"follower, stopped after a freeze in this term: start frozen, never streaming from the old holder",
-			with(stopped(DataStandby), view("db-0", 4), func(o *Observation) { o.Frozen, o.FrozenTerm = true, 4 }), StartStandby, ""},
-		{"follower, stopped old primary: start as standby (rewind)", with(stopped(DataPrimary), view("db-0", 5), nil), StartStandby, "db-0"},
+			with(stopped(postgres.DataStandby), view("db-0", 4), func(o *Observation) { o.Frozen, o.FrozenTerm = true, 4 }), StartStandby, ""},
+		{"follower, stopped old primary: start as standby (rewind)", with(stopped(postgres.DataPrimary), view("db-0", 5), nil), StartStandby, "db-0"},
 
 		// Kept down by the Lease: hibernation and the user's fencing.
 		{"holder of a stopping cluster, running primary: stop, keeping the Lease", with(running(agentapi.RolePrimary, ""),
 			hibernating("db-1", 3, primarylease.Stopping), nil), Stop, ""},
-		{"holder of a stopped cluster, stopped: stays down", with(stopped(DataPrimary), hibernating("db-1", 3, primarylease.Stopped), nil), Idle, ""},
-		{"holder of a resuming cluster: starts as primary", with(stopped(DataPrimary), hibernating("db-1", 3, primarylease.Resuming), nil), StartPrimary, ""},
-		{"holder of a hibernation recorded in an earlier term: starts as primary", with(stopped(DataPrimary),
+		{"holder of a stopped cluster, stopped: stays down", with(stopped(postgres.DataPrimary), hibernating("db-1", 3, primarylease.Stopped), nil), Idle, ""},
+		{"holder of a resuming cluster: starts as primary", with(stopped(postgres.DataPrimary), hibernating("db-1", 3, primarylease.Resuming), nil), StartPrimary, ""},
+		{"holder of a hibernation recorded in an earlier term: starts as primary", with(stopped(postgres.DataPrimary),
 			LeaseView{Known: true, Holder: "db-1", Term: 4, Hibernation: &primarylease.Hibernation{Phase: primarylease.Stopped, Holder: "db-1", Term: 3}}, nil), StartPrimary, ""},
 		{"standby of a stopping cluster: keeps streaming its final WAL", with(running(agentapi.RoleReplica, "db-0"),
 			hibernating("db-0", 3, primarylease.Stopping), nil), KeepStandby, "db-0"},
 		{"fenced standby, running: stop", with(running(agentapi.RoleReplica, "db-0"), fenced(view("db-0", 5), "db-1"), nil), Stop, ""},
-		{"fenced standby, stopped: stays down", with(stopped(DataStandby), fenced(view("db-0", 5), "db-1"), nil), Idle, ""},
-		{"fenced standby while the Lease is vacant: stays down", with(stopped(DataStandby), fenced(view("", 5), "db-1"), nil), Idle, ""},
+		{"fenced standby, stopped: stays down", with(stopped(postgres.DataStandby), fenced(view("db-0", 5), "db-1"), nil), Idle, ""},
+		{"fenced standby while the Lease is vacant: stays down", with(stopped(postgres.DataStandby), fenced(view("", 5), "db-1"), nil), Idle, ""},
 		{"fenced holder, running primary: stop, keeping the Lease", with(running(agentapi.RolePrimary, ""), fenced(view("db-1", 5), "db-1", "db-0"), nil), Stop, ""},
-		{"another instance fenced: follow as usual", with(stopped(DataStandby), fenced(view("db-0", 5), "db-2"), nil), StartStandby, "db-0"},
+		{"another instance fenced: follow as usual", with(stopped(postgres.DataStandby), fenced(view("db-0", 5), "db-2"), nil), StartStandby, "db-0"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

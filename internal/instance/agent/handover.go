@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgpilot/pgpilot/internal/instance/gate"
 	"github.com/pgpilot/pgpilot/internal/instance/pgconf"
+	"github.com/pgpilot/pgpilot/internal/instance/postgres"
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
 )
@@ -53,7 +54,7 @@ func (a *Agent) stopGate() {
 }
 
 // stopPostgres stops postgres in mode, then its gate.
-func (a *Agent) stopPostgres(mode StopMode) {
+func (a *Agent) stopPostgres(mode postgres.StopMode) {
 	p := a.process()
 	if p == nil {
 		a.stopGate()
@@ -75,7 +76,7 @@ func (a *Agent) fence(term int32) {
 	a.mu.Lock()
 	a.fenced, a.fencedTerm = true, term
 	a.mu.Unlock()
-	a.stopPostgres(StopKill)
+	a.stopPostgres(postgres.StopKill)
 	a.mu.Lock()
 	a.role = agentapi.RoleFenced
 	a.mu.Unlock()
@@ -173,7 +174,7 @@ func (a *Agent) handover(ctx context.Context, immediate bool) (h agentapi.Handov
 			// Looked at again just before the kill: a session whose authentication
 			// began before the lockout's reload may have started since.
 			if again, still := a.endOfClientWAL(ctx, acked); has && still && again == final {
-				a.stopPostgres(StopKill)
+				a.stopPostgres(postgres.StopKill)
 				h.Clean, h.FinalLSN, h.Timeline = true, final.String(), tl
 				a.handedOver(h, "a standby had every acknowledged commit: killed postgres", start)
 				done := make(chan struct{})
@@ -185,7 +186,7 @@ func (a *Agent) handover(ctx context.Context, immediate bool) (h agentapi.Handov
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		a.stopPostgres(StopFast)
+		a.stopPostgres(postgres.StopFast)
 		a.mu.Lock()
 		a.role = agentapi.RoleFenced
 		a.mu.Unlock()
@@ -232,7 +233,7 @@ func (a *Agent) stopCleanly(ctx context.Context) {
 	primary := a.role == agentapi.RolePrimary
 	a.mu.Unlock()
 	if !primary {
-		a.stopPostgres(StopFast)
+		a.stopPostgres(postgres.StopFast)
 		return
 	}
 	_, stopped := a.handover(ctx, false)

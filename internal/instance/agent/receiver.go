@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pgpilot/pgpilot/internal/instance/postgres"
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 )
 
@@ -291,7 +292,7 @@ func (r *receiverWatcher) reset() {
 
 // watchReceiver looks at a running standby's WAL receiver (upstream "" when frozen),
 // ends one that hangs, and keeps what it saw for /status and /readyz.
-func (a *Agent) watchReceiver(ctx context.Context, proc *Process, upstream string) {
+func (a *Agent) watchReceiver(ctx context.Context, proc *postgres.Process, upstream string) {
 	now := time.Now()
 	a.recv.mu.Lock()
 	if a.recv.w == nil {
@@ -316,7 +317,7 @@ func (a *Agent) watchReceiver(ctx context.Context, proc *Process, upstream strin
 	w.detail = ""
 	if w.state == agentapi.ReceiverAbsent || w.state == agentapi.ReceiverConnecting {
 		if proc != nil {
-			w.detail = lastReceiverFatal(proc.tail.String())
+			w.detail = lastReceiverFatal(proc.Tail())
 		}
 	}
 	after, notStreaming := w.state, w.notStreaming

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgpilot/pgpilot/internal/instance/postgres"
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 )
 
@@ -25,7 +26,7 @@ func (a *Agent) restart(ctx context.Context) error {
 		return fmt.Errorf("%w: this standby is frozen (a failover or switchover is under way); it is restarted once it follows a primary again", agentapi.ErrConflict)
 	case role == agentapi.RoleReplica:
 		a.log.Info("Restarting the standby to apply the settings that need a restart", "primary", upstream)
-		a.stopPostgres(StopFast)
+		a.stopPostgres(postgres.StopFast)
 		return a.runStandby(ctx, upstream)
 	case role == agentapi.RolePrimary && !alone:
 		return fmt.Errorf("%w: this is the primary of a cluster with standbys; it is never restarted under its clients: the operator hands its role to a restarted standby by a switchover first", agentapi.ErrConflict)

@@ -32,3 +32,15 @@ func TestWALRemovedUpstream(t *testing.T) {
 		})
 	}
 }
+
+func TestLastFatal(t *testing.T) {
+	log := "2026-11-24 LOG:  started streaming\n" +
+		"2026-11-24 FATAL:  database system identifier differs between the primary and standby\n" +
+		"2026-11-24 DETAIL:  The primary's identifier is 1, the standby's identifier is 2.\n"
+	if got := lastFatal(log); got != "database system identifier differs between the primary and standby" {
+		t.Errorf("lastFatal = %q", got)
+	}
+	if got := lastFatal("LOG: fine\n"); got != "" {
+		t.Errorf("lastFatal without a FATAL = %q", got)
+	}
+}

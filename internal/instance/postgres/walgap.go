@@ -1,4 +1,4 @@
-package agent
+package postgres
 
 import (
 	"bufio"
@@ -45,7 +45,7 @@ func (p *Postgres) switchPoints(tl int64) (map[int64]pglogrepl.LSN, error) {
 	if tl <= 1 {
 		return ends, nil
 	}
-	f, err := os.Open(historyPath(p.PGData, tl))
+	f, err := os.Open(HistoryPath(p.PGData, tl))
 	if err != nil {
 		return nil, err
 	}
@@ -73,12 +73,12 @@ func (p *Postgres) switchPoints(tl int64) (map[int64]pglogrepl.LSN, error) {
 	return ends, s.Err()
 }
 
-// readyAncestorSegments creates archive_status/<name>.ready for every segment of an
+// ReadyAncestorSegments creates archive_status/<name>.ready for every segment of an
 // ancestor of timeline tl that pg_wal holds, that ends at or before the point where its
 // timeline ended, and that has neither a .ready nor a .done file; it returns their
 // names. A segment across a switch point is PostgreSQL's own (it archives it as
 // .partial); one past it is WAL the new timeline does not continue, never archived.
-func (p *Postgres) readyAncestorSegments(tl int64) ([]string, error) {
+func (p *Postgres) ReadyAncestorSegments(tl int64) ([]string, error) {
 	ends, err := p.switchPoints(tl)
 	if err != nil || len(ends) == 0 {
 		return nil, err

@@ -1,4 +1,4 @@
-package agent
+package postgres
 
 import (
 	"math"
@@ -24,7 +24,7 @@ func TestSetAsideAndPutBack(t *testing.T) {
 	p := &Postgres{PGData: filepath.Join(t.TempDir(), "pgdata")}
 	writeDataDir(t, p.PGData, "15")
 	at := time.Date(2026, 11, 24, 14, 30, 5, 0, time.UTC)
-	path, err := p.setAside("pg_rewind failed: different systems", at)
+	path, err := p.SetAside("pg_rewind failed: different systems", at)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,14 +34,14 @@ func TestSetAsideAndPutBack(t *testing.T) {
 	if _, err := os.Stat(p.PGData); !os.IsNotExist(err) {
 		t.Errorf("the data directory is still there: %v", err)
 	}
-	list, err := p.asides()
+	list, err := p.Asides()
 	if err != nil || len(list) != 1 {
 		t.Fatalf("asides: %+v, %v; want one", list, err)
 	}
-	if a := list[0]; a.reason != "pg_rewind failed: different systems" || !a.at.Equal(at) || a.superseded {
+	if a := list[0]; a.Reason != "pg_rewind failed: different systems" || !a.At.Equal(at) || a.Superseded {
 		t.Errorf("aside %+v", a)
 	}
-	if err := p.putBack(path); err != nil {
+	if err := p.PutBack(path); err != nil {
 		t.Fatal(err)
 	}
 	if b, err := os.ReadFile(filepath.Join(p.PGData, "PG_VERSION")); err != nil || string(b) != "15" {
@@ -59,45 +59,33 @@ func TestReclaimRemovesOnlySupersededOldestFirst(t *testing.T) {
 	base := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
 	for i := range 3 {
 		writeDataDir(t, p.PGData, "15")
-		if _, err := p.setAside("test", base.Add(time.Duration(i)*time.Hour)); err != nil {
+		if _, err := p.SetAside("test", base.Add(time.Duration(i)*time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	list, err := p.asides()
+	list, err := p.Asides()
 	if err != nil || len(list) != 3 {
 		t.Fatalf("asides: %d, %v", len(list), err)
 	}
 	// The first two were superseded by a verified clone; the third is pending.
-	marked, err := p.supersede(list[:2], base)
+	marked, err := p.Supersede(list[:2], base)
 	if err != nil || len(marked) != 2 {
 		t.Fatalf("supersede: %v, %v", marked, err)
 	}
 	// Enough free space: nothing goes.
-	if removed, err := p.reclaim(list, 0); err != nil || len(removed) != 0 {
+	if removed, err := p.Reclaim(list, 0); err != nil || len(removed) != 0 {
 		t.Errorf("reclaim with room: removed %v, %v", removed, err)
 	}
 	// No amount of space is enough: every superseded one goes, the pending one stays.
-	removed, err := p.reclaim(list, math.MaxUint64)
+	removed, err := p.Reclaim(list, math.MaxUint64)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(removed) != 2 || removed[0] != "pgdata.set-aside-20261124T100000Z" || removed[1] != "pgdata.set-aside-20261124T110000Z" {
 		t.Errorf("removed %v, want the two superseded ones, oldest first", removed)
 	}
-	left, _ := p.asides()
-	if len(left) != 1 || left[0].superseded || filepath.Base(left[0].path) != "pgdata.set-aside-20261124T120000Z" {
+	left, _ := p.Asides()
+	if len(left) != 1 || left[0].Superseded || filepath.Base(left[0].Path) != "pgdata.set-aside-20261124T120000Z" {
 		t.Errorf("left %+v, want only the pending one", left)
-	}
-}
-
-func TestLastFatal(t *testing.T) {
-	log := "2026-11-24 LOG:  started streaming\n" +
-		"2026-11-24 FATAL:  database system identifier differs between the primary and standby\n" +
-		"2026-11-24 DETAIL:  The primary's identifier is 1, the standby's identifier is 2.\n"
-	if got := lastFatal(log); got != "database system identifier differs between the primary and standby" {
-		t.Errorf("lastFatal = %q", got)
-	}
-	if got := lastFatal("LOG: fine\n"); got != "" {
-		t.Errorf("lastFatal without a FATAL = %q", got)
 	}
 }

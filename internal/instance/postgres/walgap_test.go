@@ -1,4 +1,4 @@
-package agent
+package postgres
 
 import (
 	"os"
@@ -55,7 +55,7 @@ func TestReadyAncestorSegments(t *testing.T) {
 	segment("000000050000000100000009") // a timeline not in this history
 
 	p := &Postgres{PGData: pgdata}
-	got, err := p.readyAncestorSegments(3)
+	got, err := p.ReadyAncestorSegments(3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,10 +79,10 @@ func TestReadyAncestorSegments(t *testing.T) {
 	if diff := cmp.Diff(wantFiles, files); diff != "" {
 		t.Errorf("archive_status (-want +got):\n%s", diff)
 	}
-	if again, err := p.readyAncestorSegments(3); err != nil || len(again) != 0 {
+	if again, err := p.ReadyAncestorSegments(3); err != nil || len(again) != 0 {
 		t.Errorf("a second pass readied %v (%v)", again, err)
 	}
-	if none, err := p.readyAncestorSegments(1); err != nil || len(none) != 0 {
+	if none, err := p.ReadyAncestorSegments(1); err != nil || len(none) != 0 {
 		t.Errorf("timeline 1 readied %v (%v)", none, err)
 	}
 }

@@ -1,4 +1,8 @@
-package agent
+// Package postgres runs one PostgreSQL server for the agent: its data directory (state,
+// control data, history files, set-aside copies, WAL segments left unarchived), its
+// configuration files, and the postmaster process (start, stop, kill every process it
+// left). It holds no policy: what to run, when and why is the agent's (package agent).
+package postgres
 
 import (
 	"bufio"
@@ -132,21 +136,22 @@ func Interlock(ctx context.Context, pgdata string, waiting func()) (*os.File, er
 	}
 }
 
-func (p *Postgres) bin(name string) string { return filepath.Join(p.BinDir, name) }
+func (p *Postgres) Bin(name string) string { return filepath.Join(p.BinDir, name) }
 
 // run runs a PostgreSQL program to completion and returns its combined output.
 func (p *Postgres) run(ctx context.Context, name string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, p.bin(name), args...)
+	cmd := exec.CommandContext(ctx, p.Bin(name), args...)
 	cmd.Env = append(os.Environ(), p.Env...)
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return out, fmt.Errorf("%s: %w: %s", name, err, lastLines(out, 5))
+		return out, fmt.Errorf("%s: %w: %s", name, err, LastLines(out, 5))
 	}
 	return out, nil
 }
 
-func lastLines(b []byte, n int) string {
+// LastLines is the last n lines of b, trimmed, for an error or a log line.
+func LastLines(b []byte, n int) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
@@ -197,19 +202,19 @@ func (p *Postgres) Recovering() bool {
 	return err == nil
 }
 
-// bootstrapMarker is created in the data directory once the first primary created the
+// BootstrapMarker is created in the data directory once the first primary created the
 // cluster's roles and database; clones and rewinds carry it along.
-const bootstrapMarker = "pgpilot.bootstrapped"
+const BootstrapMarker = "pgpilot.bootstrapped"
 
 // Bootstrapped reports whether the bootstrap marker exists.
 func (p *Postgres) Bootstrapped() bool {
-	_, err := os.Stat(filepath.Join(p.PGData, bootstrapMarker))
+	_, err := os.Stat(filepath.Join(p.PGData, BootstrapMarker))
 	return err == nil
 }
 
 // MarkBootstrapped creates the bootstrap marker.
 func (p *Postgres) MarkBootstrapped() error {
-	return pgconf.WriteFileAtomic(filepath.Join(p.PGData, bootstrapMarker), []byte("roles and database created by pgpilot\n"), 0o600)
+	return pgconf.WriteFileAtomic(filepath.Join(p.PGData, BootstrapMarker), []byte("roles and database created by pgpilot\n"), 0o600)
 }
 
 // SystemIdentifier reads the database system identifier: the first field of
@@ -288,7 +293,7 @@ func (p *Postgres) Rewind(ctx context.Context, host pgconf.Upstream) (string, er
 	if err != nil {
 		return "", err
 	}
-	return lastLines(out, 3), nil
+	return LastLines(out, 3), nil
 }
 
 // ControlData is what pg_controldata says.
@@ -388,10 +393,10 @@ type Process struct {
 // last of it kept for error messages.
 func (p *Postgres) Start() (*Process, error) {
 	p.removeStaleLocks()
-	if err := p.removeUnusedPlaceholders(); err != nil {
+	if err := p.RemoveUnusedPlaceholders(); err != nil {
 		return nil, fmt.Errorf("removing unused placeholder history files: %w", err)
 	}
-	cmd := exec.Command(p.bin("postgres"), "-D", p.PGData)
+	cmd := exec.Command(p.Bin("postgres"), "-D", p.PGData)
 	cmd.Env = append(os.Environ(), p.Env...)
 	tail := &tailBuffer{max: 8 << 10}
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(os.Stdout, tail), io.MultiWriter(os.Stderr, tail)
@@ -442,6 +447,10 @@ func (pr *Process) Complaint() string {
 	return strings.Join(msgs, "; ")
 }
 
+// Tail is the end of what the postmaster wrote (its log until the logging collector
+// takes over), the last 8 KiB of it.
+func (pr *Process) Tail() string { return pr.tail.String() }
+
 // tailBuffer keeps the last max bytes written to it.
 type tailBuffer struct {
 	mu  sync.Mutex
@@ -476,7 +485,7 @@ const (
 	// acknowledged), writes the shutdown checkpoint and sends all WAL to the connected
 	// standbys before it exits.
 	StopFast StopMode = iota
-	// StopKill kills every process of postgres at once (SIGKILL, see killAll); the next
+	// StopKill kills every process of postgres at once (SIGKILL, see KillAll); the next
 	// start recovers from the crash. For the data it is PostgreSQL's immediate
 	// shutdown, without waiting for each process to take SIGQUIT and the postmaster to
 	// collect them, which takes hundreds of milliseconds on a busy node. A process with
@@ -490,7 +499,7 @@ const (
 // postmaster exited after when that is not mode's own (0 when it is).
 func (pr *Process) Stop(timeout time.Duration, mode StopMode) (escalated syscall.Signal) {
 	if mode == StopKill {
-		pr.killAll()
+		pr.KillAll()
 		<-pr.done
 		return 0
 	}
@@ -498,7 +507,7 @@ func (pr *Process) Stop(timeout time.Duration, mode StopMode) (escalated syscall
 		sig syscall.Signal
 		d   time.Duration
 	}{{syscall.SIGINT, timeout * 3 / 4}, {syscall.SIGQUIT, timeout / 4}}
-	defer pr.killAll()
+	defer pr.KillAll()
 	for i, s := range steps {
 		_ = pr.cmd.Process.Signal(s.sig)
 		select {
@@ -510,12 +519,12 @@ func (pr *Process) Stop(timeout time.Duration, mode StopMode) (escalated syscall
 		case <-time.After(s.d):
 		}
 	}
-	pr.killAll()
+	pr.KillAll()
 	<-pr.done
 	return syscall.SIGKILL
 }
 
-// killAll kills the postmaster and every process it started. Each of those leads a
+// KillAll kills the postmaster and every process it started. Each of those leads a
 // process group and a session of its own (PostgreSQL's InitPostmasterChild calls
 // setsid), so a signal to the postmaster's group reaches the postmaster alone, and a
 // backend orphaned by a dead postmaster runs on until it notices: one with
@@ -527,7 +536,7 @@ func (pr *Process) Stop(timeout time.Duration, mode StopMode) (escalated syscall
 //
 // The postmaster is signalled through os.Process, which refuses once it has been
 // waited for (its PID may then be another process's).
-func (pr *Process) killAll() {
+func (pr *Process) KillAll() {
 	pm := pr.cmd.Process
 	if pm.Signal(syscall.SIGSTOP) == nil {
 		for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {

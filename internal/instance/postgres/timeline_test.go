@@ -1,4 +1,4 @@
-package agent
+package postgres
 
 import (
 	"os"
@@ -14,12 +14,12 @@ func TestPlaceholderHistoryFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	realHistory := func(id int64) {
-		if err := os.WriteFile(historyPath(pg.PGData, id), []byte("1\t0/3000000\tno recovery target specified\n"), 0o600); err != nil {
+		if err := os.WriteFile(HistoryPath(pg.PGData, id), []byte("1\t0/3000000\tno recovery target specified\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
 	list := func() (all, placeholders []int64) {
-		ids, err := pg.historyFiles()
+		ids, err := pg.HistoryFiles()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,18 +34,18 @@ func TestPlaceholderHistoryFiles(t *testing.T) {
 		return all, placeholders
 	}
 	newest := func() int64 {
-		h, err := pg.historyFiles()
+		h, err := pg.HistoryFiles()
 		if err != nil {
 			t.Fatal(err)
 		}
-		return h.newestReal()
+		return h.NewestReal()
 	}
 	reserve := func(from, next int64) {
-		h, err := pg.historyFiles()
+		h, err := pg.HistoryFiles()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := pg.reserveTimelines(h, from, next); err != nil {
+		if err := pg.ReserveTimelines(h, from, next); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -63,13 +63,13 @@ func TestPlaceholderHistoryFiles(t *testing.T) {
 	if n := newest(); n != 4 {
 		t.Errorf("newest real: %d, want 4 (placeholders do not count)", n)
 	}
-	if !IsPlaceholderHistory(historyPath(pg.PGData, 5)) || IsPlaceholderHistory(historyPath(pg.PGData, 4)) {
+	if !IsPlaceholderHistory(HistoryPath(pg.PGData, 5)) || IsPlaceholderHistory(HistoryPath(pg.PGData, 4)) {
 		t.Error("IsPlaceholderHistory does not tell a placeholder from a real history file")
 	}
 
 	// The promotion did not happen: before the next start the placeholders above the
 	// newest real file go, the one in the gap below it stays.
-	if err := pg.removeUnusedPlaceholders(); err != nil {
+	if err := pg.RemoveUnusedPlaceholders(); err != nil {
 		t.Fatal(err)
 	}
 	if all, _ := list(); !slices.Equal(all, []int64{2, 3, 4}) {
@@ -78,7 +78,7 @@ func TestPlaceholderHistoryFiles(t *testing.T) {
 	// It did: the chosen timeline's real file keeps every placeholder below it.
 	reserve(4, 7)
 	realHistory(7)
-	if err := pg.removeUnusedPlaceholders(); err != nil {
+	if err := pg.RemoveUnusedPlaceholders(); err != nil {
 		t.Fatal(err)
 	}
 	if all, _ := list(); !slices.Equal(all, []int64{2, 3, 4, 5, 6, 7}) {
