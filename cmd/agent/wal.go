@@ -36,7 +36,7 @@ func archiveWAL(args []string) error {
 	if cluster.Backup == nil {
 		return nil
 	}
-	// A placeholder (internal/instance/agent/timeline.go) names a timeline this cluster may use
+	// A placeholder (internal/instance/postgres/timeline.go) names a timeline this cluster may use
 	// elsewhere: the archive keeps only real history files.
 	if postgres.IsPlaceholderHistory(path) {
 		return nil

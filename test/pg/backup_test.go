@@ -413,7 +413,7 @@ func TestWALThePrimaryCouldNotArchiveIsArchivedByTheReplica(t *testing.T) {
 	// primary dies before it has sent all of it, the WAL receiver never writes the last
 	// segment's end and never readies it, though the promotion counts it whole (CI saw
 	// this under load: no archive status for it at all). Made so here whichever way the
-	// race went: the promoted replica must archive it anyway (internal/instance/agent/walgap.go).
+	// race went: the promoted replica must archive it anyway (internal/instance/postgres/walgap.go).
 	if err := os.Remove(filepath.Join(r.pgdata, "pg_wal", "archive_status", segments[2]+".ready")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}

@@ -436,7 +436,7 @@ func (a *Agent) waitPromoted(ctx context.Context, primary string) error {
 
 // reclone replaces a data directory that cannot be rewound or catch up by a new clone
 // of primary's. The clone must be of the same database; the old directory is set aside
-// on the volume, never deleted (aside.go).
+// on the volume, never deleted (package postgres, aside.go).
 func (a *Agent) reclone(ctx context.Context, host pgconf.Upstream, primary, why string) error {
 	own, err := a.pg.SystemIdentifier()
 	if err != nil {
@@ -629,7 +629,7 @@ func (a *Agent) follow(ctx context.Context, primary string) error {
 
 // maintainPrimary keeps the commit gate running, the synchronous rule, and a slot for
 // every other instance; once per start or promotion it readies for the archiver what
-// the earlier timelines left unarchived (walgap.go).
+// the earlier timelines left unarchived (package postgres, walgap.go).
 func (a *Agent) maintainPrimary(ctx context.Context) error {
 	a.startGate()
 	if err := a.terminateGateImpostors(ctx); err != nil {
@@ -667,7 +667,7 @@ func (a *Agent) terminateGateImpostors(ctx context.Context) error {
 }
 
 // readyWALGaps readies for the archiver the whole segments of this primary's earlier
-// timelines that pg_wal holds with no archive status (walgap.go), once per start or
+// timelines that pg_wal holds with no archive status (package postgres, walgap.go), once per start or
 // promotion; a failure is logged and tried again at the next step.
 func (a *Agent) readyWALGaps(ctx context.Context) {
 	if a.walGapsDone {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgpilot/pgpilot/internal/instance/gate"
 	"github.com/pgpilot/pgpilot/internal/instance/pgconf"
+	"github.com/pgpilot/pgpilot/internal/instance/pgsql"
 	"github.com/pgpilot/pgpilot/internal/instance/postgres"
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
@@ -40,7 +41,7 @@ type Agent struct {
 	cluster  clusterconfig.Config
 	creds    pgconf.Credentials
 	pg       *postgres.Postgres
-	db       *DB
+	db       *pgsql.DB
 	lease    LeaseSource
 	log      logr.Logger
 	peerHTTP agentapi.HTTPClients
@@ -124,7 +125,7 @@ func New(cfg Config, cluster clusterconfig.Config, creds pgconf.Credentials, lea
 			StaleLockRemoved: func(file string) {
 				log.Info("Removed a stale lock file: no postgres of this data directory runs", "file", file)
 			}},
-		db:       &DB{SocketDir: cfg.SocketDir, Port: cfg.Port, User: creds.Superuser.Username},
+		db:       &pgsql.DB{SocketDir: cfg.SocketDir, Port: cfg.Port, User: creds.Superuser.Username},
 		requests: make(chan request),
 		kick:     make(chan struct{}, 1),
 		wakeCh:   make(chan struct{}, 1),

@@ -71,7 +71,7 @@ func every(ctx context.Context, d time.Duration, f func()) {
 	}
 }
 
-// keepPrimary keeps, on a running primary, synchronous_commit pinned (durability.go) and
+// keepPrimary keeps, on a running primary, synchronous_commit pinned (durability.go, and package pgsql) and
 // the loss budget's limit current (lossbudget.go), every lockoutEvery until ctx ends.
 // Each pass has a deadline, so a statement that waits (a lock held by a client's open
 // transaction) delays the next pass, never the lockout.

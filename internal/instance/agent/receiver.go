@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/pgpilot/pgpilot/internal/instance/pgsql"
 	"github.com/pgpilot/pgpilot/internal/instance/postgres"
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 )
@@ -36,27 +36,6 @@ const receiverSampleMaxAge = 5 * time.Second
 // lagSamplesMax bounds the positions kept to measure lag (one a step).
 const lagSamplesMax = 4096
 
-// receiverSample is one look at the WAL receiver (pg_stat_wal_receiver and
-// pg_stat_activity) and the standby's replay position.
-type receiverSample struct {
-	// PID is the receiver's process; 0 when none runs.
-	PID int
-	// Status is pg_stat_wal_receiver.status (streaming, waiting, ...), or "connecting"
-	// for a receiver that pg_stat_activity shows and pg_stat_wal_receiver not yet.
-	Status string
-	// WaitEvent is what the receiver waits on (LibPQWalReceiverConnect while it
-	// connects).
-	WaitEvent string
-	// MsgAge is how long ago the receiver last heard from the primary; negative when it
-	// never did.
-	MsgAge time.Duration
-	// LatestEnd is the primary's end of WAL as the primary last reported it; Replayed is
-	// this standby's replay position. 0 when unknown.
-	LatestEnd, Replayed uint64
-	// ReceiverTimeout is wal_receiver_timeout (0: off).
-	ReceiverTimeout time.Duration
-}
-
 // receiverLimits are the watch's bounds.
 type receiverLimits struct {
 	// Connect: a receiver not streaming for this long is ended.
@@ -71,7 +50,7 @@ type receiverLimits struct {
 // at half of which the receiver asks the primary for a reply (so a receiver that hears
 // nothing for longer has lost its primary); with the timeout off, an idle primary sends
 // nothing and silence proves nothing.
-func limitsFor(s receiverSample, maxLag time.Duration) receiverLimits {
+func limitsFor(s pgsql.ReceiverSample, maxLag time.Duration) receiverLimits {
 	l := receiverLimits{Connect: receiverConnectLimit, MaxLag: maxLag}
 	if s.ReceiverTimeout > 0 {
 		l.Stall = s.ReceiverTimeout/2 + receiverStallMargin
@@ -149,7 +128,7 @@ func (w *receiverWatch) set(now time.Time, state string) {
 
 // observe takes in a sample taken at now and returns the pid of a receiver to end (0
 // for none) and why.
-func (w *receiverWatch) observe(now time.Time, s receiverSample, lim receiverLimits) (end int, why string) {
+func (w *receiverWatch) observe(now time.Time, s pgsql.ReceiverSample, lim receiverLimits) (end int, why string) {
 	w.sampled = now
 	w.lastMsgAge = s.MsgAge
 	if w.upstream == "" {
@@ -202,7 +181,7 @@ func (w *receiverWatch) observe(now time.Time, s receiverSample, lim receiverLim
 
 // measureLag keeps the primary's reported ends of WAL this standby has not replayed
 // yet; the lag is how long ago the primary had the oldest of them.
-func (w *receiverWatch) measureLag(now time.Time, s receiverSample) {
+func (w *receiverWatch) measureLag(now time.Time, s pgsql.ReceiverSample) {
 	if s.LatestEnd > 0 && (len(w.ends) == 0 || s.LatestEnd > w.ends[len(w.ends)-1].lsn) {
 		if len(w.ends) < lagSamplesMax {
 			w.ends = append(w.ends, lsnAt{lsn: s.LatestEnd, at: now})
@@ -303,7 +282,7 @@ func (a *Agent) watchReceiver(ctx context.Context, proc *postgres.Process, upstr
 	if upstream == "" {
 		return
 	}
-	s, err := a.db.receiver(ctx)
+	s, err := a.db.Receiver(ctx)
 	if err != nil {
 		a.log.Info("Could not look at the WAL receiver", "error", err.Error())
 		return
@@ -328,7 +307,7 @@ func (a *Agent) watchReceiver(ctx context.Context, proc *postgres.Process, upstr
 	if end == 0 {
 		return
 	}
-	how, err := a.db.endReceiver(ctx, end)
+	how, err := a.db.EndReceiver(ctx, end)
 	if err != nil {
 		a.log.Error(err, "Could not end a hung WAL receiver", "pid", end, "why", why)
 		return
@@ -380,67 +359,4 @@ func (a *Agent) readLagBound() time.Duration {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.cluster.ReadLagBound()
-}
-
-// receiver looks at this standby's WAL receiver.
-func (d *DB) receiver(ctx context.Context) (receiverSample, error) {
-	conn, err := d.connect(ctx)
-	if err != nil {
-		return receiverSample{}, err
-	}
-	defer conn.Release()
-	var s receiverSample
-	var age, timeout int64
-	var end, replayed int64
-	// pg_stat_wal_receiver shows a receiver only once it has connected (PostgreSQL 15:
-	// ready_to_display), and then says "streaming" before the primary accepted
-	// START_REPLICATION. A receiver still connecting is seen in pg_stat_activity only,
-	// waiting on LibPQWalReceiverConnect: found on real PostgreSQL, where the watch first
-	// took a receiver hung in connect for 63 s for no receiver at all.
-	err = conn.QueryRow(ctx, `SELECT coalesce(a.pid, r.pid, 0),
-		coalesce(r.status, CASE WHEN a.pid IS NOT NULL THEN 'connecting' END, ''), coalesce(a.wait_event, ''),
-		coalesce((extract(epoch FROM clock_timestamp() - r.last_msg_receipt_time) * 1000)::bigint, -1),
-		coalesce(pg_wal_lsn_diff(r.latest_end_lsn, '0/0'), 0)::bigint,
-		coalesce(pg_wal_lsn_diff(pg_last_wal_replay_lsn(), '0/0'), 0)::bigint,
-		(SELECT setting::bigint FROM pg_settings WHERE name = 'wal_receiver_timeout')
-		FROM (SELECT 1) one
-		LEFT JOIN (SELECT pid, wait_event FROM pg_stat_activity WHERE backend_type = 'walreceiver' ORDER BY backend_start DESC LIMIT 1) a ON true
-		LEFT JOIN pg_stat_wal_receiver r ON true`).
-		Scan(&s.PID, &s.Status, &s.WaitEvent, &age, &end, &replayed, &timeout)
-	if err != nil {
-		return s, err
-	}
-	s.MsgAge = time.Duration(age) * time.Millisecond
-	if age < 0 {
-		s.MsgAge = -1
-	}
-	s.LatestEnd, s.Replayed = uint64(max(end, 0)), uint64(max(replayed, 0))
-	s.ReceiverTimeout = time.Duration(max(timeout, 0)) * time.Millisecond
-	return s, nil
-}
-
-// endReceiver ends the WAL receiver pid; the startup process starts another.
-// pg_terminate_backend refuses it ("PID ... is not a PostgreSQL backend process": it is
-// an auxiliary process in PostgreSQL 15, checked on real PostgreSQL), so the agent, the
-// same OS user as postgres, sends it SIGTERM itself once it has checked that pid still
-// is this postgres's receiver. It exits with "terminating walreceiver process due to
-// administrator command", as pg_terminate_backend would have it.
-func (d *DB) endReceiver(ctx context.Context, pid int) (string, error) {
-	conn, err := d.connect(ctx)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Release()
-	var still int
-	err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walreceiver' AND pid = $1`, pid).Scan(&still)
-	if err != nil {
-		return "", err
-	}
-	if still == 0 {
-		return "gone already", nil
-	}
-	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
-		return "", fmt.Errorf("sending SIGTERM to the WAL receiver %d: %w", pid, err)
-	}
-	return "SIGTERM", nil
 }

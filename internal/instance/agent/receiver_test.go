@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgpilot/pgpilot/internal/instance/pgsql"
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 )
 
@@ -13,15 +14,15 @@ import (
 func TestReceiverWatch(t *testing.T) {
 	t0 := time.Date(2026, 11, 27, 5, 0, 0, 0, time.UTC)
 	const timeout = 5 * time.Second // wal_receiver_timeout: stall bound 5.5 s
-	streaming := func(pid int, msgAge time.Duration, end, replayed uint64) receiverSample {
-		return receiverSample{PID: pid, Status: "streaming", MsgAge: msgAge, LatestEnd: end, Replayed: replayed, ReceiverTimeout: timeout}
+	streaming := func(pid int, msgAge time.Duration, end, replayed uint64) pgsql.ReceiverSample {
+		return pgsql.ReceiverSample{PID: pid, Status: "streaming", MsgAge: msgAge, LatestEnd: end, Replayed: replayed, ReceiverTimeout: timeout}
 	}
-	connecting := func(pid int) receiverSample {
-		return receiverSample{PID: pid, Status: "starting", WaitEvent: "LibPQWalReceiverConnect", MsgAge: -1, ReceiverTimeout: timeout}
+	connecting := func(pid int) pgsql.ReceiverSample {
+		return pgsql.ReceiverSample{PID: pid, Status: "starting", WaitEvent: "LibPQWalReceiverConnect", MsgAge: -1, ReceiverTimeout: timeout}
 	}
-	absent := receiverSample{MsgAge: -1, ReceiverTimeout: timeout}
+	absent := pgsql.ReceiverSample{MsgAge: -1, ReceiverTimeout: timeout}
 	type look struct {
-		s receiverSample
+		s pgsql.ReceiverSample
 		// wantEnd is the pid the watch ends at this look (0 none).
 		wantEnd   int
 		wantState string
@@ -63,8 +64,8 @@ func TestReceiverWatch(t *testing.T) {
 			{streaming(40, 7*time.Second, 100, 100), 0, agentapi.ReceiverStalled, false},
 		}},
 		{"with wal_receiver_timeout off, silence proves nothing", "p", []look{
-			{receiverSample{PID: 45, Status: "streaming", MsgAge: time.Minute, LatestEnd: 5, Replayed: 5}, 0, agentapi.ReceiverConnecting, false},
-			{receiverSample{PID: 45, Status: "streaming", MsgAge: time.Minute, LatestEnd: 5, Replayed: 5}, 0, agentapi.ReceiverStreaming, true},
+			{pgsql.ReceiverSample{PID: 45, Status: "streaming", MsgAge: time.Minute, LatestEnd: 5, Replayed: 5}, 0, agentapi.ReceiverConnecting, false},
+			{pgsql.ReceiverSample{PID: 45, Status: "streaming", MsgAge: time.Minute, LatestEnd: 5, Replayed: 5}, 0, agentapi.ReceiverStreaming, true},
 		}},
 		{"a streaming receiver that never heard from its primary counts from when it was seen", "p", []look{
 			{streaming(50, -1, 0, 0), 0, agentapi.ReceiverConnecting, false},
@@ -128,10 +129,10 @@ func TestReceiverLag(t *testing.T) {
 	w.follow(t0, "p")
 	lim := receiverLimits{Connect: receiverConnectLimit, Stall: 5500 * time.Millisecond, MaxLag: 10 * time.Second}
 	// The primary writes 100 bytes a second; the standby replays nothing for 15 s.
-	w.observe(t0.Add(-time.Second), receiverSample{PID: 1, Status: "streaming", MsgAge: 0, LatestEnd: 1000, Replayed: 1000}, lim)
+	w.observe(t0.Add(-time.Second), pgsql.ReceiverSample{PID: 1, Status: "streaming", MsgAge: 0, LatestEnd: 1000, Replayed: 1000}, lim)
 	for i := 0; i <= 15; i++ {
 		now := t0.Add(time.Duration(i) * time.Second)
-		w.observe(now, receiverSample{PID: 1, Status: "streaming", MsgAge: 0, LatestEnd: uint64(1000 + 100*i), Replayed: 1000}, lim)
+		w.observe(now, pgsql.ReceiverSample{PID: 1, Status: "streaming", MsgAge: 0, LatestEnd: uint64(1000 + 100*i), Replayed: 1000}, lim)
 		ready, reason := w.health(now, lim.MaxLag)
 		wantLag := time.Duration(max(i-1, 0)) * time.Second
 		if i == 0 {
@@ -150,7 +151,7 @@ func TestReceiverLag(t *testing.T) {
 	// It replays up to what the primary had at 13 s: the oldest WAL it lacks, the
 	// primary reported at 14 s: lag 2 s, ready again.
 	now := t0.Add(16 * time.Second)
-	w.observe(now, receiverSample{PID: 1, Status: "streaming", MsgAge: 0, LatestEnd: 2600, Replayed: 2300}, lim)
+	w.observe(now, pgsql.ReceiverSample{PID: 1, Status: "streaming", MsgAge: 0, LatestEnd: 2600, Replayed: 2300}, lim)
 	if w.lag != 2*time.Second {
 		t.Fatalf("lag %s after catching up to 13 s, want 2s", w.lag)
 	}
@@ -158,7 +159,7 @@ func TestReceiverLag(t *testing.T) {
 		t.Fatalf("not ready at 2 s of lag: %s", why)
 	}
 	// All replayed: no lag.
-	w.observe(now.Add(time.Second), receiverSample{PID: 1, Status: "streaming", MsgAge: 0, LatestEnd: 2600, Replayed: 2600}, lim)
+	w.observe(now.Add(time.Second), pgsql.ReceiverSample{PID: 1, Status: "streaming", MsgAge: 0, LatestEnd: 2600, Replayed: 2600}, lim)
 	if w.lag != 0 {
 		t.Fatalf("lag %s once everything is replayed", w.lag)
 	}
@@ -170,7 +171,7 @@ func TestReceiverWatchReportsAndCountsRestarts(t *testing.T) {
 	t0 := time.Date(2026, 11, 27, 5, 0, 0, 0, time.UTC)
 	w := &receiverWatch{}
 	w.follow(t0, "p")
-	s := receiverSample{PID: 7, Status: "starting", WaitEvent: "LibPQWalReceiverConnect", MsgAge: -1, ReceiverTimeout: 5 * time.Second}
+	s := pgsql.ReceiverSample{PID: 7, Status: "starting", WaitEvent: "LibPQWalReceiverConnect", MsgAge: -1, ReceiverTimeout: 5 * time.Second}
 	var ended int
 	for i := 0; i <= 4; i++ {
 		now := t0.Add(time.Duration(i) * time.Second)
@@ -193,8 +194,8 @@ func TestReceiverWatchReportsAndCountsRestarts(t *testing.T) {
 		t.Fatalf("reason %q", st.Reason)
 	}
 	// Streaming again, then no look for 6 s: not trusted.
-	w.observe(t0.Add(4500*time.Millisecond), receiverSample{PID: 8, Status: "streaming", MsgAge: 0, ReceiverTimeout: 5 * time.Second}, limitsFor(s, 30*time.Second))
-	w.observe(t0.Add(5*time.Second), receiverSample{PID: 8, Status: "streaming", MsgAge: 0, ReceiverTimeout: 5 * time.Second}, limitsFor(s, 30*time.Second))
+	w.observe(t0.Add(4500*time.Millisecond), pgsql.ReceiverSample{PID: 8, Status: "streaming", MsgAge: 0, ReceiverTimeout: 5 * time.Second}, limitsFor(s, 30*time.Second))
+	w.observe(t0.Add(5*time.Second), pgsql.ReceiverSample{PID: 8, Status: "streaming", MsgAge: 0, ReceiverTimeout: 5 * time.Second}, limitsFor(s, 30*time.Second))
 	if st := w.status(t0.Add(5*time.Second), 30*time.Second); !st.Healthy || st.NotStreamingSince != nil {
 		t.Fatalf("streaming again: %+v", st)
 	}

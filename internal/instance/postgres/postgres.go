@@ -136,6 +136,7 @@ func Interlock(ctx context.Context, pgdata string, waiting func()) (*os.File, er
 	}
 }
 
+// Bin is the path of the PostgreSQL program name.
 func (p *Postgres) Bin(name string) string { return filepath.Join(p.BinDir, name) }
 
 // run runs a PostgreSQL program to completion and returns its combined output.

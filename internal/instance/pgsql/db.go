@@ -1,4 +1,9 @@
-package agent
+// Package pgsql is what the agent asks its own PostgreSQL server in SQL, over the unix
+// socket as the superuser: the status and the archiver's, replication slots, roles and
+// databases, statistics and custom queries, durability overrides and client sessions,
+// promotion and checkpoints. It decides nothing: when to ask, and what an answer means
+// for the instance, is the agent's.
+package pgsql
 
 import (
 	"context"
