@@ -277,9 +277,8 @@ func (a *Agent) startStandby(ctx context.Context, state DataState, primary strin
 	host := a.upstreamOf(primary)
 	switch state {
 	case DataEmpty:
-		a.log.Info("Cloning from the primary", "primary", primary)
-		if err := a.pg.BaseBackup(ctx, host); err != nil {
-			return fmt.Errorf("cloning from %s: %w", primary, err)
+		if err := a.clone(ctx, host, primary); err != nil {
+			return err
 		}
 	case DataPrimary:
 		// pg_rewind reads the source's control file: before the new primary has finished
@@ -446,6 +445,9 @@ func (a *Agent) reclone(ctx context.Context, host pgconf.Upstream, primary, why 
 		return fmt.Errorf("asking %s for its system identifier: %w", primary, err)
 	}
 	if err := sameSystem(primary, peer.systemID, own); err != nil {
+		return err
+	}
+	if err := a.waitOutOfRecovery(ctx, host, primary); err != nil {
 		return err
 	}
 	a.makeRoom(dirSize(a.cfg.PGData))

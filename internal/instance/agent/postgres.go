@@ -270,6 +270,15 @@ func (p *Postgres) BaseBackup(ctx context.Context, host pgconf.Upstream) error {
 		_ = os.RemoveAll(scratch)
 		return err
 	}
+	// Only a clone of a primary: one taken from a server in recovery may never start
+	// (clone.go). It never ran, so nothing of it is data to keep.
+	if label, err := readBackupLabel(scratch); err != nil || label["BACKUP FROM"] != "primary" {
+		_ = os.RemoveAll(scratch)
+		if err != nil {
+			return fmt.Errorf("reading the clone's backup_label: %w", err)
+		}
+		return fmt.Errorf("discarded the clone: it was taken from a server in recovery (backup_label says BACKUP FROM: %s), not from a primary", label["BACKUP FROM"])
+	}
 	if err := os.Chmod(scratch, 0o700); err != nil {
 		return err
 	}
@@ -277,6 +286,21 @@ func (p *Postgres) BaseBackup(ctx context.Context, host pgconf.Upstream) error {
 		return err
 	}
 	return os.Rename(scratch, p.PGData)
+}
+
+// readBackupLabel reads dir's backup_label: its "KEY: value" lines by key.
+func readBackupLabel(dir string) (map[string]string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "backup_label"))
+	if err != nil {
+		return nil, err
+	}
+	label := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ": "); ok {
+			label[k] = strings.TrimSpace(v)
+		}
+	}
+	return label, nil
 }
 
 // Rewind makes a former primary's data directory follow the new primary at host.
