@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -81,5 +83,71 @@ func TestStandbyClonesOnlyFromAPrimaryOutOfRecovery(t *testing.T) {
 	}
 	if !bytes.Contains(label, []byte("BACKUP FROM: primary")) {
 		t.Errorf("%s's clone was not taken from a primary: its backup_label says\n%s", late.pod, label)
+	}
+}
+
+// A standby whose clone postgres refuses to start from, at every start, is set aside and
+// cloned again, instead of being started again forever (make e2e: "backup_label
+// contains data inconsistent with control file" every 30 s for 18 minutes). The clone
+// here is what pg_basebackup makes of a server that leaves recovery while it copies it:
+// a backup_label "from standby" with the control file of a primary in production.
+func TestCloneThatCannotStartIsSetAsideAndClonedAgain(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 2)
+	p, r := c.instances[0], c.instances[1]
+	// A volume with room: the set-aside directory stays once superseded.
+	r.onVolume(1 << 30)
+	c.startAll()
+	p.mustExec("CREATE TABLE t AS SELECT g AS id FROM generate_series(1, 100) g")
+	r.waitCount("t", 100, 30*time.Second)
+	r.stop()
+
+	// The broken clone, in place of r's data directory.
+	if err := os.RemoveAll(r.pgdata); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("runuser", "-u", "postgres", "--", filepath.Join(PGBin, "pg_basebackup"),
+		"-h", filepath.Join(p.dir, "run"), "-p", "5432", "-U", "postgres", "-D", r.pgdata,
+		"-X", "stream", "-c", "fast", "--no-manifest").CombinedOutput()
+	if err != nil {
+		t.Fatalf("pg_basebackup: %v: %s", err, out)
+	}
+	labelPath := filepath.Join(r.pgdata, "backup_label")
+	label, err := os.ReadFile(labelPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(label, []byte("BACKUP FROM: primary")) {
+		t.Fatalf("backup_label:\n%s", label)
+	}
+	mustWrite(t, labelPath, bytes.Replace(label, []byte("BACKUP FROM: primary"), []byte("BACKUP FROM: standby"), 1))
+	mustWrite(t, filepath.Join(r.pgdata, "standby.signal"), nil)
+	chownR(t, r.pgdata)
+	p.mustExec("INSERT INTO t SELECT g FROM generate_series(101, 150) g")
+
+	r.start()
+	r.waitRole(agentapi.RoleReplica, 1, upTimeout)
+	r.waitCount("t", 150, 30*time.Second)
+	if !bytes.Contains(syncWriter(r.log).bytes(), []byte("backup_label contains data inconsistent with control file")) {
+		t.Error("postgres never refused the broken clone: the test did not make one")
+	}
+	// The refused clone is kept aside, reported, and superseded once the new one streams.
+	var kept agentapi.SetAside
+	testutil.Eventually(t, time.Minute, func() error {
+		st, err := r.status()
+		if err != nil {
+			return err
+		}
+		if len(st.SetAside) != 1 || !st.SetAside[0].Superseded {
+			return fmt.Errorf("set aside: %+v; want one, superseded", st.SetAside)
+		}
+		kept = st.SetAside[0]
+		return nil
+	})
+	if !strings.Contains(kept.Reason, "backup_label contains data inconsistent with control file") {
+		t.Errorf("the set-aside directory is reported as %+v; want the refusal as its reason", kept)
+	}
+	if b, err := os.ReadFile(filepath.Join(filepath.Dir(r.pgdata), kept.Name, "backup_label")); err != nil || !bytes.Contains(b, []byte("BACKUP FROM: standby")) {
+		t.Errorf("the set-aside directory is not the refused clone: backup_label %q, %v", b, err)
 	}
 }

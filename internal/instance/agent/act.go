@@ -280,6 +280,18 @@ func (a *Agent) startStandby(ctx context.Context, state DataState, primary strin
 		if err := a.clone(ctx, host, primary); err != nil {
 			return err
 		}
+	case DataStandby:
+		// A clone postgres refuses at every start (clone.go) is cloned again, its data
+		// directory set aside; any other failure is retried as it is.
+		err := a.runStandby(ctx, primary)
+		why := a.unstartableClone(err)
+		if why == "" {
+			return err
+		}
+		a.log.Info("Cloning again: postgres refuses to start from this clone", "primary", primary, "why", why)
+		if err := a.reclone(ctx, host, primary, why); err != nil {
+			return err
+		}
 	case DataPrimary:
 		// pg_rewind reads the source's control file: before the new primary has finished
 		// its first checkpoint on the new timeline, it would compute the wrong

@@ -3,6 +3,9 @@ package agent
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/pgpilot/pgpilot/internal/instance/pgconf"
@@ -79,4 +82,56 @@ func (a *Agent) clone(ctx context.Context, host pgconf.Upstream, primary string)
 		return fmt.Errorf("cloning from %s: %w", primary, err)
 	}
 	return nil
+}
+
+// cloneRefusals are the FATAL messages with which postgres refuses, at every start, a
+// clone it has not yet started from: the clone itself is inconsistent (taken from a
+// server that left recovery meanwhile, or incomplete), and no retry can change that.
+var cloneRefusals = []string{
+	"backup_label contains data inconsistent with control file",
+	"could not locate required checkpoint record",
+	"could not find redo location referenced by checkpoint record",
+	`invalid data in file "backup_label"`,
+}
+
+// unstartableClone says why the standby data directory that postgres failed to start
+// from (startErr) must be set aside and cloned again, "" when it must not: only when
+// the Lease names another instance, and the directory is a clone postgres refused
+// before it ever ran (cloneRefused). Such a directory never served as a primary nor
+// acknowledged a commit; a primary's data is never set aside here.
+func (a *Agent) unstartableClone(startErr error) string {
+	if a.lease.View().Holder == a.cfg.PodName {
+		return ""
+	}
+	return cloneRefused(a.cfg.PGData, startErr)
+}
+
+// cloneRefused says why postgres refused, with startErr, the standby data directory
+// pgdata as a clone it cannot start from, "" otherwise. That is a refusal of
+// cloneRefusals while pg_basebackup's backup_label is still there ("BACKUP METHOD:
+// streamed"): postgres renames it backup_label.old as soon as it has accepted it, so
+// the directory never got past its first start; pg_rewind writes a method of its own.
+// Any other failure is retried on the same data as before.
+func cloneRefused(pgdata string, startErr error) string {
+	if startErr == nil {
+		return ""
+	}
+	refusal := ""
+	for _, r := range cloneRefusals {
+		if strings.Contains(startErr.Error(), r) {
+			refusal = r
+			break
+		}
+	}
+	if refusal == "" {
+		return ""
+	}
+	if _, err := os.Stat(filepath.Join(pgdata, "standby.signal")); err != nil {
+		return ""
+	}
+	label, err := readBackupLabel(pgdata)
+	if err != nil || label["BACKUP METHOD"] != "streamed" {
+		return ""
+	}
+	return fmt.Sprintf("postgres refuses to start from this clone, which never ran (%q; backup_label says it was taken from a %s)", refusal, label["BACKUP FROM"])
 }
