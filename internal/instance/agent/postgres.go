@@ -445,6 +445,9 @@ func (pr *Process) Err() error { return pr.err }
 // Complaint is what postgres said went wrong before it exited: its last ERROR, FATAL and
 // PANIC messages and the LOG lines about invalid settings (a bad parameter is reported
 // as a LOG line, then "configuration file contains errors" as FATAL), the last three.
+// The FATALs postgres answers clients with while it cannot take connections ("the
+// database system is starting up", the agent's own pings among them) say nothing of
+// why it exited, and would push the reason out of the three.
 func (pr *Process) Complaint() string {
 	var msgs []string
 	for _, line := range strings.Split(pr.tail.String(), "\n") {
@@ -454,6 +457,9 @@ func (pr *Process) Complaint() string {
 				continue
 			}
 			msg = strings.TrimSpace(msg)
+			if level == "FATAL:" && strings.HasPrefix(msg, "the database system is ") {
+				break
+			}
 			if level != "LOG:" || strings.Contains(msg, "invalid") || strings.Contains(msg, "unrecognized") || strings.Contains(msg, "syntax error") {
 				msgs = append(msgs, msg)
 			}
