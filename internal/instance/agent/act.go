@@ -278,9 +278,20 @@ func (a *Agent) startStandby(ctx context.Context, state postgres.DataState, prim
 	host := a.upstreamOf(primary)
 	switch state {
 	case postgres.DataEmpty:
-		a.log.Info("Cloning from the primary", "primary", primary)
-		if err := a.pg.BaseBackup(ctx, host); err != nil {
-			return fmt.Errorf("cloning from %s: %w", primary, err)
+		if err := a.clone(ctx, host, primary); err != nil {
+			return err
+		}
+	case postgres.DataStandby:
+		// A clone postgres refuses at every start (clone.go) is cloned again, its data
+		// directory set aside; any other failure is retried as it is.
+		err := a.runStandby(ctx, primary)
+		why := a.unstartableClone(err)
+		if why == "" {
+			return err
+		}
+		a.log.Info("Cloning again: postgres refuses to start from this clone", "primary", primary, "why", why)
+		if err := a.reclone(ctx, host, primary, why); err != nil {
+			return err
 		}
 	case postgres.DataPrimary:
 		// pg_rewind reads the source's control file: before the new primary has finished
@@ -447,6 +458,9 @@ func (a *Agent) reclone(ctx context.Context, host pgconf.Upstream, primary, why 
 		return fmt.Errorf("asking %s for its system identifier: %w", primary, err)
 	}
 	if err := sameSystem(primary, peer.systemID, own); err != nil {
+		return err
+	}
+	if err := a.waitOutOfRecovery(ctx, host, primary); err != nil {
 		return err
 	}
 	a.makeRoom(postgres.DirSize(a.cfg.PGData))

@@ -104,6 +104,9 @@ type peer struct {
 	timeline int64
 	// history is its history file of its timeline, when that is the one asked about.
 	history []byte
+	// inRecovery: it is a standby or still recovering (in_hot_standby, which
+	// PostgreSQL 14+ reports at every connection's start).
+	inRecovery bool
 }
 
 // peerSystem asks the postgres at host, over a replication connection, for its system
@@ -124,7 +127,7 @@ func peerSystem(ctx context.Context, host pgconf.Upstream, tli int64) (peer, err
 	if err != nil {
 		return peer{}, fmt.Errorf("IDENTIFY_SYSTEM: %w", err)
 	}
-	p := peer{systemID: sys.SystemID, timeline: int64(sys.Timeline)}
+	p := peer{systemID: sys.SystemID, timeline: int64(sys.Timeline), inRecovery: conn.ParameterStatus("in_hot_standby") == "on"}
 	if p.timeline != tli || tli <= 1 {
 		return p, nil
 	}

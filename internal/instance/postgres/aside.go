@@ -12,10 +12,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A data directory the agent replaces by a new clone (a rewind failed, or the primary
-// no longer has the WAL a standby needs) is never deleted on the spot. It is renamed
-// aside on the same volume, <pgdata>.set-aside-<UTC time>, with the reason in a file of
-// its own, and stays there:
+// A data directory the agent replaces by a new clone (a rewind failed, the primary no
+// longer has the WAL a standby needs, or postgres refuses a standby's clone that never
+// ran: the agent's clone.go) is never deleted on the spot. It is renamed aside on the
+// same volume, <pgdata>.set-aside-<UTC time>, with the reason in a file of its own, and
+// stays there:
 //   - pending until the data directory cloned after it is verified (it ran and streamed
 //     as a standby, or serves as the primary): until then it may be the only good copy;
 //   - superseded after that, and removed only when the volume needs the space: when its

@@ -276,6 +276,15 @@ func (p *Postgres) BaseBackup(ctx context.Context, host pgconf.Upstream) error {
 		_ = os.RemoveAll(scratch)
 		return err
 	}
+	// Only a clone of a primary: one taken from a server in recovery may never start
+	// (clone.go). It never ran, so nothing of it is data to keep.
+	if label, err := ReadBackupLabel(scratch); err != nil || label["BACKUP FROM"] != "primary" {
+		_ = os.RemoveAll(scratch)
+		if err != nil {
+			return fmt.Errorf("reading the clone's backup_label: %w", err)
+		}
+		return fmt.Errorf("discarded the clone: it was taken from a server in recovery (backup_label says BACKUP FROM: %s), not from a primary", label["BACKUP FROM"])
+	}
 	if err := os.Chmod(scratch, 0o700); err != nil {
 		return err
 	}
@@ -283,6 +292,21 @@ func (p *Postgres) BaseBackup(ctx context.Context, host pgconf.Upstream) error {
 		return err
 	}
 	return os.Rename(scratch, p.PGData)
+}
+
+// ReadBackupLabel reads dir's backup_label: its "KEY: value" lines by key.
+func ReadBackupLabel(dir string) (map[string]string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "backup_label"))
+	if err != nil {
+		return nil, err
+	}
+	label := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ": "); ok {
+			label[k] = strings.TrimSpace(v)
+		}
+	}
+	return label, nil
 }
 
 // Rewind makes a former primary's data directory follow the new primary at host.
@@ -427,6 +451,9 @@ func (pr *Process) Err() error { return pr.err }
 // Complaint is what postgres said went wrong before it exited: its last ERROR, FATAL and
 // PANIC messages and the LOG lines about invalid settings (a bad parameter is reported
 // as a LOG line, then "configuration file contains errors" as FATAL), the last three.
+// The FATALs postgres answers clients with while it cannot take connections ("the
+// database system is starting up", the agent's own pings among them) say nothing of
+// why it exited, and would push the reason out of the three.
 func (pr *Process) Complaint() string {
 	var msgs []string
 	for _, line := range strings.Split(pr.tail.String(), "\n") {
@@ -436,6 +463,9 @@ func (pr *Process) Complaint() string {
 				continue
 			}
 			msg = strings.TrimSpace(msg)
+			if level == "FATAL:" && strings.HasPrefix(msg, "the database system is ") {
+				break
+			}
 			if level != "LOG:" || strings.Contains(msg, "invalid") || strings.Contains(msg, "unrecognized") || strings.Contains(msg, "syntax error") {
 				msgs = append(msgs, msg)
 			}
