@@ -140,6 +140,19 @@ func ready(p *corev1.Pod) {
 	}
 }
 
+// waiting makes container (an init container when init) wait for image with reason.
+func waiting(init bool, container, image, reason, message string) podOption {
+	return func(p *corev1.Pod) {
+		cs := corev1.ContainerStatus{Name: container, Image: image,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}}}
+		if init {
+			p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, cs)
+		} else {
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, cs)
+		}
+	}
+}
+
 func role(r string) podOption {
 	return func(p *corev1.Pod) { p.Labels[dbv1.LabelRole] = r }
 }
@@ -221,6 +234,29 @@ func phaseCases() []phaseCase {
 			observed: status.Observed{Cluster: newCluster(), Pods: pods("db-0"), Primary: "db-0"},
 			want: phaseAndReady{dbv1.PhaseCreating,
 				readyCondition(f, dbv1.ReasonCreating, "1 of 3 instances are ready", now)},
+		},
+		{
+			// spec.version "16" where no image for 16 can be pulled (the local node has
+			// Debian's 15 and 17): the phase alone would say only "0 of 3".
+			name: "the primary's image cannot be pulled",
+			observed: status.Observed{Cluster: newCluster(), Primary: "db-0", Pods: []corev1.Pod{
+				newPod("db-0", role(dbv1.RolePrimary), waiting(false, "postgres", "postgres:16", "ImagePullBackOff", `Back-off pulling image "postgres:16"`)),
+				newPod("db-1", role(dbv1.RoleReplica), waiting(true, "agent", "pgpilot:dev", "ErrImagePull", "rpc error: not found")),
+				newPod("db-2", role(dbv1.RoleReplica), waiting(false, "postgres", "postgres:15", "CrashLoopBackOff", "back-off 10s")),
+			}},
+			want: phaseAndReady{dbv1.PhaseCreating,
+				readyCondition(f, dbv1.ReasonImageUnavailable, "0 of 3 instances are ready; "+
+					`db-0 cannot pull the image "postgres:16" of its postgres container (ImagePullBackOff: Back-off pulling image "postgres:16"); `+
+					`db-1 cannot pull the image "pgpilot:dev" of its agent container (ErrImagePull: rpc error: not found). `+
+					`spec.version "16" selects the image; set spec.image to one the nodes can pull, or give the operator one for this major (RELATED_IMAGE_POSTGRES_<major>, docs/install.md)`, now)},
+		},
+		{
+			name: "a container that crash-loops is not an image problem",
+			observed: status.Observed{Cluster: newCluster(), Primary: "db-0", Pods: []corev1.Pod{
+				newPod("db-0", role(dbv1.RolePrimary), waiting(false, "postgres", "postgres:16", "CrashLoopBackOff", "back-off 10s")),
+			}},
+			want: phaseAndReady{dbv1.PhaseCreating,
+				readyCondition(f, dbv1.ReasonCreating, "0 of 3 instances are ready", now)},
 		},
 		{
 			name: "replicas ready but primary not, while Creating",
