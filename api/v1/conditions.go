@@ -107,10 +107,10 @@ const (
 	ReasonBackupScheduled    = "BackupScheduled"
 	ReasonBackupPruned       = "BackupPruned"
 	ReasonOneDatabase        = "OneDatabase"
+	ReasonAnotherDatabase    = "AnotherDatabase"
 	// ReasonImageUnavailable: the Ready condition's reason while an instance pod cannot
 	// start a container because its image cannot be pulled or is not a valid name.
 	ReasonImageUnavailable = "ImageUnavailable"
-	ReasonAnotherDatabase    = "AnotherDatabase"
 	// ConditionReplicasStreaming, the Degraded phase and events: every replica streams
 	// (ReasonAllStreaming), one does not stream or lags beyond maxReadLag
 	// (ReasonReplicaNotStreaming, a Warning event), it streams again
