@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,6 +75,28 @@ func TestExample(t *testing.T) {
 	if len(pvcs.Items) != 5 {
 		t.Errorf("%d volume claims after scaling 3 → 5 → 2, want 5 (scale-down keeps volumes)", len(pvcs.Items))
 	}
+}
+
+// The seed's example as written, version "16", on the local node, which has images for
+// Debian's majors only: the cluster says which image cannot be pulled and how to fix it,
+// not only "0 of 3 instances are ready".
+func TestExampleWithoutAnImageSaysSo(t *testing.T) {
+	if version == "16" {
+		t.Fatalf("E2E_PG_MAJOR is 16, which this test needs to have no image on the local node")
+	}
+	d := newDB(t, 3, func(c *dbv1.PostgresCluster) { c.Spec.Version = "16" })
+	testutil.Eventually(t, 4*time.Minute, func() error {
+		pgc := d.cluster()
+		ready := dbv1.FindCondition(pgc.Status.Conditions, dbv1.ConditionReady)
+		if ready == nil || ready.Reason != dbv1.ReasonImageUnavailable {
+			return fmt.Errorf("phase %s, Ready %+v; want the reason %s", pgc.Status.Phase, ready, dbv1.ReasonImageUnavailable)
+		}
+		if !strings.Contains(ready.Message, "my-db-0 cannot pull the image") || !strings.Contains(ready.Message, `spec.version "16"`) {
+			return fmt.Errorf("Ready says %q; want the pod, its image and spec.version named", ready.Message)
+		}
+		t.Logf("Ready: %s", ready.Message)
+		return nil
+	})
 }
 
 // Deleting a cluster removes its pods and keeps its volumes.
