@@ -348,3 +348,26 @@ func TestDecideScaleDown(t *testing.T) {
 			Demote, "db-1", "switchover to db-1 requested"},
 	}, Decide)
 }
+
+// A primary is not warned of as failed (PrimaryFailed) while it took the Lease less
+// than spec.failover.delay ago: a new primary is not ready for a moment after every
+// promotion.
+func TestNewlyPromoted(t *testing.T) {
+	now := time.Date(2026, 11, 28, 2, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *metav1.MicroTime { m := metav1.NewMicroTime(now.Add(-d)); return &m }
+	for _, tc := range []struct {
+		name     string
+		acquired *metav1.MicroTime
+		want     bool
+	}{
+		{"just promoted", at(0), true},
+		{"promoted within the delay", at(2999 * time.Millisecond), true},
+		{"promoted the delay ago", at(3 * time.Second), false},
+		{"primary for a minute", at(time.Minute), false},
+		{"no acquire time", nil, false},
+	} {
+		if got := newlyPromoted(tc.acquired, now, 3*time.Second); got != tc.want {
+			t.Errorf("%s: newlyPromoted = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

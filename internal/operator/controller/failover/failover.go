@@ -386,11 +386,25 @@ func (c *cycle) decideAndAct(ctx context.Context) (time.Duration, error) {
 // returns when to come back.
 func (c *cycle) hold(ctx context.Context, d Decision, waitMsg string) (time.Duration, error) {
 	if d.Action == Wait {
+		if newlyPromoted(c.lease.Spec.AcquireTime, c.r.clock.Now(), c.cluster.FailoverDelay()) {
+			c.log("Waiting for the new primary to be ready", "reason", d.Reason)
+			return d.RequeueAfter, nil
+		}
 		c.report(dbv1.ReasonPrimaryFailed, d.Reason, waitMsg)
 		return d.RequeueAfter, nil
 	}
 	c.report(dbv1.ReasonFailoverBlocked, d.Reason, "Failover blocked")
 	return 0, c.setBlocked(ctx, d.Reason)
+}
+
+// newlyPromoted reports whether the holder took the Lease (acquired) less than delay
+// (spec.failover.delay) before now. A primary just promoted, by a failover or a
+// switchover, is not ready until its commit gate streams and its agent has confirmed
+// the Lease: the controller still counts that as a failure and fails over if it lasts
+// (FailoverStarted says so then), but does not warn of it as PrimaryFailed, which would
+// follow every planned switchover on a busy node.
+func newlyPromoted(acquired *metav1.MicroTime, now time.Time, delay time.Duration) bool {
+	return acquired != nil && now.Sub(acquired.Time) < delay
 }
 
 // report emits reason's event and log line once per distinct message ("" resets).
