@@ -476,6 +476,9 @@ func (a *Agent) Ready(ctx context.Context) error {
 		if !a.allowed() {
 			return fmt.Errorf("the primary Lease is not confirmed: commits wait")
 		}
+		if a.pg.HBALocked() {
+			return fmt.Errorf("clients are still locked out (pg_hba.conf): the lockout ends a moment after the Lease is confirmed")
+		}
 	}
 	inRecovery, err := a.db.InRecovery(ctx)
 	if err != nil {
@@ -549,7 +552,10 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 		if err := a.db.Observe(ctx, &st, &arch, st.Role == agentapi.RolePrimary); err != nil {
 			st.Error = strings.TrimPrefix(st.Error+"; "+err.Error(), "; ")
 		} else {
-			st.Ready = st.Role == agentapi.RoleReplica || st.Gate == agentapi.GateAcking
+			// A primary is ready once it acknowledges commits and clients may connect:
+			// pg_hba.conf is let in by the lockout loop a moment after the gate acks,
+			// and a client sent to it before then was refused.
+			st.Ready = st.Role == agentapi.RoleReplica || (st.Gate == agentapi.GateAcking && !st.LockedOut)
 		}
 	} else if !st.Running {
 		if cd, err := a.pg.ControlData(ctx); err == nil {
