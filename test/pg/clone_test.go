@@ -132,18 +132,7 @@ func TestCloneThatCannotStartIsSetAsideAndClonedAgain(t *testing.T) {
 		t.Error("postgres never refused the broken clone: the test did not make one")
 	}
 	// The refused clone is kept aside, reported, and superseded once the new one streams.
-	var kept agentapi.SetAside
-	testutil.Eventually(t, time.Minute, func() error {
-		st, err := r.status()
-		if err != nil {
-			return err
-		}
-		if len(st.SetAside) != 1 || !st.SetAside[0].Superseded {
-			return fmt.Errorf("set aside: %+v; want one, superseded", st.SetAside)
-		}
-		kept = st.SetAside[0]
-		return nil
-	})
+	kept := r.waitSupersededAside()
 	if !strings.Contains(kept.Reason, "backup_label contains data inconsistent with control file") {
 		t.Errorf("the set-aside directory is reported as %+v; want the refusal as its reason", kept)
 	}

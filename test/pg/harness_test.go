@@ -593,6 +593,25 @@ func (in *instance) waitRole(role string, tl int64, timeout time.Duration) agent
 	return st
 }
 
+// waitSupersededAside waits up to a minute until the agent reports exactly one set-aside
+// data directory, superseded (the clone that replaced it streams), and returns it.
+func (in *instance) waitSupersededAside() agentapi.SetAside {
+	in.c.t.Helper()
+	var kept agentapi.SetAside
+	testutil.Eventually(in.c.t, time.Minute, func() error {
+		st, err := in.status()
+		if err != nil {
+			return err
+		}
+		if len(st.SetAside) != 1 || !st.SetAside[0].Superseded {
+			return fmt.Errorf("%s: set aside: %+v; want one, superseded", in.pod, st.SetAside)
+		}
+		kept = st.SetAside[0]
+		return nil
+	})
+	return kept
+}
+
 // connConfig is a connection to the instance over TCP as the application owner.
 func (in *instance) connConfig() (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=5432 dbname=app user=app sslmode=require connect_timeout=3", in.ip))

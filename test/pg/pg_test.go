@@ -629,18 +629,7 @@ func TestStandbyWhoseWALIsGoneIsClonedAgain(t *testing.T) {
 
 	// The replaced data directory is kept and reported, and superseded once the new
 	// clone streams.
-	var kept agentapi.SetAside
-	testutil.Eventually(t, time.Minute, func() error {
-		st, err := r.status()
-		if err != nil {
-			return err
-		}
-		if len(st.SetAside) != 1 || !st.SetAside[0].Superseded {
-			return fmt.Errorf("set aside: %+v; want one, superseded", st.SetAside)
-		}
-		kept = st.SetAside[0]
-		return nil
-	})
+	kept := r.waitSupersededAside()
 	if !strings.Contains(kept.Reason, "no longer has the WAL") || kept.Bytes == 0 {
 		t.Errorf("the set-aside directory is reported as %+v; want its reason and size", kept)
 	}
