@@ -49,7 +49,7 @@ func archiveWAL(args []string) error {
 			return err
 		}
 		// postgres runs the archive command in the data directory.
-		system, err := backup.SystemIdentifier(*pgdata)
+		system, err := postgres.SystemIdentifier(*pgdata)
 		if err != nil {
 			return err
 		}

@@ -148,7 +148,7 @@ func (a *Agent) StartBackup(_ context.Context, id string) error {
 	go func() {
 		defer cancel()
 		info, err := func() (backup.Info, error) {
-			system, err := backup.SystemIdentifier(a.cfg.PGData)
+			system, err := postgres.SystemIdentifier(a.cfg.PGData)
 			if err != nil {
 				return backup.Info{}, err
 			}

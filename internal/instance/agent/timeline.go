@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgpilot/pgpilot/internal/instance/backup"
 	"github.com/pgpilot/pgpilot/internal/instance/pgconf"
 	"github.com/pgpilot/pgpilot/internal/instance/postgres"
 	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
@@ -61,7 +60,7 @@ func (a *Agent) checkRewindSource(ctx context.Context, host pgconf.Upstream, pri
 	if err != nil {
 		return "", err
 	}
-	own, err := backup.SystemIdentifier(a.cfg.PGData)
+	own, err := postgres.SystemIdentifier(a.cfg.PGData)
 	if err != nil {
 		return "", err
 	}

@@ -15,7 +15,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -593,21 +592,6 @@ func NewLineage(pgdata string) (string, error) {
 		return "", err
 	}
 	return id, os.Rename(path+".tmp", path)
-}
-
-// SystemIdentifier reads the system identifier from pgdata's pg_control: its first 8
-// bytes, in the machine's byte order (little-endian on every platform pgpilot runs on).
-func SystemIdentifier(pgdata string) (string, error) {
-	f, err := os.Open(filepath.Join(pgdata, "global", "pg_control"))
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	var b [8]byte
-	if _, err := io.ReadFull(f, b[:]); err != nil {
-		return "", fmt.Errorf("reading pg_control: %w", err)
-	}
-	return strconv.FormatUint(binary.LittleEndian.Uint64(b[:]), 10), nil
 }
 
 // RestoreWAL writes archived WAL file name to dst. A file that is not archived wraps

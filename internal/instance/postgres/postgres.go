@@ -223,10 +223,17 @@ func (p *Postgres) MarkBootstrapped() error {
 // It is "" when the data directory holds no control file (empty, or being cloned into).
 // Reading the file, not running pg_controldata, keeps it cheap enough for every status.
 func (p *Postgres) SystemIdentifier() (string, error) {
-	f, err := os.Open(filepath.Join(p.PGData, "global", "pg_control"))
+	id, err := SystemIdentifier(p.PGData)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", nil
 	}
+	return id, err
+}
+
+// SystemIdentifier reads the system identifier from pgdata's global/pg_control: its
+// first 8 bytes, in the machine's byte order. A missing file is an error.
+func SystemIdentifier(pgdata string) (string, error) {
+	f, err := os.Open(filepath.Join(pgdata, "global", "pg_control"))
 	if err != nil {
 		return "", err
 	}
