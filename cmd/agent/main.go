@@ -1,6 +1,7 @@
 // Command agent is PID 1 of every PostgreSQL container:
 //
 //	agent install DST                        copy this binary into a shared volume (the init container)
+//	agent carry DIR                          copy this image's PostgreSQL into DIR, to run in a newer major's image
 //	agent run [flags]                        supervise postgres (as PID 1: a minimal init, then the agent)
 //	agent archive-wal [flags] PATH NAME      postgres's archive_command
 //	agent restore-wal [flags] NAME PATH      postgres's restore_command
@@ -13,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -20,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -27,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/pgpilot/pgpilot/internal/instance/agent"
+	"github.com/pgpilot/pgpilot/internal/instance/carry"
 	"github.com/pgpilot/pgpilot/internal/instance/pgconf"
 	"github.com/pgpilot/pgpilot/internal/logging"
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
@@ -35,7 +39,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: agent install DST | agent run [flags] | agent archive-wal [flags] PATH NAME | agent restore-wal [flags] NAME PATH")
+		fmt.Fprintln(os.Stderr, "usage: agent install DST | agent carry DIR | agent run [flags] | agent archive-wal [flags] PATH NAME | agent restore-wal [flags] NAME PATH")
 		os.Exit(2)
 	}
 	var err error
@@ -46,6 +50,12 @@ func main() {
 			os.Exit(2)
 		}
 		err = install(os.Args[2])
+	case "carry":
+		if len(os.Args) != 3 {
+			fmt.Fprintln(os.Stderr, "usage: agent carry DIR")
+			os.Exit(2)
+		}
+		err = carryPostgres(os.Args[2])
 	case "run":
 		// As PID 1, a minimal init runs the agent as its child and reaps orphans.
 		if code, isInit := agent.RunAsInit(); isInit {
@@ -57,7 +67,7 @@ func main() {
 	case "restore-wal":
 		os.Exit(restoreWAL(os.Args[2:]))
 	default:
-		fmt.Fprintf(os.Stderr, "agent: unknown command %q; want install, run, archive-wal or restore-wal\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "agent: unknown command %q; want install, carry, run, archive-wal or restore-wal\n", os.Args[1])
 		os.Exit(2)
 	}
 	if err != nil {
@@ -90,6 +100,36 @@ func install(dst string) error {
 		return err
 	}
 	return os.Rename(tmp, dst)
+}
+
+// carryPostgres carries the PostgreSQL programs of this image into dir (the init
+// container of a major upgrade, running the old major's image) and says what it carried.
+func carryPostgres(dir string) error {
+	c, err := carry.Carry("/", dir)
+	if err != nil {
+		return fmt.Errorf("carrying PostgreSQL into %s: %w", dir, err)
+	}
+	var size int64
+	err = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		info, err := d.Info()
+		if err == nil {
+			size += info.Size()
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	libs, err := os.ReadDir(filepath.Join(dir, "lib"))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("Carried PostgreSQL %s (%s) into %s: %d bytes (%s), %d libraries; programs in %s\n",
+		c.Major, c.Version, dir, size, humanize.IBytes(uint64(size)), len(libs), c.BinDir)
+	return nil
 }
 
 func env(name, def string) string {
