@@ -92,8 +92,9 @@ control-plane: ## Build (once) the kube-apiserver, etcd and kubectl the tests us
 	@bash hack/control-plane.sh >/dev/null
 
 .PHONY: postgres
-postgres: ## Install (once) Debian's PostgreSQL 15, which the real-PostgreSQL tests run.
+postgres: ## Install (once) Debian's PostgreSQL 15, which the real-PostgreSQL tests run, and carry out PostgreSQL 17 for the upgrade tests.
 	@bash hack/install-postgres.sh
+	@bash hack/postgres-next.sh >/dev/null
 
 .PHONY: s3server
 s3server: ## Build (once) the versitygw S3 server the backup store's tests run.
@@ -110,7 +111,7 @@ TEST_PARALLEL ?= 3
 
 .PHONY: test-quick
 test-quick: vet control-plane postgres s3server $(PROMTOOL) ## Unit, chart, alert rules (promtool), integration on a real kube-apiserver + etcd, and real PostgreSQL (no root needed once PostgreSQL is installed).
-	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -timeout 40m -parallel $(TEST_PARALLEL) ./...
+	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" PGPILOT_PG_NEXT="$$(bash hack/postgres-next.sh)" go test -count=1 -timeout 40m -parallel $(TEST_PARALLEL) ./...
 
 .PHONY: bench
 bench: bench-quick bench-e2e ## Print every benchmark's figures (no timing assertions); bench-e2e needs root.
@@ -122,7 +123,7 @@ bench-e2e: ## Print failover figures on a real local Kubernetes node: 10 primary
 .PHONY: bench-quick
 bench-quick: control-plane postgres s3server ## Print the benchmarks' figures of the integration and real-PostgreSQL suites.
 	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -run '^$$' -bench . -benchtime 20x ./test/integration/
-	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -run '^$$' -bench . -benchtime 20x -timeout 30m ./test/pg/
+	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" PGPILOT_PG_NEXT="$$(bash hack/postgres-next.sh)" go test -count=1 -run '^$$' -bench . -benchtime 20x -timeout 30m ./test/pg/
 
 ##@ Build and run
 

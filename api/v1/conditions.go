@@ -72,6 +72,11 @@ const (
 	// while they stop or resume (reason Stopping, Resuming, Resumed); absent on a
 	// cluster never stopped.
 	ConditionHibernated = "Hibernated"
+	// ConditionMajorUpgrade is where a major version upgrade stands (docs/operations.md,
+	// "Major version upgrades"): False while it runs (reason: its phase) or after it
+	// failed (UpgradeFailed, the data still on its old major), True once every instance
+	// runs the new major. Absent for a cluster never upgraded.
+	ConditionMajorUpgrade = "MajorUpgrade"
 )
 
 // Condition types the Helm manager owns.
@@ -195,7 +200,15 @@ const (
 	// before it stops; ReasonFenceIgnored: the annotation names no instance of the
 	// cluster. ReasonFenced and ReasonUnfenced name an instance fenced or back.
 	ReasonFenceWaiting = "FenceWaiting"
-	ReasonFenceIgnored = "FenceIgnored"
+
+	// ConditionMajorUpgrade's reasons, and the events of an upgrade, in their order.
+	ReasonUpgradeChecking        = "UpgradeChecking"
+	ReasonUpgrading              = "Upgrading"
+	ReasonUpgradeAnalysing       = "UpgradeAnalysing"
+	ReasonUpgradeReplicasCloning = "UpgradeReplicasCloning"
+	ReasonUpgradeCompleted       = "UpgradeCompleted"
+	ReasonUpgradeFailed          = "UpgradeFailed"
+	ReasonFenceIgnored           = "FenceIgnored"
 )
 
 // Phases of a cluster.

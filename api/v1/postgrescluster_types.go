@@ -23,9 +23,10 @@ type PostgresClusterSpec struct {
 	Replicas int32 `json:"replicas,omitempty"`
 
 	// version is the PostgreSQL major version. It selects the default image
-	// (postgres:<version>.<minor>). Once the cluster has data it cannot change but back
-	// to the data's version (status.dataVersion): pgpilot does not upgrade a major
-	// version in place, and PostgreSQL cannot open a data directory of another major.
+	// (postgres:<version>.<minor>). Once the cluster has data, a newer major upgrades
+	// it in place with pg_upgrade (docs/operations.md, "Major version upgrades"), and
+	// an older one is refused but the data's own (status.dataVersion), which stops an
+	// upgrade that has not finished.
 	// +kubebuilder:validation:Enum="14";"15";"16";"17";"18"
 	Version string `json:"version"`
 
@@ -375,8 +376,8 @@ type PostgresClusterStatus struct {
 	CurrentPrimary string `json:"currentPrimary,omitempty"`
 
 	// dataVersion is the PostgreSQL major version of the cluster's data, as its primary
-	// runs it. spec.version can only be set back to it: pgpilot does not upgrade a
-	// major version in place.
+	// runs it. spec.version can be set to it or to a newer major (an upgrade), never
+	// to an older one.
 	// +optional
 	DataVersion string `json:"dataVersion,omitempty"`
 
@@ -512,7 +513,7 @@ type Phase string
 // +kubebuilder:printcolumn:name="Primary",type=string,JSONPath=`.status.currentPrimary`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
-// +kubebuilder:validation:XValidation:rule="self.spec.version == oldSelf.spec.version || !has(self.status) || !has(self.status.dataVersion) || self.spec.version == self.status.dataVersion",messageExpression="'spec.version cannot change from ' + oldSelf.spec.version + ' to ' + self.spec.version + ': the data is PostgreSQL ' + self.status.dataVersion + ' (status.dataVersion), and pgpilot does not upgrade a major version in place; keep ' + self.status.dataVersion + ', or move the data to a new cluster of the new version (docs/operations.md, Major versions)'"
+// +kubebuilder:validation:XValidation:rule="self.spec.version == oldSelf.spec.version || !has(self.status) || !has(self.status.dataVersion) || int(self.spec.version) >= int(self.status.dataVersion)",messageExpression="'spec.version cannot change from ' + oldSelf.spec.version + ' to ' + self.spec.version + ': the data is PostgreSQL ' + self.status.dataVersion + ' (status.dataVersion), and PostgreSQL cannot move data to an older major; keep ' + self.status.dataVersion + ' or a newer major (docs/operations.md, Major version upgrades)'"
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 50 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be at most 50 characters of lowercase letters, digits and '-', start with a letter and end with a letter or digit: it names the cluster's Services and pods"
 
 // PostgresCluster is a highly available PostgreSQL cluster: one primary and streaming

@@ -1,7 +1,7 @@
 // Command agent is PID 1 of every PostgreSQL container:
 //
 //	agent install DST                        copy this binary into a shared volume (the init container)
-//	agent carry DIR                          copy this image's PostgreSQL into DIR, to run in a newer major's image
+//	agent carry [ROOT] DIR                   copy this image's PostgreSQL into DIR, to run in a newer major's image
 //	agent run [flags]                        supervise postgres (as PID 1: a minimal init, then the agent)
 //	agent archive-wal [flags] PATH NAME      postgres's archive_command
 //	agent restore-wal [flags] NAME PATH      postgres's restore_command
@@ -39,7 +39,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: agent install DST | agent carry DIR | agent run [flags] | agent archive-wal [flags] PATH NAME | agent restore-wal [flags] NAME PATH")
+		fmt.Fprintln(os.Stderr, "usage: agent install DST | agent carry [ROOT] DIR | agent run [flags] | agent archive-wal [flags] PATH NAME | agent restore-wal [flags] NAME PATH")
 		os.Exit(2)
 	}
 	var err error
@@ -51,11 +51,17 @@ func main() {
 		}
 		err = install(os.Args[2])
 	case "carry":
-		if len(os.Args) != 3 {
-			fmt.Fprintln(os.Stderr, "usage: agent carry DIR")
+		// ROOT is another file system's root to carry from (the tests carry a newer
+		// major out of its unpacked image); "/" in a pod.
+		switch len(os.Args) {
+		case 3:
+			err = carryPostgres("/", os.Args[2])
+		case 4:
+			err = carryPostgres(os.Args[2], os.Args[3])
+		default:
+			fmt.Fprintln(os.Stderr, "usage: agent carry [ROOT] DIR")
 			os.Exit(2)
 		}
-		err = carryPostgres(os.Args[2])
 	case "run":
 		// As PID 1, a minimal init runs the agent as its child and reaps orphans.
 		if code, isInit := agent.RunAsInit(); isInit {
@@ -104,8 +110,8 @@ func install(dst string) error {
 
 // carryPostgres carries the PostgreSQL programs of this image into dir (the init
 // container of a major upgrade, running the old major's image) and says what it carried.
-func carryPostgres(dir string) error {
-	c, err := carry.Carry("/", dir)
+func carryPostgres(root, dir string) error {
+	c, err := carry.Carry(root, dir)
 	if err != nil {
 		return fmt.Errorf("carrying PostgreSQL into %s: %w", dir, err)
 	}
@@ -146,6 +152,7 @@ func run(args []string) error {
 	fs.StringVar(&cfg.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "The pod's namespace.")
 	fs.StringVar(&cfg.PGData, "pgdata", env("PGDATA", "/var/lib/postgresql/data/pgdata"), "The data directory.")
 	fs.StringVar(&cfg.BinDir, "bin-dir", "", "Directory of the PostgreSQL programs (default: where postgres is on PATH, else /usr/lib/postgresql/$PG_MAJOR/bin).")
+	fs.StringVar(&cfg.CarriedDir, "carried-dir", "/pgpilot/carried", "Where an init container carries an older major's PostgreSQL programs for an upgrade (agent carry).")
 	fs.StringVar(&cfg.ListenAddress, "listen", env("POD_IP", "*"), "postgres listen_addresses.")
 	fs.IntVar(&cfg.Port, "port", 5432, "postgres port.")
 	fs.StringVar(&cfg.SocketDir, "socket-dir", "/run/postgresql", "Unix socket directory.")

@@ -49,15 +49,7 @@ func archiveWAL(args []string) error {
 			return err
 		}
 		// postgres runs the archive command in the data directory.
-		system, err := postgres.SystemIdentifier(*pgdata)
-		if err != nil {
-			return err
-		}
-		lineage, err := backup.ReadLineage(*pgdata)
-		if err != nil {
-			return err
-		}
-		if err := backup.CheckSystem(ctx, st, system, lineage); err != nil {
+		if err := agent.CheckStore(ctx, st, *pgdata); err != nil {
 			return err
 		}
 		return backup.ArchiveWAL(ctx, st, path, name)

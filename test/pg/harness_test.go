@@ -243,6 +243,9 @@ type instance struct {
 	done   chan struct{}
 	// peers, when set, replaces the cluster's pod=address list this agent is given.
 	peers string
+	// binDir, when set, replaces PGBin as the image's programs; carriedDir is where an
+	// older major's programs are carried (upgrade_test.go).
+	binDir, carriedDir string
 }
 
 // nextCluster numbers a new cluster k: name c<k>, namespace pg-<k>, its own work
@@ -414,7 +417,7 @@ func (in *instance) start() {
 	in.log = &bytes.Buffer{}
 	in.cmd = exec.Command(agentBin, "run",
 		"--pod-name", in.pod, "--namespace", in.c.namespace,
-		"--pgdata", in.pgdata, "--bin-dir", PGBin,
+		"--pgdata", in.pgdata, "--bin-dir", cmp.Or(in.binDir, PGBin), "--carried-dir", cmp.Or(in.carriedDir, filepath.Join(in.dir, "carried")),
 		"--listen", in.ip, "--port", "5432", "--socket-dir", filepath.Join(in.dir, "run"),
 		"--config", filepath.Join(in.c.dir, "config.json"), "--secrets", filepath.Join(in.c.dir, "secrets"),
 		"--api-address", in.ip+":8008", "--auth", filepath.Join(in.c.dir, "auth"), "--tls", in.c.tlsDir(),

@@ -48,33 +48,15 @@ func (a *Agent) reloadClusterConfig(ctx context.Context, running bool, role, ups
 	return a.db.Reload(ctx)
 }
 
-// checkMajor refuses a data directory of another major version than the binaries: no
-// in-place major upgrade exists yet, and postgres would refuse it less clearly.
-func (a *Agent) checkMajor(ctx context.Context) error {
-	// The binaries' version first, even with no data directory yet: read at the first
-	// start, it is known at every restart after (a start that ran postgres --version
-	// again was one more process for a crash to kill).
-	bin, err := a.binMajor(ctx)
-	if err != nil {
-		return err
-	}
-	data, err := a.pg.Major()
-	if err != nil {
-		return nil // no data directory yet
-	}
-	if bin != data {
-		return fmt.Errorf("the data directory is PostgreSQL %s but this image runs PostgreSQL %s: in-place major version upgrades are not supported yet; set spec.version back to %q", data, bin, data)
-	}
-	return nil
-}
-
-// binMajor is the binaries' major version. The binaries do not change while the agent
-// runs, so it is read once; a failed read is tried again at the next start.
+// binMajor is the image's PostgreSQL major version (the programs in BinDir). They do
+// not change while the agent runs, so it is read once, at the first start (a start
+// that ran postgres --version again was one more process for a crash to kill); a
+// failed read is tried again at the next start.
 func (a *Agent) binMajor(ctx context.Context) (string, error) {
 	if a.binVersion != "" {
 		return a.binVersion, nil
 	}
-	out, err := exec.CommandContext(ctx, a.pg.Bin("postgres"), "--version").Output()
+	out, err := exec.CommandContext(ctx, filepath.Join(a.cfg.BinDir, "postgres"), "--version").Output()
 	if err != nil {
 		return "", fmt.Errorf("running postgres --version: %w", err)
 	}
@@ -128,7 +110,26 @@ func (a *Agent) startInstance(ctx context.Context, d Decision, view LeaseView) (
 			a.crashed()
 		}
 	}()
-	if err := a.checkMajor(ctx); err != nil {
+	if err := a.resumeUpgrade(); err != nil {
+		return err
+	}
+	if d.Act == StartStandby && d.Target != "" {
+		// The primary runs a database upgraded from this standby's: clone it
+		// (upgrade.go).
+		if upgraded, err := a.upgradedPrimary(ctx, d.Target); err != nil {
+			return err
+		} else if upgraded {
+			a.setState(nil, agentapi.RoleStarting, "")
+			if err := a.cloneUpgraded(ctx, d.Target); err != nil {
+				return err
+			}
+			if err := a.chooseBinaries(ctx); err != nil {
+				return err
+			}
+			return a.runStandby(ctx, d.Target)
+		}
+	}
+	if err := a.chooseBinaries(ctx); err != nil {
 		return err
 	}
 	state, err := a.pg.State()
@@ -344,6 +345,18 @@ func (a *Agent) maintainStandby(ctx context.Context, proc *postgres.Process, pri
 		a.slotsDone = time.Now()
 	}
 	if fatal := lastReceiverFatal(proc.Tail()); strings.Contains(fatal, "database system identifier differs") {
+		if upgraded, err := a.upgradedPrimary(ctx, primary); err != nil {
+			return err
+		} else if upgraded {
+			a.stopPostgres(postgres.StopFast)
+			if err := a.cloneUpgraded(ctx, primary); err != nil {
+				return err
+			}
+			if err := a.chooseBinaries(ctx); err != nil {
+				return err
+			}
+			return a.runStandby(ctx, primary)
+		}
 		// postgres refuses it by itself; the agent says what it means.
 		return refused("%s holds another database than this standby (its WAL receiver says %q): this instance's data is kept and it does not follow %s. "+
 			"If this instance holds the cluster's data, the primary Lease must name an instance of it (see docs/data-safety.md); "+
@@ -653,7 +666,13 @@ func (a *Agent) maintainPrimary(ctx context.Context) error {
 		return err
 	}
 	a.readyWALGaps(ctx)
-	return a.keepSlots(ctx, false)
+	if err := a.keepSlots(ctx, false); err != nil {
+		return err
+	}
+	if from, to := a.upgradeDue(ctx); to != "" && a.allowed() {
+		return a.runUpgrade(ctx, from, to)
+	}
+	return nil
 }
 
 // terminateGateImpostors ends, at every step of a primary, any replication connection

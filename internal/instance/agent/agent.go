@@ -85,10 +85,17 @@ type Agent struct {
 	volumeDone   time.Time
 	crashes      int     // consecutive failed steps, for the backoff
 	crashTimes   []crash // postmaster exits and failed starts
-	binVersion   string  // the binaries' major version, once read
-	downSince    time.Time
-	lastAct      Act
-	slotsDone    time.Time
+	binVersion   string  // the image's major version, once read
+	// upgrade is the major version upgrade this agent last checked or ran
+	// (upgrade.go); upgradeFailed the major an upgrade to failed, not tried again.
+	upgrade       *agentapi.Upgrade
+	upgradeFailed string
+	// backedUpSince is when the newest base backup of the data's major that
+	// newMajorBackedUp found began; backedUpLooked when it last read the store.
+	backedUpSince, backedUpLooked time.Time
+	downSince                     time.Time
+	lastAct                       Act
+	slotsDone                     time.Time
 	// walGapsDone is whether this primary readied the segments its earlier timelines
 	// left unarchived since it last started or was promoted (readyWALGaps).
 	walGapsDone bool
@@ -537,6 +544,10 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 	st.DurabilityResets, st.LastDurabilityReset = a.durability.Count, a.durability.Last
 	st.DurabilityOverridesKept = slices.Clone(a.durability.Kept)
 	gate := a.gate
+	if a.upgrade != nil && a.cluster.Version == a.upgrade.To {
+		u := *a.upgrade
+		st.Upgrade = &u
+	}
 	a.mu.Unlock()
 	st.LockedOut = a.pg.HBALocked()
 	if st.Running && st.Role == agentapi.RoleReplica {
@@ -574,6 +585,7 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 	} else {
 		st.SystemIdentifier = id
 	}
+	st.UpgradedFrom = a.upgradedFrom()
 	if st.Ready {
 		a.archiver(&arch, &st)
 	}

@@ -61,8 +61,10 @@ func (a *Agent) keepVolume(ctx context.Context, verified func(context.Context) b
 		a.log.Info("Could not list the set-aside data directories", "error", err.Error())
 		return
 	}
-	if slices.ContainsFunc(list, func(x postgres.Aside) bool { return !x.Superseded }) && verified(ctx) {
-		marked, err := a.pg.Supersede(list, time.Now())
+	// The data an upgrade left is the way back until the new major is backed up.
+	supersedable := slices.DeleteFunc(slices.Clone(list), func(x postgres.Aside) bool { return x.OlderMajor && !a.newMajorBackedUp(ctx, x.At) })
+	if slices.ContainsFunc(supersedable, func(x postgres.Aside) bool { return !x.Superseded }) && verified(ctx) {
+		marked, err := a.pg.Supersede(supersedable, time.Now())
 		for _, name := range marked {
 			a.log.Info("The data directory cloned after this set-aside one is verified: it stays until the volume needs the space", "directory", name)
 		}
@@ -86,8 +88,8 @@ func (a *Agent) keepVolume(ctx context.Context, verified func(context.Context) b
 		}
 		report = append(report, agentapi.SetAside{Name: filepath.Base(x.Path), Reason: reason, At: x.At,
 			Superseded: x.Superseded, Bytes: postgres.DirSize(x.Path)})
-		if !x.Superseded {
-			pending++
+		if !x.Superseded && !x.OlderMajor {
+			pending++ // an older major's data waits for a backup, not for a clone
 		}
 	}
 	a.mu.Lock()

@@ -148,19 +148,11 @@ func (a *Agent) StartBackup(_ context.Context, id string) error {
 	go func() {
 		defer cancel()
 		info, err := func() (backup.Info, error) {
-			system, err := postgres.SystemIdentifier(a.cfg.PGData)
-			if err != nil {
-				return backup.Info{}, err
-			}
-			lineage, err := backup.ReadLineage(a.cfg.PGData)
-			if err != nil {
-				return backup.Info{}, err
-			}
-			if err := backup.CheckSystem(ctx, st, system, lineage); err != nil {
+			if err := CheckStore(ctx, st, a.cfg.PGData); err != nil {
 				return backup.Info{}, err
 			}
 			return backup.TakeBase(ctx, st, backup.BaseBackupOptions{
-				BinDir: a.cfg.BinDir, Host: a.cfg.SocketDir, Port: a.cfg.Port, User: a.creds.Superuser.Username,
+				BinDir: a.pg.Programs(), Host: a.cfg.SocketDir, Port: a.cfg.Port, User: a.creds.Superuser.Username,
 				ID: id, Cluster: a.cluster.ClusterName, Instance: a.cfg.PodName,
 			})
 		}()
@@ -250,7 +242,7 @@ func (a *Agent) restoreFromBackup(ctx context.Context) error {
 	a.log.Info("Restoring a base backup", "backup", info.ID, "store", st.String(), "endedAt", info.StoppedAt,
 		"targetTime", r.TargetTime, "targetLSN", r.TargetLSN)
 	start := time.Now()
-	if err := backup.Restore(ctx, st, info, a.cfg.PGData, a.cfg.BinDir); err != nil {
+	if err := backup.Restore(ctx, st, info, a.cfg.PGData, a.pg.Programs()); err != nil {
 		return err
 	}
 	// Files of the source instance that must not carry over: its role and its

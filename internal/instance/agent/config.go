@@ -21,6 +21,9 @@ type Config struct {
 	PGData string
 	// BinDir holds initdb, postgres, pg_ctl, pg_basebackup, pg_rewind, pg_controldata.
 	BinDir string
+	// CarriedDir holds the programs of an older major an init container carried into
+	// the pod for an upgrade (package carry); absent otherwise.
+	CarriedDir string
 	// ListenAddress is postgres's listen_addresses.
 	ListenAddress string
 	// Port of postgres.

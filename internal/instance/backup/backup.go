@@ -520,6 +520,17 @@ type systemFile struct {
 	// Lineage is the data directory lineage (LineageFile) that archives here; empty in
 	// a file written before lineages existed, and then taken by the first to archive.
 	Lineage string `json:"lineage,omitempty"`
+	// Previous are the databases this one succeeded by a major version upgrade, the
+	// latest last: their WAL and base backups stay in the directory.
+	Previous []Predecessor `json:"previous,omitempty"`
+}
+
+// Predecessor is the database a data directory was upgraded from (pg_upgrade makes a
+// new system identifier), as its upgrade record names it.
+type Predecessor struct {
+	SystemIdentifier string `json:"systemIdentifier"`
+	Lineage          string `json:"lineage,omitempty"`
+	Major            string `json:"major,omitempty"`
 }
 
 // CheckSystem makes sure the store directory belongs to one PostgreSQL cluster: the one
@@ -531,7 +542,12 @@ type systemFile struct {
 // its own: two clusters restored from one backup into one directory would otherwise mix
 // their WAL and timeline IDs, and point-in-time recovery would replay the wrong history.
 // An empty lineage (a data directory from before lineages) is not checked.
-func CheckSystem(ctx context.Context, st store.Store, systemID, lineage string) error {
+//
+// A database made by pg_upgrade from the one the directory records (from, its upgrade
+// record) succeeds it: the directory records the new one from then on, and the old
+// one among the previous. WAL names do not collide: pg_upgrade starts the new WAL after
+// the old one's last segment, on the same timeline.
+func CheckSystem(ctx context.Context, st store.Store, systemID, lineage string, from *Predecessor) error {
 	r, err := st.Get(ctx, systemKey)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -543,6 +559,11 @@ func CheckSystem(ctx context.Context, st store.Store, systemID, lineage string) 
 	var f systemFile
 	if err := json.NewDecoder(io.LimitReader(r, 64<<10)).Decode(&f); err != nil {
 		return fmt.Errorf("reading %s in %s: %w", systemKey, st, err)
+	}
+	if f.SystemIdentifier != systemID && from != nil && from.SystemIdentifier == f.SystemIdentifier && (f.Lineage == "" || from.Lineage == "" || f.Lineage == from.Lineage) {
+		f.Previous = append(f.Previous, Predecessor{SystemIdentifier: f.SystemIdentifier, Lineage: f.Lineage, Major: from.Major})
+		f.SystemIdentifier, f.Lineage = systemID, lineage
+		return putSystem(ctx, st, f)
 	}
 	if f.SystemIdentifier != systemID {
 		return fmt.Errorf("%s holds the backups of another PostgreSQL cluster (system identifier %s; this one is %s): give this cluster a store path of its own (spec.backup.store.path), or delete the old backups",

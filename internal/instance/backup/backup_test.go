@@ -111,20 +111,20 @@ func TestCheckSystem(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := CheckSystem(ctx, st, "7300000000000000001", "aaaa"); err != nil {
+	if err := CheckSystem(ctx, st, "7300000000000000001", "aaaa", nil); err != nil {
 		t.Fatalf("first use: %v", err)
 	}
-	if err := CheckSystem(ctx, st, "7300000000000000001", "aaaa"); err != nil {
+	if err := CheckSystem(ctx, st, "7300000000000000001", "aaaa", nil); err != nil {
 		t.Errorf("the same cluster again: %v", err)
 	}
-	if err := CheckSystem(ctx, st, "7300000000000000001", ""); err != nil {
+	if err := CheckSystem(ctx, st, "7300000000000000001", "", nil); err != nil {
 		t.Errorf("an instance of it from before lineages: %v", err)
 	}
-	err = CheckSystem(ctx, st, "7300000000000000002", "aaaa")
+	err = CheckSystem(ctx, st, "7300000000000000002", "aaaa", nil)
 	if err == nil || !strings.Contains(err.Error(), "another PostgreSQL cluster") || !strings.Contains(err.Error(), "spec.backup.store.path") {
 		t.Errorf("another cluster: %v", err)
 	}
-	err = CheckSystem(ctx, st, "7300000000000000001", "bbbb")
+	err = CheckSystem(ctx, st, "7300000000000000001", "bbbb", nil)
 	if err == nil || !strings.Contains(err.Error(), "restored from the same backup") || !strings.Contains(err.Error(), "spec.backup.store.path") {
 		t.Errorf("a cluster restored from the same backup: %v", err)
 	}
@@ -137,13 +137,13 @@ func TestCheckSystemAdoptsALineage(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := CheckSystem(ctx, st, "7300000000000000001", ""); err != nil {
+	if err := CheckSystem(ctx, st, "7300000000000000001", "", nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := CheckSystem(ctx, st, "7300000000000000001", "aaaa"); err != nil {
+	if err := CheckSystem(ctx, st, "7300000000000000001", "aaaa", nil); err != nil {
 		t.Fatalf("the first lineage: %v", err)
 	}
-	if err := CheckSystem(ctx, st, "7300000000000000001", "bbbb"); err == nil {
+	if err := CheckSystem(ctx, st, "7300000000000000001", "bbbb", nil); err == nil {
 		t.Error("a second lineage was accepted after the first took the store")
 	}
 }
@@ -162,5 +162,36 @@ func TestLineage(t *testing.T) {
 	}
 	if b, _ := NewLineage(dir); b == a {
 		t.Error("a new lineage repeats the old one")
+	}
+}
+
+// A database pg_upgrade made from the recorded one succeeds it; nothing else does, and
+// the old one cannot come back after.
+func TestCheckSystemUpgradeSucceeds(t *testing.T) {
+	st, err := store.New(store.Config{Directory: t.TempDir(), Prefix: "prod/db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := CheckSystem(ctx, st, "7300000000000000001", "aaaa", nil); err != nil {
+		t.Fatal(err)
+	}
+	other := &Predecessor{SystemIdentifier: "7300000000000000009", Lineage: "aaaa", Major: "15"}
+	if err := CheckSystem(ctx, st, "7300000000000000002", "bbbb", other); err == nil {
+		t.Error("an upgrade of another database took the store")
+	}
+	wrongLineage := &Predecessor{SystemIdentifier: "7300000000000000001", Lineage: "zzzz", Major: "15"}
+	if err := CheckSystem(ctx, st, "7300000000000000002", "bbbb", wrongLineage); err == nil {
+		t.Error("an upgrade of another lineage of the database took the store")
+	}
+	from := &Predecessor{SystemIdentifier: "7300000000000000001", Lineage: "aaaa", Major: "15"}
+	if err := CheckSystem(ctx, st, "7300000000000000002", "bbbb", from); err != nil {
+		t.Fatalf("the upgraded database: %v", err)
+	}
+	if err := CheckSystem(ctx, st, "7300000000000000002", "bbbb", from); err != nil {
+		t.Errorf("the upgraded database again: %v", err)
+	}
+	if err := CheckSystem(ctx, st, "7300000000000000001", "aaaa", nil); err == nil {
+		t.Error("the database that was upgraded archived again after its successor")
 	}
 }

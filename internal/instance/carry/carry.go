@@ -286,17 +286,22 @@ func (c *copier) entry(path, dst string, inBin bool) error {
 	if err := copyFile(path, prog); err != nil {
 		return err
 	}
-	if err := os.WriteFile(dst, []byte(wrapper(filepath.Join(c.dir, "lib"), c.interp, prog)), 0o755); err != nil {
+	top := strings.Repeat("/..", strings.Count(strings.Trim(c.bin, "/"), "/")+1)
+	if err := os.WriteFile(dst, []byte(wrapper(top, c.interp, filepath.Base(prog))), 0o755); err != nil {
 		return err
 	}
 	return os.Chmod(dst, 0o755) // whatever the umask
 }
 
-// wrapper is the script that starts the carried program prog with the carried loader
-// and libraries, as if it were the script itself (argv[0]).
-func wrapper(libDir, interp, prog string) string {
-	return fmt.Sprintf("#!/bin/sh\nexec \"%s/%s\" --library-path \"%s\" --argv0 \"$0\" \"%s\" \"$@\"\n",
-		libDir, interp, libDir, prog)
+// wrapper is the script that starts the carried program name (in .real beside the
+// script) with the carried loader and libraries, as if it were the script itself
+// (argv[0]). It finds them from its own path, up (e.g. "/../../../../..") from its
+// directory to the carried tree's top: the tree works wherever it is moved.
+func wrapper(up, interp, name string) string {
+	return fmt.Sprintf(`#!/bin/sh
+bin=${0%%/*}
+exec "$bin%[1]s/lib/%[2]s" --library-path "$bin%[1]s/lib" --argv0 "$0" "$bin/.real/%[3]s" "$@"
+`, up, interp, name)
 }
 
 // inTrees says whether the logical path is in one of the copied trees.

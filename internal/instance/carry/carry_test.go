@@ -17,9 +17,10 @@ import (
 const pgBin = "/usr/lib/postgresql/15/bin"
 
 func TestWrapper(t *testing.T) {
-	got := wrapper("/pgpilot/carried/lib", "ld-linux-x86-64.so.2", "/pgpilot/carried/usr/lib/postgresql/15/bin/.real/pg_ctl")
+	got := wrapper("/../../../../..", "ld-linux-x86-64.so.2", "pg_ctl")
 	want := `#!/bin/sh
-exec "/pgpilot/carried/lib/ld-linux-x86-64.so.2" --library-path "/pgpilot/carried/lib" --argv0 "$0" "/pgpilot/carried/usr/lib/postgresql/15/bin/.real/pg_ctl" "$@"
+bin=${0%/*}
+exec "$bin/../../../../../lib/ld-linux-x86-64.so.2" --library-path "$bin/../../../../../lib" --argv0 "$0" "$bin/.real/pg_ctl" "$@"
 `
 	if got != want {
 		t.Errorf("wrapper:\n%s\nwant:\n%s", got, want)
@@ -68,6 +69,13 @@ func TestCarry(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "lib", "libc.so.6")); err != nil {
 		t.Errorf("glibc was not carried: %v", err)
 	}
+	// The wrappers find the tree from their own path: it works wherever it is moved.
+	moved := filepath.Join(base, "moved")
+	if err := os.Rename(dir, moved); err != nil {
+		t.Fatal(err)
+	}
+	dir = moved
+	c.BinDir = filepath.Join(dir, pgBin)
 
 	run := func(name string, args ...string) string {
 		t.Helper()

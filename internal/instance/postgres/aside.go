@@ -31,6 +31,10 @@ const (
 	asideReason = "pgpilot.set-aside"
 	// supersededMark is created in a set-aside directory once a newer clone is verified.
 	supersededMark = "pgpilot.superseded"
+	// olderMajorMark is created in a set-aside directory of data a major version
+	// upgrade replaced: the way back, superseded only once a base backup of the new
+	// major exists (the agent's upgrade.go), not when the new data is verified.
+	olderMajorMark = "pgpilot.older-major"
 	asideStamp     = "20060102T150405Z"
 	// KeepFreePercent of the volume is kept free by removing superseded directories.
 	KeepFreePercent = 20
@@ -45,6 +49,14 @@ type Aside struct {
 	Reason string
 	// Superseded is true once a data directory cloned after it was verified.
 	Superseded bool
+	// OlderMajor is the data of the major an upgrade left (MarkOlderMajor).
+	OlderMajor bool
+}
+
+// MarkOlderMajor marks the set-aside directory at path as the data of the major an
+// upgrade left.
+func MarkOlderMajor(path string) error {
+	return writeFileDurable(filepath.Join(path, olderMajorMark), nil, 0o600)
 }
 
 // SetAside renames the data directory aside, with why in it. It returns the new path.
@@ -88,6 +100,9 @@ func (p *Postgres) Asides() ([]Aside, error) {
 		}
 		if _, err := os.Stat(filepath.Join(path, supersededMark)); err == nil {
 			a.Superseded = true
+		}
+		if _, err := os.Stat(filepath.Join(path, olderMajorMark)); err == nil {
+			a.OlderMajor = true
 		}
 		out = append(out, a)
 	}

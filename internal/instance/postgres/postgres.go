@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,6 +44,9 @@ type Postgres struct {
 	hbaMu      sync.Mutex
 	hbaLocked  bool
 	hbaWritten bool
+	// programs, when set, is the directory of the programs in use instead of BinDir
+	// (UseBinaries).
+	programs atomic.Pointer[string]
 }
 
 // WriteHBA writes pg_hba.conf for in when it says otherwise now, and reports whether it
@@ -137,7 +141,7 @@ func Interlock(ctx context.Context, pgdata string, waiting func()) (*os.File, er
 }
 
 // Bin is the path of the PostgreSQL program name.
-func (p *Postgres) Bin(name string) string { return filepath.Join(p.BinDir, name) }
+func (p *Postgres) Bin(name string) string { return filepath.Join(p.Programs(), name) }
 
 // run runs a PostgreSQL program to completion and returns its combined output.
 func (p *Postgres) run(ctx context.Context, name string, args ...string) ([]byte, error) {

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -52,6 +53,21 @@ type Plan struct {
 	// PodAnnotations go on the pod template: a change restarts every instance, in the
 	// rolling update's order.
 	PodAnnotations map[string]string `json:"podAnnotations,omitempty"`
+	// Upgrade is a major version upgrade under way: the data is older than
+	// spec.version. Nil otherwise.
+	Upgrade *Upgrade `json:"upgrade,omitempty"`
+}
+
+// Upgrade is what the pods need while their data is an older major than their image
+// (docs/operations.md, "Major version upgrades"): an init container of the data's
+// image carries its PostgreSQL programs into the pod, so that the agent runs the data
+// on them until its primary runs pg_upgrade with both.
+type Upgrade struct {
+	// From is the data's major version; To is spec.version.
+	From string `json:"from"`
+	To   string `json:"to"`
+	// CarryImage is an image of the From major: the one the pods ran it with.
+	CarryImage string `json:"carryImage"`
 }
 
 // Names are the names of the cluster's objects, from dbv1.Names.
@@ -147,12 +163,20 @@ func Decide(cluster Cluster, v Values, observed Observed) (*Plan, error) {
 	if v.Version == "" {
 		return nil, fmt.Errorf(`version is required: the PostgreSQL major version, e.g. "16"`)
 	}
-	if err := checkVersion(v.Version, observed); err != nil {
+	from, err := checkVersion(v.Version, observed)
+	if err != nil {
 		return nil, err
 	}
 	image, err := postgresImage(v)
 	if err != nil {
 		return nil, err
+	}
+	var upgrade *Upgrade
+	if from != "" {
+		upgrade = &Upgrade{From: from, To: v.Version, CarryImage: carryImage(v, from, observed.StatefulSet)}
+		if upgrade.CarryImage == "" {
+			return nil, fmt.Errorf("spec.version %s needs the PostgreSQL %s programs to upgrade the data: the operator has no image for %s (RELATED_IMAGE_POSTGRES_%s, docs/install.md)", v.Version, from, from, from)
+		}
 	}
 	if v.Operator.AgentImage == "" {
 		return nil, fmt.Errorf("operator.agentImage is required: the operator sets it from RELATED_IMAGE_AGENT")
@@ -171,6 +195,7 @@ func Decide(cluster Cluster, v Values, observed Observed) (*Plan, error) {
 		Volumes:      []corev1.Volume{},
 		VolumeMounts: []corev1.VolumeMount{},
 		Storage:      storage(v.Storage, observed.StatefulSet),
+		Upgrade:      upgrade,
 	}
 	p.NetworkPolicy = networkPolicy(v)
 	backupClaim := ""
@@ -279,17 +304,62 @@ func Stopped(v Values, observed Observed) bool {
 	return r.Hibernation.Holds(r.Holder, r.Term) && r.Hibernation.Phase == primarylease.Stopped
 }
 
-// checkVersion refuses a spec.version other than the major version of the cluster's
-// data, as the cluster's report records it: no pod is given an image that cannot open its data
-// directory, and the way back stays open. The CRD refuses such a change already; this
-// holds a cluster whose CRD or status predates the rule.
-func checkVersion(version string, observed Observed) error {
+// checkVersion refuses a spec.version older than the major version of the cluster's
+// data, as the cluster's report records it: PostgreSQL cannot downgrade data. A newer
+// one is an upgrade from the data's major, which it returns ("" when there is none).
+// The CRD refuses a downgrade already; this holds a cluster whose CRD or status
+// predates the rule.
+func checkVersion(version string, observed Observed) (string, error) {
 	data := report.Parse(observed.Report).DataVersion
 	if data == "" || data == version {
-		return nil
+		return "", nil
 	}
-	return fmt.Errorf("spec.version %s cannot be applied: the cluster's data is PostgreSQL %s and pgpilot does not upgrade a major version in place; set spec.version back to %q (no instance was changed)", version, data, data)
+	want, err1 := strconv.Atoi(version)
+	have, err2 := strconv.Atoi(data)
+	if err1 != nil || err2 != nil {
+		return "", fmt.Errorf("spec.version %q or the data's version %q is not a major version number", version, data)
+	}
+	if want < have {
+		return "", fmt.Errorf("spec.version %s cannot be applied: the cluster's data is PostgreSQL %s, and PostgreSQL cannot move data to an older major; set spec.version back to %q (no instance was changed)", version, data, data)
+	}
+	return data, nil
 }
+
+// carryImage is an image of the data's major, from, for an upgrade: the one the
+// StatefulSet carries it with already, or runs it with (the image before the upgrade
+// began, which may be the user's spec.image), else the operator's for that major.
+func carryImage(v Values, from string, sts *appsv1.StatefulSet) string {
+	if sts != nil {
+		spec := sts.Spec.Template.Spec
+		for _, c := range spec.InitContainers {
+			if c.Name == CarryContainer {
+				return c.Image
+			}
+		}
+		for _, c := range spec.Containers {
+			if c.Name == "postgres" && c.Image != "" && !sameMajorImage(v, c.Image) {
+				return c.Image
+			}
+		}
+	}
+	for _, image := range []string{v.Operator.PostgresImages[from], v.Operator.DefaultPostgresImages[from]} {
+		if image != "" {
+			return image
+		}
+	}
+	return ""
+}
+
+// sameMajorImage reports whether image is the one spec.version selects: a StatefulSet
+// already rolled to the new image says nothing of the old one.
+func sameMajorImage(v Values, image string) bool {
+	want, err := postgresImage(v)
+	return err == nil && want == image
+}
+
+// CarryContainer is the init container that carries the data's PostgreSQL programs
+// into the pod during an upgrade (`agent carry`).
+const CarryContainer = "carry-postgres"
 
 // postgresImage is the first of spec.image, the operator's image for the version and the
 // chart's default for it.

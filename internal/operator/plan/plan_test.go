@@ -244,11 +244,49 @@ func TestDataVersion(t *testing.T) {
 		PrimaryLease: &coordinationv1.Lease{},
 		Report:       &corev1.ConfigMap{Data: map[string]string{string(report.KeyDataVersion): "16"}},
 	}
-	decide(t, readme(func(v *plan.Values) { v.Version = "17" }), observed,
-		`spec.version 17 cannot be applied: the cluster's data is PostgreSQL 16 and pgpilot does not upgrade a major version in place; set spec.version back to "16"`)
-	if p := decide(t, readme(func(v *plan.Values) { v.Version = "16" }), observed, ""); p.Image != "postgres:16.11" {
-		t.Errorf("image %q for the data's version", p.Image)
+	decide(t, readme(func(v *plan.Values) { v.Version = "15" }), observed,
+		`spec.version 15 cannot be applied: the cluster's data is PostgreSQL 16, and PostgreSQL cannot move data to an older major; set spec.version back to "16"`)
+	p := decide(t, readme(func(v *plan.Values) { v.Version = "16" }), observed, "")
+	if p.Image != "postgres:16.11" || p.Upgrade != nil {
+		t.Errorf("image %q, upgrade %+v for the data's version", p.Image, p.Upgrade)
 	}
+}
+
+// A newer spec.version upgrades: the pods run its image, and carry the data's
+// programs from the image they ran it with (or the operator's for its major).
+func TestUpgradeCarriesTheDataMajor(t *testing.T) {
+	running := func(containers, inits []corev1.Container) *appsv1.StatefulSet {
+		return &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](3), Template: corev1.PodTemplateSpec{
+			Spec: corev1.PodSpec{Containers: containers, InitContainers: inits}}}}
+	}
+	rep := &corev1.ConfigMap{Data: map[string]string{string(report.KeyDataVersion): "15"}}
+	tests := []struct {
+		name string
+		sts  *appsv1.StatefulSet
+		want string
+	}{
+		{"the image the pods ran the data with", running([]corev1.Container{{Name: "postgres", Image: "registry.local/pg:15-custom"}}, nil), "registry.local/pg:15-custom"},
+		{"the image already carried", running([]corev1.Container{{Name: "postgres", Image: "postgres:17.7"}},
+			[]corev1.Container{{Name: plan.CarryContainer, Image: "registry.local/pg:15-custom"}}), "registry.local/pg:15-custom"},
+		{"rolled already, nothing carried: the operator's", running([]corev1.Container{{Name: "postgres", Image: "postgres:17.7"}}, nil), "postgres:15.15"},
+		{"no StatefulSet: the operator's", nil, "postgres:15.15"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := decide(t, readme(func(v *plan.Values) {
+				v.Version = "17"
+				v.Operator.DefaultPostgresImages["15"] = "postgres:15.15"
+			}), plan.Observed{StatefulSet: tc.sts, PrimaryLease: &coordinationv1.Lease{}, Report: rep}, "")
+			if p.Image != "postgres:17.7" {
+				t.Errorf("image %q, want the new major's", p.Image)
+			}
+			if p.Upgrade == nil || p.Upgrade.From != "15" || p.Upgrade.To != "17" || p.Upgrade.CarryImage != tc.want {
+				t.Errorf("upgrade %+v, want 15 → 17 carrying %s", p.Upgrade, tc.want)
+			}
+		})
+	}
+	decide(t, readme(func(v *plan.Values) { v.Version = "17" }), plan.Observed{PrimaryLease: &coordinationv1.Lease{}, Report: rep},
+		"spec.version 17 needs the PostgreSQL 15 programs to upgrade the data: the operator has no image for 15")
 }
 
 // statefulSet is the StatefulSet as deployed with a data claim template of size and

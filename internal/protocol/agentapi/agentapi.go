@@ -45,12 +45,22 @@ const (
 	RoleFenced   = "fenced"   // a primary that refuses writes
 	RoleStarting = "starting" // postgres is being initialised, cloned, rewound or started
 	RoleStopped  = "stopped"  // postgres is not running
+	// RoleUpgrading is a primary whose agent stopped postgres to run pg_upgrade on its
+	// data; it keeps the primary Lease, and starts again on the old or the new major.
+	RoleUpgrading = "upgrading"
 )
 
 // Status is what GET /status returns: the instance as its agent sees it now.
 type Status struct {
 	// Pod is the instance's pod name.
 	Pod string `json:"pod"`
+	// Upgrade is the last major version upgrade this agent ran or checked, while the
+	// cluster's spec.version is newer than the data it started with; nil otherwise.
+	Upgrade *Upgrade `json:"upgrade,omitempty"`
+	// UpgradedFrom is the database the data was made from by pg_upgrade (its data
+	// directory's record), nil for data never upgraded: a standby of the older major
+	// with that system identifier may set its data aside and clone this one's.
+	UpgradedFrom *UpgradedFrom `json:"upgradedFrom,omitempty"`
 	// Role is one of the Role* constants.
 	Role string `json:"role"`
 	// Running is whether the postmaster is up.
@@ -278,4 +288,36 @@ type Instance interface {
 	// Confirm answers a primary that cannot reach the API server whether this standby
 	// still follows it (failsafe); ErrConflict when it does not.
 	Confirm(ctx context.Context, req ConfirmRequest) error
+}
+
+// Upgrade phases (Upgrade.Phase), in their order; Failed ends an upgrade that left the
+// data on its old major.
+const (
+	UpgradeChecking  = "Checking"
+	UpgradeUpgrading = "Upgrading"
+	UpgradeAnalysing = "Analysing"
+	UpgradeCompleted = "Completed"
+	UpgradeFailed    = "Failed"
+)
+
+// Upgrade is a major version upgrade as the primary's agent runs it.
+type Upgrade struct {
+	// From and To are the major versions.
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Phase is one of the Upgrade* phases.
+	Phase string `json:"phase"`
+	// Message says what the phase is doing, or why the upgrade failed.
+	Message string `json:"message,omitempty"`
+	// Since is when the phase began.
+	Since time.Time `json:"since"`
+	// WritesStoppedMillis is how long the primary refused writes for the upgrade (from
+	// its stop to the new major's first acknowledged commit), once known.
+	WritesStoppedMillis int64 `json:"writesStoppedMillis,omitempty"`
+}
+
+// UpgradedFrom is the database a data directory was upgraded from.
+type UpgradedFrom struct {
+	SystemIdentifier string `json:"systemIdentifier"`
+	Major            string `json:"major"`
 }

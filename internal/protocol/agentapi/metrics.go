@@ -9,7 +9,7 @@ import (
 )
 
 // roles are the values of pgpilot_instance_role's role label, one series each.
-var roles = []string{RolePrimary, RoleReplica, RoleFenced, RoleStarting, RoleStopped}
+var roles = []string{RolePrimary, RoleReplica, RoleFenced, RoleStarting, RoleStopped, RoleUpgrading}
 
 var (
 	upDesc = prometheus.NewDesc("pgpilot_instance_up",

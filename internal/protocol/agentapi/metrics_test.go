@@ -54,7 +54,7 @@ func exposition(samples map[string][]string) string {
 
 func roleSamples(current string) []string {
 	var out []string
-	for _, r := range []string{RolePrimary, RoleReplica, RoleFenced, RoleStarting, RoleStopped} {
+	for _, r := range []string{RolePrimary, RoleReplica, RoleFenced, RoleStarting, RoleStopped, RoleUpgrading} {
 		v := 0
 		if r == current {
 			v = 1

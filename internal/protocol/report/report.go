@@ -49,10 +49,13 @@ const (
 	// KeyPendingRestart (restart controller) is what waits for a restart of postgres,
 	// JSON of a PendingRestart.
 	KeyPendingRestart Key = "pendingRestart"
+	// KeyUpgrade (failover controller) is where a major version upgrade stands, JSON
+	// of an Upgrade.
+	KeyUpgrade Key = "upgrade"
 )
 
 // Keys are every report, in the order the ConfigMap lists them.
-var Keys = []Key{KeyFailoverBlocked, KeyLastFailover, KeyDataVersion, KeyDataGuard, KeyStreaming, KeyArchiving, KeyPendingRestart}
+var Keys = []Key{KeyFailoverBlocked, KeyLastFailover, KeyDataVersion, KeyDataGuard, KeyStreaming, KeyArchiving, KeyPendingRestart, KeyUpgrade}
 
 // Report is the ConfigMap, read. A missing or unreadable report is its zero value: a
 // person may have edited it, and every reader treats "unknown" as "nothing recorded".
@@ -64,6 +67,19 @@ type Report struct {
 	Streaming       Streaming
 	Archiving       *Archiving
 	PendingRestart  *PendingRestart
+	Upgrade         *Upgrade
+}
+
+// Upgrade is a major version upgrade: its primary's agent's phase, or, once that
+// completed, ReplicasCloning until every instance runs the new major.
+type Upgrade struct {
+	From    string    `json:"from"`
+	To      string    `json:"to"`
+	Reason  string    `json:"reason"` // a dbv1.ReasonUpgrade* reason
+	Message string    `json:"message"`
+	Since   time.Time `json:"since"`
+	// WritesStoppedMillis is how long the primary refused writes for it.
+	WritesStoppedMillis int64 `json:"writesStoppedMillis,omitempty"`
 }
 
 // DataGuard is what the agents last reported of their data's protection, by pod:
@@ -141,6 +157,7 @@ func Parse(cm *corev1.ConfigMap) Report {
 	}
 	r.Archiving = decode[Archiving](d[string(KeyArchiving)])
 	r.PendingRestart = decode[PendingRestart](d[string(KeyPendingRestart)])
+	r.Upgrade = decode[Upgrade](d[string(KeyUpgrade)])
 	return r
 }
 

@@ -93,6 +93,7 @@ func TestEveryReportReadsBackAsWritten(t *testing.T) {
 		Streaming:       report.Streaming{"every-2": {Upstream: "every-1", State: "connecting", Since: since, Reason: "no route to host"}},
 		Archiving:       &report.Archiving{OK: false, Message: "archive_command failed"},
 		PendingRestart:  &report.PendingRestart{Pending: true, Message: "shared_buffers waits", Instances: map[string][]string{"every-0": {"shared_buffers: 128MB → 256MB"}}},
+		Upgrade:         &report.Upgrade{From: "15", To: "17", Reason: dbv1.ReasonUpgrading, Message: "pg_upgrade --copy", Since: since, WritesStoppedMillis: 4200},
 	}
 	write(t, c, report.KeyFailoverBlocked, want.FailoverBlocked)
 	write(t, c, report.KeyLastFailover, want.LastFailover)
@@ -101,6 +102,7 @@ func TestEveryReportReadsBackAsWritten(t *testing.T) {
 	write(t, c, report.KeyStreaming, want.Streaming)
 	write(t, c, report.KeyArchiving, want.Archiving)
 	write(t, c, report.KeyPendingRestart, want.PendingRestart)
+	write(t, c, report.KeyUpgrade, want.Upgrade)
 	if diff := cmp.Diff(want, read(t, c)); diff != "" {
 		t.Errorf("the report (-want +got):\n%s", diff)
 	}

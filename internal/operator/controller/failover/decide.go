@@ -236,6 +236,11 @@ func primaryFailure(in Input) string {
 		return withError(fmt.Sprintf("the primary %s is not ready (commit gate %s)", h, st.Gate), st.Error)
 	case agentapi.RoleReplica:
 		return "" // promoting
+	case agentapi.RoleUpgrading:
+		// Its agent runs pg_upgrade and starts postgres again on the old major or the
+		// new, within its own bound; its standbys have the old major's final WAL, and
+		// stay the way back if its pod dies (then it no longer answers).
+		return ""
 	case agentapi.RoleFenced:
 		return fmt.Sprintf("the primary %s is fenced", h)
 	}

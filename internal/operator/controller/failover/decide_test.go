@@ -129,6 +129,12 @@ func TestDecideHeld(t *testing.T) {
 			p.Status.Ready, p.Status.Gate = false, agentapi.GateDraining
 			return p
 		}(), standby("db-1", "0/1", false))), None, "", "is healthy"},
+		{"primary running pg_upgrade is left to its agent", failed(with(held(func() Instance {
+			p := primary("db-0")
+			p.Status.Role, p.Status.Running, p.Status.Ready = agentapi.RoleUpgrading, false, false
+			return p
+		}(), standby("db-1", "0/1", false)), func(i *Input) { i.SynchronousReplicas = 1 })), None, "", "is healthy"},
+		{"primary whose agent died while upgrading is failed", failed(held(dead("db-0"), standby("db-1", "0/1", false))), Revoke, "", "does not answer"},
 		{"fenced primary is failed", failed(held(func() Instance { p := primary("db-0"); p.Status.Role = agentapi.RoleFenced; return p }(),
 			standby("db-1", "0/1", false))), Revoke, "", "is fenced"},
 		{"primary whose gate withholds is failed", failed(held(func() Instance {

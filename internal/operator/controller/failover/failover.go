@@ -179,6 +179,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if verr := c.recordDataVersion(ctx); verr != nil && err == nil {
 		err = verr
 	}
+	if uerr := c.recordUpgrade(ctx); uerr != nil && err == nil {
+		err = uerr
+	}
 	c.reportDurability()
 	if serr := c.recordStreaming(ctx); serr != nil && err == nil {
 		err = serr

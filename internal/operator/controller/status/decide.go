@@ -63,6 +63,9 @@ type Observed struct {
 	// Streaming are the replicas that do not stream from the primary within
 	// maxReadLag, as the failover controller last recorded them; nil when none.
 	Streaming report.Streaming
+	// Upgrade is where a major version upgrade stands as the failover controller last
+	// recorded it; nil when the cluster was never upgraded.
+	Upgrade *report.Upgrade
 }
 
 // ArchivingHealth is whether the primary archives WAL, and what it last said.
@@ -172,6 +175,9 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 		dbv1.SetCondition(&st.Conditions, pendingRestart(*o.PendingRestart, c.Generation), now)
 	}
 	if cond, ok := hibernated(o, st.Conditions); ok {
+		dbv1.SetCondition(&st.Conditions, cond, now)
+	}
+	if cond, ok := majorUpgrade(o); ok {
 		dbv1.SetCondition(&st.Conditions, cond, now)
 	}
 
@@ -388,4 +394,29 @@ func replicasStreaming(o Observed, generation int64) dbv1.Condition {
 		cond.Message = strings.Join(problems, "; ") + ". Such a replica is not ready (it leaves the -ro and -r Services) until it streams within maxReadLag; its agent restarts a WAL receiver that hangs"
 	}
 	return cond
+}
+
+// majorUpgrade is the MajorUpgrade condition from the upgrade the failover controller
+// recorded: True once completed on every instance, False while under way or failed.
+// An upgrade to another version than spec.version asks for is over (spec.version was
+// set back), but a completed one stays True.
+func majorUpgrade(o Observed) (dbv1.Condition, bool) {
+	u, c := o.Upgrade, o.Cluster
+	if u == nil || u.Reason == "" {
+		return dbv1.Condition{}, false
+	}
+	cond := dbv1.Condition{Type: dbv1.ConditionMajorUpgrade, Status: metav1.ConditionFalse, Reason: u.Reason,
+		Message: fmt.Sprintf("PostgreSQL %s to %s: %s", u.From, u.To, u.Message), ObservedGeneration: c.Generation}
+	switch {
+	case u.Reason == dbv1.ReasonUpgradeCompleted:
+		cond.Status = metav1.ConditionTrue
+		if u.WritesStoppedMillis > 0 {
+			cond.Message += fmt.Sprintf(" (writes stopped for %.1f s)", float64(u.WritesStoppedMillis)/1000)
+		}
+	case u.To != c.Spec.Version && u.Reason == dbv1.ReasonUpgradeFailed:
+		cond.Message += fmt.Sprintf("; spec.version is %s now", c.Spec.Version)
+	case u.To != c.Spec.Version:
+		return dbv1.Condition{}, false
+	}
+	return cond, true
 }

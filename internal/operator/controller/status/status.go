@@ -144,6 +144,7 @@ func (r *Reconciler) observe(ctx context.Context, c *dbv1.PostgresCluster) (Obse
 	}
 	obs.Streaming, obs.FailoverBlocked, obs.LastFailover = rep.Streaming, rep.FailoverBlocked, rep.LastFailover
 	obs.DataGuard, obs.DataVersion, obs.PendingRestart = rep.DataGuard, rep.DataVersion, rep.PendingRestart
+	obs.Upgrade = rep.Upgrade
 	if a := rep.Archiving; a != nil {
 		obs.Archiving = &ArchivingHealth{OK: a.OK, Message: a.Message}
 	}
