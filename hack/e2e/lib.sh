@@ -14,10 +14,14 @@ source "$LC/lib.sh"
 # offline here besides 17 and 18): the demo and the tests ask for version 15, never
 # tag 15's binaries as another major.
 E2E_PG_MAJOR=15
+# The newer major the upgrade tests move a cluster to (Debian's PostgreSQL 17), also the
+# image a cluster of version 17 runs on the local node.
+E2E_PG_NEXT=17
 
 step() { printf '\n==> %s\n' "$*" >&2; }
 
-# build_images sets OPERATOR_TAR, OPERATOR_IMAGE, POSTGRES_TAR and POSTGRES_IMAGE.
+# build_images sets OPERATOR_TAR, OPERATOR_IMAGE, POSTGRES_TAR, POSTGRES_IMAGE,
+# POSTGRES_NEXT_TAR and POSTGRES_NEXT_IMAGE.
 build_images() {
   local out
   step "Building the operator image (the three binaries, the chart; seconds once Go's cache is warm)"
@@ -28,6 +32,10 @@ build_images() {
   out=$(bash "$REPO_ROOT/hack/images/postgres.sh")
   POSTGRES_TAR=$(sed -n 1p <<<"$out")
   POSTGRES_IMAGE=$(sed -n 2p <<<"$out")
+  step "Building the PostgreSQL $E2E_PG_NEXT image from Debian packages (about a minute, once)"
+  out=$(bash "$REPO_ROOT/hack/images/postgres.sh" "$E2E_PG_NEXT")
+  POSTGRES_NEXT_TAR=$(sed -n 1p <<<"$out")
+  POSTGRES_NEXT_IMAGE=$(sed -n 2p <<<"$out")
 }
 
 # build_s3_image sets S3_TAR and S3_IMAGE: versitygw (hack/versitygw.sh builds it) as an
@@ -126,6 +134,7 @@ push_images() {
   step "Pushing the images to the cluster's registry"
   bash "$LC/push-image.sh" "$OPERATOR_TAR" "$OPERATOR_IMAGE"
   bash "$LC/push-image.sh" "$POSTGRES_TAR" "$POSTGRES_IMAGE"
+  bash "$LC/push-image.sh" "$POSTGRES_NEXT_TAR" "$POSTGRES_NEXT_IMAGE"
 }
 
 # deploy_operator applies config/default with the local images, and waits until the
@@ -161,6 +170,8 @@ patches:
               value: ${OPERATOR_IMAGE}
             - name: RELATED_IMAGE_POSTGRES_${E2E_PG_MAJOR}
               value: ${POSTGRES_IMAGE}
+            - name: RELATED_IMAGE_POSTGRES_${E2E_PG_NEXT}
+              value: ${POSTGRES_NEXT_IMAGE}
 YAML
   step "Deploying pgpilot (config/default) with the local images"
   bash "$LC/exec.sh" kubectl apply --server-side --force-conflicts -k "$overlay" >&2

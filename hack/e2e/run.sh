@@ -37,4 +37,4 @@ if [[ -n ${E2E_BENCH:-} ]]; then
 elif [[ -n ${E2E_RUN:-} ]]; then
   args+=(-test.run "$E2E_RUN")
 fi
-E2E_PG_MAJOR=$E2E_PG_MAJOR E2E_S3_IMAGE=$S3_IMAGE PROMETHEUS=${PROMETHEUS:-} run_tests "$bin" "${args[@]}"
+E2E_PG_MAJOR=$E2E_PG_MAJOR E2E_PG_NEXT=$E2E_PG_NEXT E2E_S3_IMAGE=$S3_IMAGE PROMETHEUS=${PROMETHEUS:-} run_tests "$bin" "${args[@]}"

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -235,8 +236,18 @@ func (a *Agent) restoreFromBackup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing the backups in %s: %w", st, err)
 	}
-	info, err := backup.Choose(infos, r.BackupID, target)
+	// Only a base backup of the image's major can be restored with it: a store holds
+	// both majors' after an upgrade.
+	major, err := a.binMajor(ctx)
 	if err != nil {
+		return err
+	}
+	ofMajor := slices.DeleteFunc(slices.Clone(infos), func(i backup.Info) bool { return i.PostgresMajor != "" && i.PostgresMajor != major })
+	info, err := backup.Choose(ofMajor, r.BackupID, target)
+	if err != nil {
+		if other, oerr := backup.Choose(infos, r.BackupID, target); oerr == nil && other.PostgresMajor != major {
+			return fmt.Errorf("restoring from %s: the base backup for this target, %s, is of PostgreSQL %s, and this cluster runs PostgreSQL %s: set spec.version to %q to restore it (a point before a major version upgrade), or pick a later target", st, other.ID, other.PostgresMajor, major, other.PostgresMajor)
+		}
 		return fmt.Errorf("restoring from %s: %w", st, err)
 	}
 	a.log.Info("Restoring a base backup", "backup", info.ID, "store", st.String(), "endedAt", info.StoppedAt,

@@ -97,6 +97,7 @@ func NewReconciler(c client.Client, reader client.Reader, recorder record.EventR
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=db.example.com,resources=postgresbackups,verbs=create
 
 // cycle is one reconcile of one cluster.
 type cycle struct {

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
@@ -81,6 +83,34 @@ func (c *cycle) recordUpgrade(ctx context.Context) error {
 			kind = corev1.EventTypeWarning
 		}
 		c.r.recorder.Eventf(c.cluster, kind, u.Reason, "PostgreSQL %s → %s: %s", u.From, u.To, u.Message)
+		if u.Reason == dbv1.ReasonUpgradeReplicasCloning || u.Reason == dbv1.ReasonUpgradeCompleted {
+			return c.backUpUpgrade(ctx, u.To)
+		}
 	}
 	return nil
 }
+
+// backUpUpgrade asks for a base backup of the upgraded data, once the new major's
+// primary runs, when the cluster has a backup store: the older major's base backups
+// cannot restore it, and its set-aside data is kept until one exists.
+func (c *cycle) backUpUpgrade(ctx context.Context, to string) error {
+	if c.cluster.Spec.Backup == nil {
+		return nil
+	}
+	b := &dbv1.PostgresBackup{
+		ObjectMeta: metav1.ObjectMeta{Name: UpgradeBackupName(c.cluster.Name, to), Namespace: c.cluster.Namespace,
+			Labels: map[string]string{dbv1.LabelCluster: c.cluster.Name}},
+		Spec: dbv1.PostgresBackupSpec{Cluster: dbv1.LocalObjectReference{Name: c.cluster.Name}, Method: "basebackup"},
+	}
+	switch err := c.r.client.Create(ctx, b); {
+	case apierrors.IsAlreadyExists(err):
+	case err != nil:
+		return fmt.Errorf("asking for a base backup of the upgraded data: %w", err)
+	default:
+		c.log("Asked for a base backup of the upgraded data", "backup", b.Name)
+	}
+	return nil
+}
+
+// UpgradeBackupName is the PostgresBackup taken after cluster's upgrade to major to.
+func UpgradeBackupName(cluster, to string) string { return cluster + "-upgraded-" + to }

@@ -179,6 +179,8 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 	}
 	if cond, ok := majorUpgrade(o); ok {
 		dbv1.SetCondition(&st.Conditions, cond, now)
+	} else {
+		dbv1.RemoveCondition(&st.Conditions, dbv1.ConditionMajorUpgrade)
 	}
 
 	if o.Roles != nil {
@@ -397,26 +399,21 @@ func replicasStreaming(o Observed, generation int64) dbv1.Condition {
 }
 
 // majorUpgrade is the MajorUpgrade condition from the upgrade the failover controller
-// recorded: True once completed on every instance, False while under way or failed.
-// An upgrade to another version than spec.version asks for is over (spec.version was
-// set back), but a completed one stays True.
+// recorded: True once completed on every instance, False while under way or after it
+// failed. None for a cluster never upgraded, or once spec.version no longer asks for
+// the recorded upgrade's major (set back after a failure, say).
 func majorUpgrade(o Observed) (dbv1.Condition, bool) {
 	u, c := o.Upgrade, o.Cluster
-	if u == nil || u.Reason == "" {
+	if u == nil || u.Reason == "" || u.To != c.Spec.Version {
 		return dbv1.Condition{}, false
 	}
 	cond := dbv1.Condition{Type: dbv1.ConditionMajorUpgrade, Status: metav1.ConditionFalse, Reason: u.Reason,
 		Message: fmt.Sprintf("PostgreSQL %s to %s: %s", u.From, u.To, u.Message), ObservedGeneration: c.Generation}
-	switch {
-	case u.Reason == dbv1.ReasonUpgradeCompleted:
+	if u.Reason == dbv1.ReasonUpgradeCompleted {
 		cond.Status = metav1.ConditionTrue
 		if u.WritesStoppedMillis > 0 {
 			cond.Message += fmt.Sprintf(" (writes stopped for %.1f s)", float64(u.WritesStoppedMillis)/1000)
 		}
-	case u.To != c.Spec.Version && u.Reason == dbv1.ReasonUpgradeFailed:
-		cond.Message += fmt.Sprintf("; spec.version is %s now", c.Spec.Version)
-	case u.To != c.Spec.Version:
-		return dbv1.Condition{}, false
 	}
 	return cond, true
 }
