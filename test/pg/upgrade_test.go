@@ -92,10 +92,23 @@ func (in *instance) waitUpgrade(t *testing.T, phase string, timeout time.Duratio
 // primary checks, stops, upgrades with pg_upgrade and starts on 17 with every
 // acknowledged row; its standbys set their 15 data aside and clone it; statistics
 // are rebuilt.
+//
+// In synchronous mode too: commits wait for a standby of the new major, and none that
+// was acknowledged is lost.
 func TestMajorUpgrade(t *testing.T) {
 	t.Parallel()
+	for _, k := range []int{0, 1} {
+		t.Run(fmt.Sprintf("synchronousReplicas=%d", k), func(t *testing.T) {
+			t.Parallel()
+			upgradeUnderWrites(t, k)
+		})
+	}
+}
+
+func upgradeUnderWrites(t *testing.T, synchronous int) {
 	bin := nextMajor(t)
 	c := newCluster(t, 3)
+	c.setConfig("synchronousReplicas", synchronous)
 	c.startAll()
 	p := c.instances[0]
 	p.mustExec("CREATE TABLE items (id bigint PRIMARY KEY, note text)")

@@ -90,6 +90,9 @@ type Agent struct {
 	// (upgrade.go); upgradeFailed the major an upgrade to failed, not tried again.
 	upgrade       *agentapi.Upgrade
 	upgradeFailed string
+	// upgradingNow is set while the primary is down for pg_upgrade, from its stop to
+	// its start on either major: its status role is then RoleUpgrading.
+	upgradingNow atomic.Bool
 	// backedUpSince is when the newest base backup of the data's major that
 	// newMajorBackedUp found began; backedUpLooked when it last read the store.
 	backedUpSince, backedUpLooked time.Time
@@ -547,6 +550,9 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 	if a.upgrade != nil && a.cluster.Version == a.upgrade.To {
 		u := *a.upgrade
 		st.Upgrade = &u
+	}
+	if a.upgradingNow.Load() && st.Role != agentapi.RolePrimary {
+		st.Role = agentapi.RoleUpgrading
 	}
 	a.mu.Unlock()
 	st.LockedOut = a.pg.HBALocked()

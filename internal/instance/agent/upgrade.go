@@ -171,6 +171,10 @@ func (a *Agent) runUpgrade(ctx context.Context, from, to string) error {
 	}
 	a.setUpgrade(from, to, agentapi.UpgradeUpgrading, fmt.Sprintf("the primary stopped; pg_upgrade %s from PostgreSQL %s to %s", how, from, to))
 	stopped := time.Now()
+	// From the handover to the new start, the status says "upgrading", not "fenced",
+	// "stopped" or "starting", which the failover controller takes for a failure.
+	a.upgradingNow.Store(true)
+	defer a.upgradingNow.Store(false)
 	a.stopCleanly(ctx)
 	a.mu.Lock()
 	a.role = agentapi.RoleUpgrading

@@ -61,9 +61,10 @@ type Plan struct {
 // Upgrade is what the pods need while their data is an older major than their image
 // (docs/operations.md, "Major version upgrades"): an init container of the data's
 // image carries its PostgreSQL programs into the pod, so that the agent runs the data
-// on them until its primary runs pg_upgrade with both.
+// on them until its primary runs pg_upgrade with both. It stays after the upgrade
+// until the image changes (keptCarry), with From empty.
 type Upgrade struct {
-	// From is the data's major version; To is spec.version.
+	// From is the data's major version ("" once upgraded); To is spec.version.
 	From string `json:"from"`
 	To   string `json:"to"`
 	// CarryImage is an image of the From major: the one the pods ran it with.
@@ -177,6 +178,8 @@ func Decide(cluster Cluster, v Values, observed Observed) (*Plan, error) {
 		if upgrade.CarryImage == "" {
 			return nil, fmt.Errorf("spec.version %s needs the PostgreSQL %s programs to upgrade the data: the operator has no image for %s (RELATED_IMAGE_POSTGRES_%s, docs/install.md)", v.Version, from, from, from)
 		}
+	} else {
+		upgrade = keptCarry(v.Version, image, observed.StatefulSet)
 	}
 	if v.Operator.AgentImage == "" {
 		return nil, fmt.Errorf("operator.agentImage is required: the operator sets it from RELATED_IMAGE_AGENT")
@@ -348,6 +351,32 @@ func carryImage(v Values, from string, sts *appsv1.StatefulSet) string {
 		}
 	}
 	return ""
+}
+
+// keptCarry keeps an upgrade's carry-postgres init container once the upgrade is over,
+// for as long as the pods run the same image: dropping it would restart every pod (and
+// switch over) only to remove a copy nothing uses any more, in the middle of the
+// statistics rebuild and the standbys' clones. The next change of the image drops it.
+func keptCarry(version, image string, sts *appsv1.StatefulSet) *Upgrade {
+	if sts == nil {
+		return nil
+	}
+	spec := sts.Spec.Template.Spec
+	running := ""
+	for _, c := range spec.Containers {
+		if c.Name == "postgres" {
+			running = c.Image
+		}
+	}
+	if running != image {
+		return nil
+	}
+	for _, c := range spec.InitContainers {
+		if c.Name == CarryContainer {
+			return &Upgrade{To: version, CarryImage: c.Image}
+		}
+	}
+	return nil
 }
 
 // sameMajorImage reports whether image is the one spec.version selects: a StatefulSet

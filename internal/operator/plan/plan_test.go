@@ -287,6 +287,22 @@ func TestUpgradeCarriesTheDataMajor(t *testing.T) {
 	}
 	decide(t, readme(func(v *plan.Values) { v.Version = "17" }), plan.Observed{PrimaryLease: &coordinationv1.Lease{}, Report: rep},
 		"spec.version 17 needs the PostgreSQL 15 programs to upgrade the data: the operator has no image for 15")
+
+	// Upgraded: the carrying stays while the pods run the same image, so that the end
+	// of the upgrade restarts no pod; a new image drops it.
+	done := &corev1.ConfigMap{Data: map[string]string{string(report.KeyDataVersion): "17"}}
+	upgraded := running([]corev1.Container{{Name: "postgres", Image: "postgres:17.7"}}, []corev1.Container{{Name: plan.CarryContainer, Image: "pg:15"}})
+	p := decide(t, readme(func(v *plan.Values) { v.Version = "17" }), plan.Observed{StatefulSet: upgraded, PrimaryLease: &coordinationv1.Lease{}, Report: done}, "")
+	if p.Upgrade == nil || p.Upgrade.CarryImage != "pg:15" || p.Upgrade.From != "" {
+		t.Errorf("after the upgrade: %+v, want the carrying kept", p.Upgrade)
+	}
+	p = decide(t, readme(func(v *plan.Values) {
+		v.Version = "17"
+		v.Image = "postgres:17.8"
+	}), plan.Observed{StatefulSet: upgraded, PrimaryLease: &coordinationv1.Lease{}, Report: done}, "")
+	if p.Upgrade != nil {
+		t.Errorf("a new image kept the carrying: %+v", p.Upgrade)
+	}
 }
 
 // statefulSet is the StatefulSet as deployed with a data claim template of size and

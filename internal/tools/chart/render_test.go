@@ -1413,3 +1413,38 @@ func TestRenderIsStable(t *testing.T) {
 		}
 	}
 }
+
+// During a major version upgrade the pods run the new major's image, with an init
+// container of the data's image that carries its programs into the agent's volume,
+// under the restricted profile like the rest of the pod.
+func TestUpgradeCarriesTheOldMajor(t *testing.T) {
+	opts := renderOptions(readmeValues(withVersion("17"), set("operator.postgresImages.15", "mirror.example.com/postgres:15.15")))
+	opts.Observed = plan.Observed{Report: &corev1.ConfigMap{Data: map[string]string{"dataVersion": "15"}}}
+	sts := decode[appsv1.StatefulSet](t, renderWith(t, opts), "StatefulSet", name)
+	spec := sts.Spec.Template.Spec
+	if got := spec.Containers[0].Image; got != "postgres:17.7" {
+		t.Errorf("postgres image %q, want the new major's", got)
+	}
+	var carry *corev1.Container
+	for i := range spec.InitContainers {
+		if spec.InitContainers[i].Name == plan.CarryContainer {
+			carry = &spec.InitContainers[i]
+		}
+	}
+	if carry == nil || carry.Image != "mirror.example.com/postgres:15.15" ||
+		!slices.Equal(carry.Command, []string{"/pgpilot/agent", "carry", "/pgpilot/carried"}) || len(carry.VolumeMounts) != 1 || carry.VolumeMounts[0].MountPath != "/pgpilot" {
+		t.Fatalf("carry init container %+v", carry)
+	}
+	if spec.InitContainers[0].Name != "install-agent" {
+		t.Errorf("the agent is not installed before it carries: %s first", spec.InitContainers[0].Name)
+	}
+	if got := restrictedViolations(spec); len(got) > 0 {
+		t.Errorf("the upgrading pod breaks the restricted profile:\n%s", strings.Join(got, "\n"))
+	}
+	// Once the data is 17, no carrying.
+	opts.Observed.Report.Data["dataVersion"] = "17"
+	sts = decode[appsv1.StatefulSet](t, renderWith(t, opts), "StatefulSet", name)
+	if n := len(sts.Spec.Template.Spec.InitContainers); n != 1 {
+		t.Errorf("%d init containers once the data is 17", n)
+	}
+}

@@ -73,6 +73,9 @@ func (c *cycle) recordUpgrade(ctx context.Context) error {
 	if last != nil && last.Reason == u.Reason && last.Message == u.Message && last.To == u.To {
 		return nil
 	}
+	if last != nil && last.To == u.To && last.Reason == dbv1.ReasonUpgradeCompleted && u.Reason == dbv1.ReasonUpgradeReplicasCloning {
+		return nil // completed once on every instance: a standby restarting later is not the upgrade's
+	}
 	if err := c.record(ctx, report.KeyUpgrade, u); err != nil {
 		return fmt.Errorf("recording the major version upgrade: %w", err)
 	}

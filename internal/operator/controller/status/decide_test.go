@@ -863,3 +863,34 @@ func TestDecideOperatorVersion(t *testing.T) {
 		})
 	}
 }
+
+func TestDecideMajorUpgrade(t *testing.T) {
+	cluster := newCluster(wasReady(dbv1.ReasonAllInstancesReady))
+	cluster.Spec.Version = "17"
+	o := status.Observed{Cluster: cluster, Pods: pods("db-0", "db-1", "db-2"), Primary: "db-0"}
+	if c := dbv1.FindCondition(status.Decide(o, now).Conditions, dbv1.ConditionMajorUpgrade); c != nil {
+		t.Errorf("a cluster never upgraded has a MajorUpgrade condition: %+v", c)
+	}
+	tests := []struct {
+		reason, version string
+		want            metav1.ConditionStatus // "" for no condition
+		message         string
+	}{
+		{dbv1.ReasonUpgrading, "17", metav1.ConditionFalse, "PostgreSQL 15 to 17: pg_upgrade --copy"},
+		{dbv1.ReasonUpgradeFailed, "17", metav1.ConditionFalse, "PostgreSQL 15 to 17: pg_upgrade --copy"},
+		{dbv1.ReasonUpgradeCompleted, "17", metav1.ConditionTrue, "(writes stopped for 4.2 s)"},
+		{dbv1.ReasonUpgradeFailed, "15", "", ""}, // spec.version set back
+	}
+	for _, tc := range tests {
+		o.Cluster.Spec.Version = tc.version
+		o.Upgrade = &report.Upgrade{From: "15", To: "17", Reason: tc.reason, Message: "pg_upgrade --copy", WritesStoppedMillis: 4200}
+		c := dbv1.FindCondition(status.Decide(o, now).Conditions, dbv1.ConditionMajorUpgrade)
+		switch {
+		case tc.want == "" && c != nil:
+			t.Errorf("%s with version %s: condition %+v, want none", tc.reason, tc.version, c)
+		case tc.want == "":
+		case c == nil || c.Status != tc.want || c.Reason != tc.reason || !strings.Contains(c.Message, tc.message):
+			t.Errorf("%s with version %s: condition %+v, want %s with %q", tc.reason, tc.version, c, tc.want, tc.message)
+		}
+	}
+}
