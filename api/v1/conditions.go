@@ -161,6 +161,10 @@ const (
 	// ReasonSwitchingOverForUpdate: a rolling update moves the primary before
 	// restarting it.
 	ReasonSwitchingOverForUpdate = "SwitchingOverForUpdate"
+	// ReasonRolloutPaused and ReasonRolloutQueued: a rolling update waits, for
+	// AnnotationRolloutPaused or for the limit on clusters rolling at once.
+	ReasonRolloutPaused = "RolloutPaused"
+	ReasonRolloutQueued = "RolloutQueued"
 	// ReasonSwitchingOverForScaleDown: a scale-down would remove the primary's pod, so
 	// the primary moves to an instance that stays first; ReasonScaleDownWaiting: no
 	// instance that stays can take over yet, and the scale-down waits.

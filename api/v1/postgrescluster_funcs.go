@@ -22,6 +22,11 @@ const (
 	// into the pod template, as kubectl rollout restart does for a Deployment
 	// (kubectl pgpilot restart sets it to the time).
 	AnnotationRestartedAt = "db.example.com/restartedAt"
+	// AnnotationRolloutPaused on a cluster, "true", holds its rolling update: no pod of
+	// it is restarted for a new instance template (a new agent image after an operator
+	// upgrade, say) until it is removed. A rollout that has begun stops between two
+	// steps, every pod running one template or the other.
+	AnnotationRolloutPaused = "db.example.com/rollout-paused"
 
 	// AnnotationFencedInstances on a cluster fences instances: a comma-separated list
 	// of pod names, or "*" for every instance. A fenced instance's postgres is stopped

@@ -23,6 +23,9 @@ func main() {
 	// sidecar: during an upgrade the old pod and the new one must contend for the same
 	// Lease, or two would run failovers at once.
 	f.Register(flag.CommandLine, ":8083", ":8082", "pgpilot-sidecar.db.example.com")
+	var copts controller.Options
+	flag.IntVar(&copts.MaxRollingClusters, "max-rolling-clusters", controller.DefaultMaxRollingClusters,
+		"The most clusters whose pods are restarted for a new template at once (a new agent image after an operator upgrade rolls them all); 0 for no limit.")
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&f.Zap)))
 	log := ctrl.Log.WithName("setup")
@@ -44,7 +47,7 @@ func main() {
 		log.Error(err, "Failed to create the manager")
 		os.Exit(1)
 	}
-	if err := controller.Setup(mgr, clock.RealClock{}); err != nil {
+	if err := controller.Setup(mgr, clock.RealClock{}, copts); err != nil {
 		log.Error(err, "Failed to set up the controllers")
 		os.Exit(1)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,7 +23,7 @@ import (
 // nextMajor is the bin directory of PostgreSQL 17 for the upgrade tests, carried out
 // of its image by hack/postgres-next.sh (make test-quick sets PGPILOT_PG_NEXT) and
 // copied once into the run's work directory, where the postgres OS user can run it.
-func nextMajor(t *testing.T) string {
+func nextMajor(t testing.TB) string {
 	t.Helper()
 	nextOnce.Do(func() {
 		src := os.Getenv("PGPILOT_PG_NEXT")
@@ -59,7 +60,7 @@ var (
 
 // toNextMajor restarts in's agent as the operator's rollout would during an upgrade:
 // on the new major's image, with PostgreSQL 15's programs carried into the pod.
-func (in *instance) toNextMajor(t *testing.T, bin string) {
+func (in *instance) toNextMajor(t testing.TB, bin string) {
 	t.Helper()
 	carried := filepath.Join(in.dir, "carried")
 	mustMkdir(t, carried, 0o755)
@@ -71,7 +72,7 @@ func (in *instance) toNextMajor(t *testing.T, bin string) {
 }
 
 // waitUpgrade waits until in's agent reports the upgrade to 17 in phase.
-func (in *instance) waitUpgrade(t *testing.T, phase string, timeout time.Duration) agentapi.Upgrade {
+func (in *instance) waitUpgrade(t testing.TB, phase string, timeout time.Duration) agentapi.Upgrade {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var last *agentapi.Upgrade
@@ -109,7 +110,7 @@ func upgradeUnderWrites(t *testing.T, synchronous int) {
 	bin := nextMajor(t)
 	c := newCluster(t, 3)
 	c.setConfig("synchronousReplicas", synchronous)
-	c.startAll()
+	before := c.startAll()
 	p := c.instances[0]
 	p.mustExec("CREATE TABLE items (id bigint PRIMARY KEY, note text)")
 	p.mustExec("INSERT INTO items SELECT g, 'before ' || g FROM generate_series(1, 5000) g")
@@ -156,9 +157,14 @@ func upgradeUnderWrites(t *testing.T, synchronous int) {
 	close(stop)
 	<-wrote
 
-	st := p.waitRole(agentapi.RolePrimary, 1, upTimeout)
+	st := p.waitRole(agentapi.RolePrimary, 0, upTimeout)
 	if st.PostgresVersion/10000 != 17 || st.UpgradedFrom == nil || st.UpgradedFrom.Major != "15" {
 		t.Fatalf("primary after the upgrade: version %d, upgraded from %+v", st.PostgresVersion, st.UpgradedFrom)
+	}
+	// Above every timeline of the old database, whose history files share the archive,
+	// with one ID left free between them.
+	if st.Timeline <= before.Timeline+1 {
+		t.Errorf("the upgraded primary is on timeline %d, the old database was on %d", st.Timeline, before.Timeline)
 	}
 	ackedMu.Lock()
 	want := append([]int64(nil), acked...)
@@ -180,7 +186,7 @@ func upgradeUnderWrites(t *testing.T, synchronous int) {
 		t.Errorf("no planner statistics for items after the upgrade (%d, %v)", stats, err)
 	}
 	for _, r := range c.instances[1:] {
-		rs := r.waitRole(agentapi.RoleReplica, 1, upTimeout)
+		rs := r.waitRole(agentapi.RoleReplica, st.Timeline, 3*time.Minute)
 		deadline := time.Now().Add(3 * time.Minute)
 		for rs.PostgresVersion/10000 != 17 && time.Now().Before(deadline) {
 			time.Sleep(500 * time.Millisecond)
@@ -250,4 +256,67 @@ func TestMajorUpgradeRefusedLeavesTheOldMajorServing(t *testing.T) {
 	if _, err := os.Stat(p.pgdata + ".upgrade"); !os.IsNotExist(err) {
 		t.Errorf("the refused upgrade's new data directory is left: %v", err)
 	}
+}
+
+// BenchmarkMajorUpgrade upgrades a primary and a standby of PostgreSQL 15 with 200,000
+// rows (about 30 MB) to 17, b.N times, while a writer inserts through the primary, and
+// prints how long writes were unavailable (the longest time between two acknowledged
+// inserts, the rollout's restarts included) and how long the primary was down for
+// pg_upgrade (its agent's writesStoppedMillis), in seconds: the mean and the worst. It
+// asserts nothing about the figures; make bench runs it 3 times.
+func BenchmarkMajorUpgrade(b *testing.B) {
+	bin := nextMajor(b)
+	var gaps, down []float64
+	for range b.N {
+		c := newCluster(b, 2)
+		c.startAll()
+		p, r := c.instances[0], c.instances[1]
+		p.mustExec("CREATE TABLE items (id bigint PRIMARY KEY, note text)")
+		p.mustExec("INSERT INTO items SELECT g, repeat('x', 100) FROM generate_series(1, 200000) g")
+		stop := make(chan struct{})
+		gap := make(chan time.Duration)
+		go func() {
+			last, worst := time.Now(), time.Duration(0)
+			for id := int64(1_000_000); ; id++ {
+				select {
+				case <-stop:
+					gap <- worst
+					return
+				default:
+				}
+				if p.exec("INSERT INTO items VALUES ($1, 'during')", id) == nil {
+					worst, last = max(worst, time.Since(last)), time.Now()
+				} else {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
+		c.setConfig("version", "17")
+		r.toNextMajor(b, bin)
+		r.waitRole(agentapi.RoleReplica, 1, upTimeout)
+		c.setLease(p.pod, true)
+		p.toNextMajor(b, bin)
+		c.setLease(p.pod, true)
+		u := p.waitUpgrade(b, agentapi.UpgradeCompleted, 5*time.Minute)
+		for p.exec("SELECT 1") != nil {
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(time.Second)
+		close(stop)
+		gaps = append(gaps, (<-gap).Seconds())
+		down = append(down, float64(u.WritesStoppedMillis)/1000)
+		c.stopAll()
+	}
+	b.ReportMetric(mean(gaps), "unavailable-s")
+	b.ReportMetric(slices.Max(gaps), "unavailable-max-s")
+	b.ReportMetric(mean(down), "pg_upgrade-down-s")
+	b.ReportMetric(slices.Max(down), "pg_upgrade-down-max-s")
+}
+
+func mean(xs []float64) float64 {
+	var sum float64
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
 }

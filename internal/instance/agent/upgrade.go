@@ -192,6 +192,9 @@ func (a *Agent) runUpgrade(ctx context.Context, from, to string) error {
 	if err := a.pg.RunUpgrade(ctx, up); err != nil {
 		return back(err)
 	}
+	if err := a.pg.StartUpgradeOnTimeline(ctx, a.cfg.BinDir, a.upgradeTimeline(ctx)); err != nil {
+		return back(err)
+	}
 	rec := postgres.UpgradeRecord{SystemIdentifier: own, Major: from, Lineage: lineage, At: time.Now().UTC()}
 	why := fmt.Sprintf("upgraded to PostgreSQL %s by pg_upgrade %s: this is the PostgreSQL %s data directory as it was at the upgrade", to, how, from)
 	if link {
@@ -223,6 +226,23 @@ func (a *Agent) runUpgrade(ctx context.Context, from, to string) error {
 	a.setUpgrade(from, to, agentapi.UpgradeAnalysing, "rebuilding the planner's statistics (vacuumdb --analyze-in-stages); the primary accepts writes")
 	go a.analyze(a.runCtx, from, to)
 	return nil
+}
+
+// upgradeTimeline is the timeline the upgraded database begins on: two above every
+// timeline the old database used or reserved, as its data directory's checkpoint and
+// history files and the primary Lease know them, so that neither database's recovery
+// takes the other's history files for its own (postgres.StartUpgradeOnTimeline).
+func (a *Agent) upgradeTimeline(ctx context.Context) int64 {
+	top := max(a.lease.Record().Timeline, 1)
+	if cd, err := a.pg.ControlData(ctx); err == nil {
+		top = max(top, cd.Timeline)
+	}
+	if h, err := a.pg.HistoryFiles(); err == nil {
+		for id := range h {
+			top = max(top, id)
+		}
+	}
+	return top + 2
 }
 
 // analyze rebuilds the planner's statistics after an upgrade: pg_upgrade carries none

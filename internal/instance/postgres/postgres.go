@@ -341,6 +341,8 @@ type ControlData struct {
 	// Checkpoint is "Latest checkpoint location": after a clean shutdown, the shutdown
 	// checkpoint, the last record of the WAL.
 	Checkpoint string
+	// RedoWALFile is "Latest checkpoint's REDO WAL file", the WAL segment's name.
+	RedoWALFile string
 }
 
 // ShutDown reports whether the data directory was shut down cleanly as a primary.
@@ -376,6 +378,8 @@ func ParseControlData(out []byte) ControlData {
 			cd.Timeline, _ = strconv.ParseInt(v, 10, 64)
 		case "Latest checkpoint location":
 			cd.Checkpoint = v
+		case "Latest checkpoint's REDO WAL file":
+			cd.RedoWALFile = v
 		}
 	}
 	return cd

@@ -158,6 +158,57 @@ func upgradeFailure(out []byte) string {
 	return msg
 }
 
+// StartUpgradeOnTimeline makes the upgraded directory's WAL begin on timeline tli
+// (pg_resetwal -l, on the cleanly shut down directory pg_upgrade left) instead of 1.
+// The upgraded database archives where the old one did, and PostgreSQL takes every
+// history file it finds above its own timeline for a continuation of it: on timeline 1
+// it took the old database's 00000002.history for its own, and a point-in-time
+// recovery from its first backup refused to start ("requested timeline 2 is not a
+// child of this server's history"; make e2e). Above every timeline the old database
+// used it follows none of them; with one ID left free between the two (the caller's
+// choice), a restore of the old database stops looking at the gap (PostgreSQL looks
+// for newer timelines one ID at a time) and follows none of the new one's either.
+func (p *Postgres) StartUpgradeOnTimeline(ctx context.Context, newBinDir string, tli int64) error {
+	dir := p.UpgradeDir()
+	controldata := func() (ControlData, error) {
+		cmd := exec.CommandContext(ctx, filepath.Join(newBinDir, "pg_controldata"), "-D", dir)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return ControlData{}, fmt.Errorf("pg_controldata: %w: %s", err, LastLines(out, 3))
+		}
+		return ParseControlData(out), nil
+	}
+	cd, err := controldata()
+	if err != nil {
+		return err
+	}
+	if len(cd.RedoWALFile) != 24 {
+		return fmt.Errorf("pg_controldata gave no REDO WAL file name for %s (%q)", dir, cd.RedoWALFile)
+	}
+	start := fmt.Sprintf("%08X%s", tli, cd.RedoWALFile[8:])
+	cmd := exec.CommandContext(ctx, filepath.Join(newBinDir, "pg_resetwal"), "-l", start, "-D", dir)
+	cmd.Env = append(os.Environ(), p.Env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("pg_resetwal -l %s: %w: %s", start, err, LastLines(out, 3))
+	}
+	if cd, err = controldata(); err != nil {
+		return err
+	}
+	if cd.Timeline != tli {
+		return fmt.Errorf("the upgraded data directory is on timeline %d after pg_resetwal, not %d", cd.Timeline, tli)
+	}
+	// A history file for the new timeline, archived like a promotion's: a standby's
+	// clone and its WAL receiver ask the primary for it (TIMELINE_HISTORY), and a
+	// restore reads it. It says the timeline began where the upgraded WAL begins; no
+	// WAL before that point belongs to this database, and nothing ever reads it.
+	history := fmt.Sprintf("1\t%s\tupgraded by pg_upgrade: a new database, whose WAL begins here\n", cd.Checkpoint)
+	name := fmt.Sprintf("%08X.history", tli)
+	if err := writeFileDurable(filepath.Join(dir, "pg_wal", name), []byte(history), 0o600); err != nil {
+		return err
+	}
+	return writeFileDurable(filepath.Join(dir, "pg_wal", "archive_status", name+".ready"), nil, 0o600)
+}
+
 // UndoUpgrade makes the old data directory what it was before a pg_upgrade that
 // failed or never finished: the new directory goes (nothing ever ran on it), and the
 // control file --link renamed comes back. Nothing else of the old directory changed

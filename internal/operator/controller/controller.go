@@ -68,8 +68,19 @@ func CacheOptions() cache.Options {
 	}}
 }
 
+// Options are the controllers' settings from the command line.
+type Options struct {
+	// MaxRollingClusters is the most clusters whose pods are restarted for a new
+	// template at once (0: no limit).
+	MaxRollingClusters int
+}
+
+// DefaultMaxRollingClusters is MaxRollingClusters' default: a new agent image after an
+// operator upgrade rolls every cluster, a few at a time.
+const DefaultMaxRollingClusters = 3
+
 // Setup adds the controller's controllers to mgr.
-func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
+func Setup(mgr ctrl.Manager, clk clock.PassiveClock, opts Options) error {
 	recorder := mgr.GetEventRecorderFor(EventSource)
 	if err := credentials.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme(), recorder, nil).
 		SetupWithManager(mgr); err != nil {
@@ -87,7 +98,7 @@ func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
 	if err := backup.NewScheduleReconciler(mgr.GetClient(), recorder, clk, nil).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := rollout.NewReconciler(mgr.GetClient(), recorder).SetupWithManager(mgr); err != nil {
+	if err := rollout.NewReconciler(mgr.GetClient(), recorder, opts.MaxRollingClusters).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := restart.NewReconciler(mgr.GetClient(), recorder, nil).SetupWithManager(mgr); err != nil {

@@ -128,7 +128,7 @@ func StartOperator(ctx context.Context, cfg *rest.Config, root string, options .
 	if err != nil {
 		return nil, err
 	}
-	if err := controller.Setup(controllerMgr, clock.RealClock{}); err != nil {
+	if err := controller.Setup(controllerMgr, clock.RealClock{}, controller.Options{MaxRollingClusters: controller.DefaultMaxRollingClusters}); err != nil {
 		return nil, err
 	}
 	errs := make(chan error, 2)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"sync"
 	"time"
 
@@ -418,9 +419,13 @@ func (c *cycle) report(reason, msg, logMsg string) {
 
 // reportOnce is report with the last message kept in *last, so that concerns that
 // report side by side do not reset each other's.
+// Messages that differ only in the durations they carry ("has not renewed the Lease for
+// 10.2s", then "for 10.4s") are one: each reconcile would otherwise emit one more, and
+// client-go drops an object's events beyond a burst of 25, so a restart's worth of
+// them hid the events that followed (an upgrade's UpgradeFailed, say; make e2e).
 func (c *cycle) reportOnce(last *string, reason, msg, logMsg string) {
 	c.r.mu.Lock()
-	same := *last == msg
+	same := withoutDurations(*last) == withoutDurations(msg)
 	*last = msg
 	c.r.mu.Unlock()
 	if msg == "" || same {
@@ -815,3 +820,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: 8}).
 		Complete(r)
 }
+
+// durations are the time spans messages carry: 2.5s, 1.023s, 14ms, 1m30s.
+var durations = regexp.MustCompile(`\b\d+(\.\d+)?(ms|s|m|h)(\d+(\.\d+)?(ms|s))?\b`)
+
+// withoutDurations is msg with every duration replaced by one mark.
+func withoutDurations(msg string) string { return durations.ReplaceAllString(msg, "…") }

@@ -47,3 +47,22 @@ func TestUpgradeReport(t *testing.T) {
 		})
 	}
 }
+
+func TestWithoutDurations(t *testing.T) {
+	a := "the primary db-0's agent does not answer and has not renewed the Lease for 10.2s; no failover: no replica is running"
+	b := "the primary db-0's agent does not answer and has not renewed the Lease for 14.4s; no failover: no replica is running"
+	if withoutDurations(a) != withoutDurations(b) {
+		t.Errorf("%q and %q differ only in a duration", a, b)
+	}
+	for _, other := range []string{
+		"the primary db-1's agent does not answer and has not renewed the Lease for 10.2s; no failover: no replica is running",
+		"the primary db-0 has no pod; no failover: no replica is running",
+	} {
+		if withoutDurations(a) == withoutDurations(other) {
+			t.Errorf("%q taken for %q", other, a)
+		}
+	}
+	if got := withoutDurations("for 1m30s, after 250ms, at 3s"); got != "for …, after …, at …" {
+		t.Errorf("withoutDurations: %q", got)
+	}
+}

@@ -94,3 +94,47 @@ func Decide(pods []Pod, replicas int, primary, updateRevision string) Decision {
 	return Decision{Action: Switchover, Target: updated[0].Name,
 		Reason: fmt.Sprintf("switching over from %s to %s to restart the primary with the new instance template", primary, updated[0].Name)}
 }
+
+// Admission is how many clusters may roll at once: a new agent image after an operator
+// upgrade changes every cluster's template at the same moment, and restarting them all
+// together would put every primary's switchover in the same minute.
+type Admission struct {
+	// Max is the most clusters that roll at once; 0 is no limit.
+	Max int
+	// rolling are the clusters that began their rollout and have not finished it.
+	rolling map[string]bool
+}
+
+// Admit says whether cluster may take a rollout step now. A cluster that began (it
+// was admitted, or some of its pods run the new template already: an operator
+// restarted in the middle) always may: a rollout is never left half done for the
+// limit's sake. Another may while fewer than Max roll.
+func (a *Admission) Admit(cluster string, begun bool) bool {
+	if a.rolling == nil {
+		a.rolling = map[string]bool{}
+	}
+	if a.rolling[cluster] || begun || a.Max <= 0 || len(a.rolling) < a.Max {
+		a.rolling[cluster] = true
+		return true
+	}
+	return false
+}
+
+// Done records that cluster has no rollout now.
+func (a *Admission) Done(cluster string) { delete(a.rolling, cluster) }
+
+// Rolling counts the clusters admitted and not done.
+func (a *Admission) Rolling() int { return len(a.rolling) }
+
+// Begun reports whether some pod already runs updateRevision while another does not.
+func Begun(pods []Pod, updateRevision string) bool {
+	updated, outdated := false, false
+	for _, p := range pods {
+		if p.Revision == updateRevision {
+			updated = true
+		} else {
+			outdated = true
+		}
+	}
+	return updated && outdated
+}

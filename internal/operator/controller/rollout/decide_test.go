@@ -43,3 +43,45 @@ func TestPlan(t *testing.T) {
 		t.Errorf("no update revision: %+v", got)
 	}
 }
+
+// At most Max clusters roll at once; one that began always goes on, and a finished one
+// makes room.
+func TestAdmission(t *testing.T) {
+	a := Admission{Max: 2}
+	if !a.Admit("ns/a", false) || !a.Admit("ns/b", false) {
+		t.Fatal("the first two clusters were not admitted")
+	}
+	if a.Admit("ns/c", false) {
+		t.Error("a third cluster was admitted with two rolling and Max 2")
+	}
+	if !a.Admit("ns/a", false) {
+		t.Error("a cluster already rolling was stopped")
+	}
+	if !a.Admit("ns/d", true) {
+		t.Error("a cluster half rolled (an operator restarted midway) was stopped")
+	}
+	a.Done("ns/a")
+	a.Done("ns/d")
+	if !a.Admit("ns/c", false) {
+		t.Error("a cluster was not admitted once others finished")
+	}
+	if n := a.Rolling(); n != 2 {
+		t.Errorf("%d rolling, want 2 (b, c)", n)
+	}
+	unlimited := Admission{}
+	for _, c := range []string{"a", "b", "c", "d", "e"} {
+		if !unlimited.Admit(c, false) {
+			t.Errorf("no limit, and %s was not admitted", c)
+		}
+	}
+}
+
+func TestBegun(t *testing.T) {
+	pods := []Pod{{Name: "db-0", Revision: "a"}, {Name: "db-1", Revision: "b"}}
+	if !Begun(pods, "b") {
+		t.Error("one pod of two on the new revision: not begun")
+	}
+	if Begun(pods[:1], "b") || Begun(pods[1:], "b") {
+		t.Error("all old or all new counted as begun")
+	}
+}

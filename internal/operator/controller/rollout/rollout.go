@@ -2,8 +2,10 @@ package rollout
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -25,15 +27,38 @@ import (
 // checkPeriod is how often a rollout in progress is looked at.
 const checkPeriod = 2 * time.Second
 
-// Reconciler applies a changed instance template, one pod at a time.
+// Reconciler applies a changed instance template, one pod at a time, to at most
+// maxClusters clusters at once.
 type Reconciler struct {
 	client   client.Client
 	recorder record.EventRecorder
+
+	mu        sync.Mutex
+	admission Admission
+	// held are the clusters told they wait (paused or queued), not to tell them twice.
+	held map[string]string
 }
 
-// NewReconciler returns a Reconciler.
-func NewReconciler(c client.Client, recorder record.EventRecorder) *Reconciler {
-	return &Reconciler{client: c, recorder: recorder}
+// NewReconciler returns a Reconciler that rolls at most maxClusters clusters at once (0:
+// no limit).
+func NewReconciler(c client.Client, recorder record.EventRecorder, maxClusters int) *Reconciler {
+	return &Reconciler{client: c, recorder: recorder, admission: Admission{Max: maxClusters}, held: map[string]string{}}
+}
+
+// hold tells, once, why cluster's rollout waits; "" forgets it.
+func (r *Reconciler) hold(cluster *dbv1.PostgresCluster, reason, msg string) {
+	key := cluster.Namespace + "/" + cluster.Name
+	r.mu.Lock()
+	told := r.held[key] == reason
+	if reason == "" {
+		delete(r.held, key)
+	} else {
+		r.held[key] = reason
+	}
+	r.mu.Unlock()
+	if reason != "" && !told {
+		r.recorder.Event(cluster, corev1.EventTypeNormal, reason, msg)
+	}
 }
 
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
@@ -82,6 +107,27 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	d := Decide(plan, replicas, primary, sts.Status.UpdateRevision)
 	logger := log.FromContext(ctx)
+	key := req.String()
+	if d.Action == Done {
+		r.mu.Lock()
+		r.admission.Done(key)
+		r.mu.Unlock()
+		r.hold(&cluster, "", "")
+		return ctrl.Result{}, nil
+	}
+	if cluster.Annotations[dbv1.AnnotationRolloutPaused] == "true" {
+		r.hold(&cluster, dbv1.ReasonRolloutPaused, fmt.Sprintf("the rolling update waits: %s is \"true\"; remove it to go on", dbv1.AnnotationRolloutPaused))
+		return ctrl.Result{RequeueAfter: checkPeriod}, nil
+	}
+	r.mu.Lock()
+	admitted := r.admission.Admit(key, Begun(plan, sts.Status.UpdateRevision))
+	rolling := r.admission.Rolling()
+	r.mu.Unlock()
+	if !admitted {
+		r.hold(&cluster, dbv1.ReasonRolloutQueued, fmt.Sprintf("the rolling update waits its turn: %d clusters are rolling, at most %d at once (the controller's --max-rolling-clusters)", rolling, r.admission.Max))
+		return ctrl.Result{RequeueAfter: checkPeriod}, nil
+	}
+	r.hold(&cluster, "", "")
 	switch d.Action {
 	case Done:
 		return ctrl.Result{}, nil
