@@ -164,7 +164,10 @@ func TestMajorUpgradeRefused(t *testing.T) {
 	d.waitRouted(3*time.Minute, "rw")
 	t.Logf("-rw took writes %s after the cluster was Healthy on %s again", time.Since(back).Round(time.Millisecond), version)
 	w.insert(10)
-	w.check()
+	// One instance: no -ro to compare with (writes.check), the rows through -rw only.
+	if check := d.checkRows("t", w.attempts); len(check.Lost) > 0 {
+		t.Fatalf("%d of %d acknowledged writes lost: ids %v", len(check.Lost), check.Acked, check.Lost)
+	}
 }
 
 // waitUpgraded waits until the data runs the next major on n ready instances and the
