@@ -109,9 +109,14 @@ func (a *Agent) upgradeFailedNow(from, to, msg string) {
 	a.setUpgrade(from, to, agentapi.UpgradeFailed, msg)
 }
 
-// upgradeSpace is the free space pg_upgrade needs beside the data: a copy of it, or
-// with --link little more than the new catalogs; margin for both.
+// upgradeMargin is the free space pg_upgrade needs beyond a copy of the data (or, with
+// --link, at all): the new catalogs and WAL.
 const upgradeMargin = 256 << 20
+
+// upgradeTimeout bounds pg_upgrade: past it the upgrade fails and the old major starts
+// again, rather than a primary reported upgrading for ever (the failover controller
+// leaves one alone while its agent answers). A copy of a few terabytes fits.
+const upgradeTimeout = 12 * time.Hour
 
 // runUpgrade upgrades the primary's data from one major to the next (upgradeDue). It
 // returns with postgres running as the primary: on the new major, or on the old one
@@ -189,7 +194,10 @@ func (a *Agent) runUpgrade(ctx context.Context, from, to string) error {
 	}
 	// The new data directory --check ran against is the one to upgrade into: pg_upgrade
 	// --check changes nothing in it.
-	if err := a.pg.RunUpgrade(ctx, up); err != nil {
+	uctx, cancel := context.WithTimeout(ctx, upgradeTimeout)
+	err = a.pg.RunUpgrade(uctx, up)
+	cancel()
+	if err != nil {
 		return back(err)
 	}
 	if err := a.pg.StartUpgradeOnTimeline(ctx, a.cfg.BinDir, a.upgradeTimeline(ctx)); err != nil {
