@@ -104,6 +104,10 @@ type PostgresClusterSpec struct {
 	// +optional
 	Stopped bool `json:"stopped,omitempty"`
 
+	// upgrade is how a major version upgrade (a newer version) may begin.
+	// +optional
+	Upgrade UpgradeSpec `json:"upgrade,omitempty"`
+
 	// monitoring configures Prometheus scraping of the instances.
 	// +kubebuilder:default={}
 	// +optional
@@ -295,6 +299,21 @@ type BootstrapSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="fromBackup cannot change: it only matters when the cluster is created"
 	// +optional
 	FromBackup *FromBackup `json:"fromBackup,omitempty"`
+}
+
+// UpgradeSpec is how a major version upgrade may begin (docs/operations.md, "Major
+// version upgrades").
+type UpgradeSpec struct {
+	// backupMaxAge is how old the newest base backup of the data may be when an upgrade
+	// stops the primary, such as 24h (the default): an older one, or none, holds the
+	// upgrade in its checks (condition MajorUpgrade, reason UpgradeChecking) until a
+	// backup is taken.
+	// +optional
+	BackupMaxAge *metav1.Duration `json:"backupMaxAge,omitempty"`
+	// withoutBackup lets an upgrade begin without a recent base backup, or on a cluster
+	// with no backup store. The old data is still kept on the volumes (set aside).
+	// +optional
+	WithoutBackup bool `json:"withoutBackup,omitempty"`
 }
 
 // FailoverSpec configures automatic failover.

@@ -29,6 +29,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/operator/plan"
 	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
 	protoreport "github.com/pgpilot/pgpilot/internal/protocol/report"
 	"github.com/pgpilot/pgpilot/test/testutil"
@@ -550,9 +551,9 @@ func TestUnsafeUpdatesAreRejected(t *testing.T) {
 }
 
 // spec.version follows the data: free while the cluster has none; once the primary's
-// major version is recorded (the failover controller writes it in the Lease, the status
-// controller shows it), every other version is refused at admission, and the data's
-// version stays accepted (the way back from a change made before the record).
+// major version is recorded (the failover controller writes it in the report, the
+// status controller shows it), an older version is refused at admission, a newer one
+// is an upgrade, and the data's version stays accepted (the way back).
 func TestVersionFollowsTheData(t *testing.T) {
 	ns := newNamespace(t)
 	create(t, newCluster(ns, "ver"))
@@ -600,12 +601,37 @@ func TestVersionFollowsTheData(t *testing.T) {
 		}
 		return nil
 	})
-	for _, v := range []string{"17", "15"} {
-		err := update(ns, "ver", func(c *dbv1.PostgresCluster) { c.Spec.Version = v })
-		want := "spec.version cannot change from 16 to " + v + ": the data is PostgreSQL 16"
-		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {
-			t.Errorf("version %s: got %v, want an Invalid error containing %q", v, err, want)
+	// An older major is refused; a newer one is an upgrade: the pods get its image and
+	// carry the data's programs from the image they ran it with; and back again.
+	err = update(ns, "ver", func(c *dbv1.PostgresCluster) { c.Spec.Version = "15" })
+	if want := "spec.version cannot change from 16 to 15: the data is PostgreSQL 16"; !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {
+		t.Errorf("version 15: got %v, want an Invalid error containing %q", err, want)
+	}
+	carried := func(sts appsv1.StatefulSet) string {
+		for _, c := range sts.Spec.Template.Spec.InitContainers {
+			if c.Name == plan.CarryContainer {
+				return c.Image
+			}
 		}
+		return ""
+	}
+	for _, step := range []struct{ version, image, carry string }{
+		{"17", "postgres:17.7", "postgres:16.11"},
+		{"16", "postgres:16.11", ""},
+	} {
+		if err := update(ns, "ver", func(c *dbv1.PostgresCluster) { c.Spec.Version = step.version }); err != nil {
+			t.Fatalf("version %s: %v", step.version, err)
+		}
+		testutil.Eventually(t, timeout, func() error {
+			var sts appsv1.StatefulSet
+			if err := get(ns, "ver", &sts); err != nil {
+				return err
+			}
+			if image, carry := sts.Spec.Template.Spec.Containers[0].Image, carried(sts); image != step.image || carry != step.carry {
+				return fmt.Errorf("version %s: image %q carrying %q, want %q carrying %q", step.version, image, carry, step.image, step.carry)
+			}
+			return nil
+		})
 	}
 	if err := update(ns, "ver", func(c *dbv1.PostgresCluster) { c.Spec.Replicas = 2 }); err != nil {
 		t.Errorf("another change with the data's version: %v", err)

@@ -110,6 +110,7 @@ func upgradeUnderWrites(t *testing.T, synchronous int) {
 	bin := nextMajor(t)
 	c := newCluster(t, 3)
 	c.setConfig("synchronousReplicas", synchronous)
+	c.setConfig("upgrade", map[string]any{"withoutBackup": true}) // no backup store here
 	before := c.startAll()
 	p := c.instances[0]
 	p.mustExec("CREATE TABLE items (id bigint PRIMARY KEY, note text)")
@@ -205,6 +206,40 @@ func upgradeUnderWrites(t *testing.T, synchronous int) {
 	}
 }
 
+// Without a recent base backup (here, without a backup store at all) the upgrade waits
+// in its checks, the primary serving PostgreSQL 15 and saying why, until the user
+// lets it go without one.
+func TestMajorUpgradeWaitsForABackup(t *testing.T) {
+	t.Parallel()
+	bin := nextMajor(t)
+	c := newCluster(t, 1)
+	c.startAll()
+	p := c.instances[0]
+	p.mustExec("CREATE TABLE items (id bigint PRIMARY KEY)")
+	c.setConfig("version", "17")
+	c.setLease(p.pod, true)
+	p.toNextMajor(t, bin)
+	c.setLease(p.pod, true)
+	waiting := p.waitUpgrade(t, agentapi.UpgradeChecking, 2*time.Minute)
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(waiting.Message, "no backup store") && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		waiting = p.waitUpgrade(t, agentapi.UpgradeChecking, time.Minute)
+	}
+	if !strings.Contains(waiting.Message, "no backup store") || !strings.Contains(waiting.Message, "spec.upgrade.withoutBackup") {
+		t.Fatalf("the upgrade does not say it waits for a backup: %q", waiting.Message)
+	}
+	if st := p.waitRole(agentapi.RolePrimary, 1, upTimeout); st.PostgresVersion/10000 != 15 {
+		t.Fatalf("the primary runs %d while the upgrade waits", st.PostgresVersion)
+	}
+	p.mustExec("INSERT INTO items VALUES (1)")
+	c.setConfig("upgrade", map[string]any{"withoutBackup": true})
+	p.waitUpgrade(t, agentapi.UpgradeCompleted, 3*time.Minute)
+	if n, err := p.count("items"); err != nil || n != 1 {
+		t.Errorf("%d rows (%v) after the upgrade, want 1", n, err)
+	}
+}
+
 // countMissing counts the ids of want that items lacks.
 func (in *instance) countMissing(t *testing.T, want []int64) int64 {
 	t.Helper()
@@ -269,6 +304,7 @@ func BenchmarkMajorUpgrade(b *testing.B) {
 	var gaps, down []float64
 	for range b.N {
 		c := newCluster(b, 2)
+		c.setConfig("upgrade", map[string]any{"withoutBackup": true})
 		c.startAll()
 		p, r := c.instances[0], c.instances[1]
 		p.mustExec("CREATE TABLE items (id bigint PRIMARY KEY, note text)")

@@ -96,9 +96,16 @@ type Agent struct {
 	// backedUpSince is when the newest base backup of the data's major that
 	// newMajorBackedUp found began; backedUpLooked when it last read the store.
 	backedUpSince, backedUpLooked time.Time
-	downSince                     time.Time
-	lastAct                       Act
-	slotsDone                     time.Time
+	// backupWaitLooked is when upgradeBackupWait last read the store, and
+	// backupWaitWhy what it found (loop only).
+	backupWaitLooked time.Time
+	backupWaitWhy    string
+	// upgradeChecked is the major pg_upgrade --check passed for, against the running
+	// primary (loop only; its new data directory is kept for the upgrade).
+	upgradeChecked string
+	downSince      time.Time
+	lastAct        Act
+	slotsDone      time.Time
 	// walGapsDone is whether this primary readied the segments its earlier timelines
 	// left unarchived since it last started or was promoted (readyWALGaps).
 	walGapsDone bool

@@ -125,7 +125,6 @@ func (a *Agent) runUpgrade(ctx context.Context, from, to string) error {
 	// Checks, while the primary serves: every standby streams (each then has the old
 	// major's final WAL after the stop, and stays the way back), the volume has room,
 	// and pg_upgrade --check finds nothing the new major cannot take.
-	a.setUpgrade(from, to, agentapi.UpgradeChecking, "checking the standbys, the free space and the data (pg_upgrade --check)")
 	if missing, err := a.standbysNotStreaming(ctx); err != nil {
 		return err
 	} else if len(missing) > 0 {
@@ -149,15 +148,25 @@ func (a *Agent) runUpgrade(ctx context.Context, from, to string) error {
 		return nil
 	}
 	up := postgres.Upgrade{NewBinDir: a.cfg.BinDir, Superuser: a.creds.Superuser.Username, Link: link, Jobs: runtime.NumCPU(), Port: a.cfg.Port}
-	check := up
-	check.Check = true
-	err = a.pg.PrepareUpgrade(ctx, up)
-	if err == nil {
-		err = a.pg.RunUpgrade(ctx, check)
+	if a.upgradeChecked != to {
+		a.setUpgrade(from, to, agentapi.UpgradeChecking, "checking the data with pg_upgrade --check against the running primary")
+		check := up
+		check.Check = true
+		err = a.pg.PrepareUpgrade(ctx, up)
+		if err == nil {
+			err = a.pg.RunUpgrade(ctx, check)
+		}
+		if err != nil {
+			undo := a.pg.UndoUpgrade()
+			a.upgradeFailedNow(from, to, fmt.Sprintf("the data cannot be upgraded to PostgreSQL %s, nothing was stopped: %v", to, errors.Join(err, undo)))
+			return nil
+		}
+		a.upgradeChecked = to
 	}
-	if err != nil {
-		undo := a.pg.UndoUpgrade()
-		a.upgradeFailedNow(from, to, fmt.Sprintf("the data cannot be upgraded to PostgreSQL %s, nothing was stopped: %v", to, errors.Join(err, undo)))
+	// Last, a recent backup (or the user's leave to go without): the one check a
+	// person may have to act on, and it waits, rather than fails, until they have.
+	if why := a.upgradeBackupWait(ctx, from); why != "" {
+		a.setUpgrade(from, to, agentapi.UpgradeChecking, why)
 		return nil
 	}
 	own, err := a.pg.SystemIdentifier()
@@ -193,7 +202,13 @@ func (a *Agent) runUpgrade(ctx context.Context, from, to string) error {
 		return a.startInstance(ctx, Decision{Act: StartPrimary, Reason: "the upgrade failed: starting the old major again"}, view)
 	}
 	// The new data directory --check ran against is the one to upgrade into: pg_upgrade
-	// --check changes nothing in it.
+	// --check changes nothing in it. (Made again if it went meanwhile.)
+	a.upgradeChecked = ""
+	if _, err := os.Stat(a.pg.UpgradeDir()); err != nil {
+		if err := a.pg.PrepareUpgrade(ctx, up); err != nil {
+			return back(err)
+		}
+	}
 	uctx, cancel := context.WithTimeout(ctx, upgradeTimeout)
 	err = a.pg.RunUpgrade(uctx, up)
 	cancel()
@@ -251,6 +266,55 @@ func (a *Agent) upgradeTimeline(ctx context.Context) int64 {
 		}
 	}
 	return top + 2
+}
+
+// backupWaitLook bounds how often upgradeBackupWait reads the store.
+const backupWaitLook = 30 * time.Second
+
+// upgradeBackupWait says why the upgrade waits for a base backup of the data's major,
+// "" when it need not: spec.upgrade.withoutBackup, or one that ended within
+// spec.upgrade.backupMaxAge. It reads the store at most every backupWaitLook.
+func (a *Agent) upgradeBackupWait(ctx context.Context, major string) string {
+	rules := a.cluster.Upgrade
+	if rules.WithoutBackup {
+		return ""
+	}
+	const how = "take one (kubectl pgpilot backup CLUSTER, or a PostgresBackup), or set spec.upgrade.withoutBackup: true"
+	if a.cluster.Backup == nil {
+		return "waiting for a base backup before the primary stops: the cluster has no backup store (spec.backup); " + how
+	}
+	if time.Since(a.backupWaitLooked) < backupWaitLook {
+		return a.backupWaitWhy
+	}
+	a.backupWaitLooked = time.Now()
+	a.backupWaitWhy = func() string {
+		st, err := OpenStore(a.cluster.Backup.Store)
+		if err != nil {
+			return fmt.Sprintf("waiting for a base backup before the primary stops: the backup store cannot be opened: %v", err)
+		}
+		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		infos, err := backup.List(lctx, st)
+		if err != nil {
+			return fmt.Sprintf("waiting for a base backup before the primary stops: listing the backups: %v", err)
+		}
+		var newest *backup.Info
+		for i := range infos {
+			if infos[i].PostgresMajor == major && (newest == nil || infos[i].StoppedAt.After(newest.StoppedAt)) {
+				newest = &infos[i]
+			}
+		}
+		bound := rules.BackupAgeBound()
+		switch {
+		case newest == nil:
+			return fmt.Sprintf("waiting for a base backup before the primary stops: %s has none of PostgreSQL %s; %s", st, major, how)
+		case time.Since(newest.StoppedAt) > bound:
+			return fmt.Sprintf("waiting for a base backup before the primary stops: the newest, %s, ended %s ago, longer than spec.upgrade.backupMaxAge (%s); %s",
+				newest.ID, time.Since(newest.StoppedAt).Round(time.Minute), bound, how)
+		}
+		return ""
+	}()
+	return a.backupWaitWhy
 }
 
 // analyze rebuilds the planner's statistics after an upgrade: pg_upgrade carries none

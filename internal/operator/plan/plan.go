@@ -431,6 +431,10 @@ func clusterConfig(cluster string, v Values, replicas int) clusterconfig.Config 
 	}
 	c.Services.ReadWrite = n.ReadWriteService()
 	c.Services.Headless = n.HeadlessService()
+	c.Upgrade = clusterconfig.Upgrade{BackupMaxAge: clusterconfig.DefaultUpgradeBackupMaxAge.String(), WithoutBackup: v.Upgrade.WithoutBackup}
+	if a := v.Upgrade.BackupMaxAge; a != nil && a.Duration > 0 {
+		c.Upgrade.BackupMaxAge = a.Duration.String()
+	}
 	return c
 }
 

@@ -56,6 +56,28 @@ type Config struct {
 	// MaxReadLag is spec.postgresql.maxReadLag, a Go duration: how far behind the
 	// primary a standby may replay and still serve reads. Read with ReadLagBound.
 	MaxReadLag string `json:"maxReadLag,omitempty"`
+	// Upgrade is spec.upgrade: what a major version upgrade needs before it begins.
+	Upgrade Upgrade `json:"upgrade"`
+}
+
+// Upgrade is spec.upgrade.
+type Upgrade struct {
+	// BackupMaxAge is how old the newest base backup may be, a Go duration.
+	BackupMaxAge string `json:"backupMaxAge,omitempty"`
+	// WithoutBackup lets an upgrade begin with no recent base backup.
+	WithoutBackup bool `json:"withoutBackup,omitempty"`
+}
+
+// DefaultUpgradeBackupMaxAge is spec.upgrade.backupMaxAge's default.
+const DefaultUpgradeBackupMaxAge = 24 * time.Hour
+
+// BackupAgeBound is Upgrade.BackupMaxAge, DefaultUpgradeBackupMaxAge when unset or
+// unreadable.
+func (u Upgrade) BackupAgeBound() time.Duration {
+	if d, err := time.ParseDuration(u.BackupMaxAge); err == nil && d > 0 {
+		return d
+	}
+	return DefaultUpgradeBackupMaxAge
 }
 
 // DefaultIdleSlotTimeout is spec.postgresql.idleSlotTimeout's default.
