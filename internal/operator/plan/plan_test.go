@@ -379,6 +379,7 @@ func TestConfig(t *testing.T) {
 		Parameters: map[string]string{"work_mem": "8MB"}, SynchronousReplicas: 1,
 		IdleSlotTimeout: "0s", Bootstrap: clusterconfig.Bootstrap{Database: "app", Owner: "app"},
 		PrimaryLease: "my-db-primary", MaxReadLag: "10s",
+		Upgrade: clusterconfig.Upgrade{BackupMaxAge: "24h0m0s"},
 	}
 	want.Services.ReadWrite, want.Services.Headless = "my-db-rw", "my-db-headless"
 	if diff := cmp.Diff(want, p.Config); diff != "" {

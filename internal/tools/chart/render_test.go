@@ -923,6 +923,7 @@ func wantConfig(replicas int, parameters map[string]string, database, owner stri
 	}
 	c.Bootstrap.Database, c.Bootstrap.Owner = database, owner
 	c.MaxReadLag = "30s"
+	c.Upgrade.BackupMaxAge = "24h0m0s"
 	c.Services.ReadWrite, c.Services.Headless = dbv1.NamesOf(name).ReadWriteService(), dbv1.NamesOf(name).HeadlessService()
 	return c
 }
