@@ -93,6 +93,8 @@ type Agent struct {
 	// upgradingNow is set while the primary is down for pg_upgrade, from its stop to
 	// its start on either major: its status role is then RoleUpgrading.
 	upgradingNow atomic.Bool
+	// confirmingHBA is set while letIn waits for postgres to load pg_hba.conf.
+	confirmingHBA atomic.Bool
 	// backedUpSince is when the newest base backup of the data's major that
 	// newMajorBackedUp found began; backedUpLooked when it last read the store.
 	backedUpSince, backedUpLooked time.Time
@@ -493,9 +495,9 @@ func (a *Agent) Ready(ctx context.Context) error {
 		if !a.allowed() {
 			return fmt.Errorf("the primary Lease is not confirmed: commits wait")
 		}
-		if a.pg.HBALocked() {
-			return fmt.Errorf("clients are still locked out (pg_hba.conf): the lockout ends a moment after the Lease is confirmed")
-		}
+	}
+	if !a.pg.ClientsLetIn() {
+		return fmt.Errorf("clients are not yet let in (pg_hba.conf): they are once postgres reloaded it, a moment after a primary confirmed the Lease")
 	}
 	inRecovery, err := a.db.InRecovery(ctx)
 	if err != nil {
@@ -576,10 +578,12 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 		if err := a.db.Observe(ctx, &st, &arch, st.Role == agentapi.RolePrimary); err != nil {
 			st.Error = strings.TrimPrefix(st.Error+"; "+err.Error(), "; ")
 		} else {
-			// A primary is ready once it acknowledges commits and clients may connect:
-			// pg_hba.conf is let in by the lockout loop a moment after the gate acks,
-			// and a client sent to it before then was refused.
-			st.Ready = st.Role == agentapi.RoleReplica || (st.Gate == agentapi.GateAcking && !st.LockedOut)
+			// An instance is ready once clients may connect, and a primary once it
+			// also acknowledges commits: pg_hba.conf is let in by the lockout loop
+			// (a moment after the gate acks, on a primary) and loaded by the
+			// postmaster a moment after that; a client sent to it before then was
+			// refused.
+			st.Ready = a.pg.ClientsLetIn() && (st.Role == agentapi.RoleReplica || st.Gate == agentapi.GateAcking)
 		}
 	} else if !st.Running {
 		if cd, err := a.pg.ControlData(ctx); err == nil {

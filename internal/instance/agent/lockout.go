@@ -125,7 +125,10 @@ func (a *Agent) lockOut(ctx context.Context, why string) {
 }
 
 // letIn ends a lockout, when there is one: the instance may acknowledge commits (a
-// primary whose Lease is confirmed), or has none to acknowledge (a replica).
+// primary whose Lease is confirmed), or has none to acknowledge (a replica). Clients
+// count as let in (ClientsLetIn, and so /readyz) once the postmaster loaded the file,
+// which confirmHBA finds out beside this loop: it takes new sessions, which on a busy
+// node take long, and the lockout must not wait behind them.
 func (a *Agent) letIn(ctx context.Context) {
 	changed, err := a.writeHBA(ctx, false)
 	if err != nil {
@@ -135,7 +138,24 @@ func (a *Agent) letIn(ctx context.Context) {
 	if changed {
 		a.log.Info("Clients may connect again: the primary Lease is confirmed")
 	}
+	gen, pending := a.pg.HBALetInPending()
+	if !pending || !a.confirmingHBA.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer a.confirmingHBA.Store(false)
+		cctx, cancel := context.WithTimeout(ctx, confirmHBATimeout)
+		defer cancel()
+		if err := a.db.ReloadInForce(cctx); err != nil {
+			a.log.V(1).Info("Could not confirm that postgres loaded pg_hba.conf; trying again", "error", err.Error())
+			return
+		}
+		a.pg.HBALoaded(gen)
+	}()
 }
+
+// confirmHBATimeout bounds one confirmation that postgres loaded pg_hba.conf.
+const confirmHBATimeout = 10 * time.Second
 
 // writeHBA renders pg_hba.conf with clients locked out or not, when it says otherwise
 // now, and has postgres reload it. It reports whether it changed the file; a failed

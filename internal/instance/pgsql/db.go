@@ -645,3 +645,57 @@ func (d *DB) Reload(ctx context.Context) error {
 	_, err = conn.Exec(ctx, "SELECT pg_reload_conf()")
 	return err
 }
+
+// reloadPoll is how often ReloadInForce looks whether the postmaster has reloaded.
+const reloadPoll = 20 * time.Millisecond
+
+// ReloadInForce has postgres reload its configuration files, like Reload, and returns
+// once the postmaster has loaded them: pg_reload_conf only signals it, and a session
+// that starts before it handled the signal is authenticated by the old pg_hba.conf.
+//
+// A new session reports, as pg_conf_load_time, the postmaster's last reload. Once one
+// reports a reload after the request, the postmaster has at least begun it, and it
+// forks the next session only after it finished (it reloads and forks in one thread):
+// so one more session started and the reload is in force for every later one.
+func (d *DB) ReloadInForce(ctx context.Context) error {
+	conn, err := d.connect(ctx)
+	if err != nil {
+		return err
+	}
+	var asked time.Time
+	err = conn.QueryRow(ctx, "SELECT statement_timestamp() FROM pg_reload_conf()").Scan(&asked)
+	conn.Release()
+	if err != nil {
+		return err
+	}
+	for {
+		var loaded bool
+		if err := d.fresh(ctx, func(c *pgx.Conn) error {
+			return c.QueryRow(ctx, "SELECT pg_conf_load_time() >= $1", asked).Scan(&loaded)
+		}); err != nil {
+			return err
+		}
+		if loaded {
+			return d.fresh(ctx, func(*pgx.Conn) error { return nil })
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("postgres did not reload its configuration: %w", ctx.Err())
+		case <-time.After(reloadPoll):
+		}
+	}
+}
+
+// fresh runs f on a new session of its own, not the pool's.
+func (d *DB) fresh(ctx context.Context, f func(*pgx.Conn) error) error {
+	pool, err := d.getPool()
+	if err != nil {
+		return err
+	}
+	c, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	return f(c)
+}

@@ -57,3 +57,54 @@ func TestWriteHBAWritesOnlyChanges(t *testing.T) {
 		}
 	}
 }
+
+// Clients count as let in only once the postmaster loaded the last pg_hba.conf written,
+// and that one lets them in: a load confirmed for an earlier write (one that raced a
+// later write) does not count for the later one.
+func TestClientsLetInOnlyOnceLoaded(t *testing.T) {
+	p := &Postgres{PGData: t.TempDir()}
+	in := func(locked bool) pgconf.ConfInput {
+		return pgconf.ConfInput{ReplicationUser: "streaming_replica", LockedOut: locked}
+	}
+	mustWrite := func(locked bool) {
+		t.Helper()
+		if _, err := p.WriteHBA(in(locked)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p.ClientsLetIn() {
+		t.Fatal("let in before any pg_hba.conf was written")
+	}
+	mustWrite(false)
+	gen, pending := p.HBALetInPending()
+	if !pending || p.ClientsLetIn() {
+		t.Fatalf("written, not loaded: pending %v, let in %v; want pending, not let in", pending, p.ClientsLetIn())
+	}
+	p.HBALoaded(gen)
+	if _, pending := p.HBALetInPending(); pending || !p.ClientsLetIn() {
+		t.Fatalf("loaded: pending %v, let in %v; want let in", pending, p.ClientsLetIn())
+	}
+	mustWrite(true)
+	if _, pending := p.HBALetInPending(); pending || p.ClientsLetIn() {
+		t.Fatal("a lockout counts as let in, or as waiting to be")
+	}
+	if err := p.WriteConfig(in(false)); err != nil {
+		t.Fatal(err)
+	}
+	racing, _ := p.HBALetInPending()
+	mustWrite(true)
+	mustWrite(false)
+	p.HBALoaded(racing)
+	if p.ClientsLetIn() {
+		t.Fatal("a load confirmed for an earlier write let clients in for a later one")
+	}
+	last, pending := p.HBALetInPending()
+	if !pending || last == racing {
+		t.Fatalf("the later write: gen %d pending %v; want a newer gen than %d, pending", last, pending, racing)
+	}
+	p.HBALoaded(last)
+	p.HBALoaded(racing) // late, and older: changes nothing
+	if !p.ClientsLetIn() {
+		t.Fatal("the last write loaded, and clients are not let in")
+	}
+}

@@ -40,10 +40,14 @@ type Postgres struct {
 	StaleLockRemoved func(file string)
 
 	// hbaMu serializes the writes of pg_hba.conf; hbaLocked is whether the last one
-	// locked clients out (lockout.go), hbaWritten whether there was one.
+	// locked clients out (lockout.go), hbaWritten whether there was one. hbaGen counts
+	// the writes, and hbaLoaded is the last of them the postmaster is known to have
+	// loaded (HBALoaded): a file written is not yet in force.
 	hbaMu      sync.Mutex
 	hbaLocked  bool
 	hbaWritten bool
+	hbaGen     uint64
+	hbaLoaded  uint64
 	// programs, when set, is the directory of the programs in use instead of BinDir
 	// (UseBinaries).
 	programs atomic.Pointer[string]
@@ -61,6 +65,7 @@ func (p *Postgres) WriteHBA(in pgconf.ConfInput) (bool, error) {
 		return false, err
 	}
 	p.hbaLocked, p.hbaWritten = in.LockedOut, true
+	p.hbaGen++
 	return true, nil
 }
 
@@ -77,6 +82,32 @@ func (p *Postgres) HBALocked() bool {
 	p.hbaMu.Lock()
 	defer p.hbaMu.Unlock()
 	return p.hbaWritten && p.hbaLocked
+}
+
+// HBALetInPending reports whether pg_hba.conf, as last written, lets clients in but the
+// postmaster is not yet known to have loaded it, and which write that is (for
+// HBALoaded).
+func (p *Postgres) HBALetInPending() (gen uint64, pending bool) {
+	p.hbaMu.Lock()
+	defer p.hbaMu.Unlock()
+	return p.hbaGen, p.hbaWritten && !p.hbaLocked && p.hbaLoaded != p.hbaGen
+}
+
+// HBALoaded records that the postmaster loaded pg_hba.conf as written by write gen, or
+// later.
+func (p *Postgres) HBALoaded(gen uint64) {
+	p.hbaMu.Lock()
+	defer p.hbaMu.Unlock()
+	p.hbaLoaded = max(p.hbaLoaded, gen)
+}
+
+// ClientsLetIn reports whether clients may connect: pg_hba.conf, as last written, lets
+// them in, and the postmaster loaded it. A postgres told to reload loads the file a
+// moment later, and a client sent to it before then was refused.
+func (p *Postgres) ClientsLetIn() bool {
+	p.hbaMu.Lock()
+	defer p.hbaMu.Unlock()
+	return p.hbaWritten && !p.hbaLocked && p.hbaLoaded == p.hbaGen
 }
 
 // removeStaleLocks removes postmaster.pid and the socket's lock file when no postgres of
@@ -401,6 +432,7 @@ func (p *Postgres) WriteConfig(in pgconf.ConfInput) error {
 		}
 	}
 	p.hbaLocked, p.hbaWritten = in.LockedOut, true
+	p.hbaGen++
 	signal := filepath.Join(p.PGData, "standby.signal")
 	if in.Role == pgconf.AsStandby {
 		return pgconf.WriteFileAtomic(signal, nil, 0o600)
