@@ -473,23 +473,40 @@ func (a *Agent) reclone(ctx context.Context, host pgconf.Upstream, primary, why 
 	if err := sameSystem(primary, peer.systemID, own); err != nil {
 		return err
 	}
-	if err := a.waitOutOfRecovery(ctx, host, primary); err != nil {
+	aside, err := a.cloneAside(ctx, host, primary, why, false)
+	if err != nil {
 		return err
+	}
+	a.log.Info("Cloned again; the replaced data directory is set aside until the new clone is verified", "primary", primary, "setAside", aside, "why", why)
+	return nil
+}
+
+// cloneAside sets this instance's data directory aside (why says what it is), once
+// primary is out of recovery, and clones primary's in its place; a clone that fails
+// puts the directory back. olderMajor marks the set-aside data as an older major's,
+// kept until the new one is backed up. It returns where the data was set aside.
+func (a *Agent) cloneAside(ctx context.Context, host pgconf.Upstream, primary, why string, olderMajor bool) (string, error) {
+	if err := a.waitOutOfRecovery(ctx, host, primary); err != nil {
+		return "", err
 	}
 	a.makeRoom(postgres.DirSize(a.cfg.PGData))
 	aside, err := a.pg.SetAside(why, time.Now())
 	if err != nil {
-		return err
+		return "", err
+	}
+	if olderMajor {
+		if err := postgres.MarkOlderMajor(aside); err != nil {
+			return "", err
+		}
 	}
 	a.noteSetAside()
 	if err := a.pg.BaseBackup(ctx, host); err != nil {
 		if restore := a.pg.PutBack(aside); restore != nil {
-			return errors.Join(fmt.Errorf("cloning from %s: %w", primary, err), fmt.Errorf("putting the data directory back from %s: %w", aside, restore))
+			return "", errors.Join(fmt.Errorf("cloning from %s: %w", primary, err), fmt.Errorf("putting the data directory back from %s: %w", aside, restore))
 		}
-		return fmt.Errorf("cloning from %s: %w", primary, err)
+		return "", fmt.Errorf("cloning from %s: %w", primary, err)
 	}
-	a.log.Info("Cloned again; the replaced data directory is set aside until the new clone is verified", "primary", primary, "setAside", aside, "why", why)
-	return nil
+	return aside, nil
 }
 
 // start starts postgres and waits until it accepts connections. The role stays

@@ -18,6 +18,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/instance/carry"
 	"github.com/pgpilot/pgpilot/internal/instance/postgres"
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
+	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 )
 
 // A major version upgrade (docs/operations.md, "Major version upgrades"): while
@@ -288,26 +289,20 @@ func (a *Agent) upgradeBackupWait(ctx context.Context, major string) string {
 	}
 	a.backupWaitLooked = time.Now()
 	a.backupWaitWhy = func() string {
-		st, err := OpenStore(a.cluster.Backup.Store)
+		store, infos, err := backupsOf(ctx, a.cluster.Backup, major)
 		if err != nil {
-			return fmt.Sprintf("waiting for a base backup before the primary stops: the backup store cannot be opened: %v", err)
-		}
-		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		infos, err := backup.List(lctx, st)
-		if err != nil {
-			return fmt.Sprintf("waiting for a base backup before the primary stops: listing the backups: %v", err)
+			return "waiting for a base backup before the primary stops: " + err.Error()
 		}
 		var newest *backup.Info
 		for i := range infos {
-			if infos[i].PostgresMajor == major && (newest == nil || infos[i].StoppedAt.After(newest.StoppedAt)) {
+			if newest == nil || infos[i].StoppedAt.After(newest.StoppedAt) {
 				newest = &infos[i]
 			}
 		}
 		bound := rules.BackupAgeBound()
 		switch {
 		case newest == nil:
-			return fmt.Sprintf("waiting for a base backup before the primary stops: %s has none of PostgreSQL %s; %s", st, major, how)
+			return fmt.Sprintf("waiting for a base backup before the primary stops: %s has none of PostgreSQL %s; %s", store, major, how)
 		case time.Since(newest.StoppedAt) > bound:
 			return fmt.Sprintf("waiting for a base backup before the primary stops: the newest, %s, ended %s ago, longer than spec.upgrade.backupMaxAge (%s); %s",
 				newest.ID, time.Since(newest.StoppedAt).Round(time.Minute), bound, how)
@@ -382,28 +377,14 @@ func (a *Agent) upgradedPrimary(ctx context.Context, primary string) (bool, erro
 // cloneUpgraded replaces this standby's data of the old major, set aside, by a clone
 // of primary's upgraded data, on the image's programs.
 func (a *Agent) cloneUpgraded(ctx context.Context, primary string) error {
-	host := a.upstreamOf(primary)
 	a.pg.UseBinaries("")
-	if err := a.waitOutOfRecovery(ctx, host, primary); err != nil {
-		return err
-	}
 	data, _ := a.pg.Major()
-	a.makeRoom(postgres.DirSize(a.cfg.PGData))
-	aside, err := a.pg.SetAside(fmt.Sprintf("the primary %s upgraded this database to PostgreSQL %s; this is this standby's PostgreSQL %s copy, as it was", primary, a.cluster.Version, data), time.Now())
+	why := fmt.Sprintf("the primary %s upgraded this database to PostgreSQL %s; this is this standby's PostgreSQL %s copy, as it was", primary, a.cluster.Version, data)
+	aside, err := a.cloneAside(ctx, a.upstreamOf(primary), primary, why, true)
 	if err != nil {
 		return err
 	}
-	if err := postgres.MarkOlderMajor(aside); err != nil {
-		return err
-	}
-	a.noteSetAside()
-	a.log.Info("Cloning the upgraded primary; the old major's data directory is set aside", "primary", primary, "setAside", aside)
-	if err := a.pg.BaseBackup(ctx, host); err != nil {
-		if restore := a.pg.PutBack(aside); restore != nil {
-			return errors.Join(fmt.Errorf("cloning from %s: %w", primary, err), fmt.Errorf("putting the data directory back from %s: %w", aside, restore))
-		}
-		return fmt.Errorf("cloning from %s: %w", primary, err)
-	}
+	a.log.Info("Cloned the upgraded primary; the old major's data directory is set aside", "primary", primary, "setAside", aside)
 	return nil
 }
 
@@ -434,19 +415,13 @@ func (a *Agent) newMajorBackedUp(ctx context.Context, since time.Time) bool {
 	a.mu.Lock()
 	a.backedUpLooked = time.Now()
 	a.mu.Unlock()
-	st, err := OpenStore(cfg.Store)
+	_, infos, err := backupsOf(ctx, cfg, major)
 	if err != nil {
-		return false
-	}
-	lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	infos, err := backup.List(lctx, st)
-	if err != nil {
-		a.log.Info("Could not list the base backups to tell whether the new major is backed up", "error", err.Error())
+		a.log.Info("Could not tell whether the new major is backed up", "error", err.Error())
 		return false
 	}
 	for _, info := range infos {
-		if info.PostgresMajor == major && info.StartedAt.After(since) {
+		if info.StartedAt.After(since) {
 			a.mu.Lock()
 			a.backedUpSince = info.StartedAt
 			a.mu.Unlock()
@@ -455,6 +430,22 @@ func (a *Agent) newMajorBackedUp(ctx context.Context, since time.Time) bool {
 		}
 	}
 	return false
+}
+
+// backupsOf lists the base backups of PostgreSQL major in cfg's store, and names the
+// store.
+func backupsOf(ctx context.Context, cfg *clusterconfig.Backup, major string) (store.Store, []backup.Info, error) {
+	st, err := OpenStore(cfg.Store)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the backup store cannot be opened: %w", err)
+	}
+	lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	infos, err := backup.List(lctx, st)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing the backups in %s: %w", st, err)
+	}
+	return st, slices.DeleteFunc(infos, func(i backup.Info) bool { return i.PostgresMajor != major }), nil
 }
 
 // resumeUpgrade finishes or undoes, before anything starts, an upgrade this agent did
