@@ -58,9 +58,9 @@ func TestWriteHBAWritesOnlyChanges(t *testing.T) {
 	}
 }
 
-// Clients count as let in only once the postmaster loaded the last pg_hba.conf written,
-// and that one lets them in: a load confirmed for an earlier write (one that raced a
-// later write) does not count for the later one.
+// Clients count as let in only once the postmaster loaded the pg_hba.conf that let
+// them in after the last lockout: a load confirmed for an earlier write (one that raced
+// a lockout and a later write) does not count for the later one.
 func TestClientsLetInOnlyOnceLoaded(t *testing.T) {
 	p := &Postgres{PGData: t.TempDir()}
 	in := func(locked bool) pgconf.ConfInput {
@@ -83,6 +83,14 @@ func TestClientsLetInOnlyOnceLoaded(t *testing.T) {
 	p.HBALoaded(gen)
 	if _, pending := p.HBALetInPending(); pending || !p.ClientsLetIn() {
 		t.Fatalf("loaded: pending %v, let in %v; want let in", pending, p.ClientsLetIn())
+	}
+	// A configuration change writes the file again, clients still let in: by the old
+	// file until the reload, by the new one after.
+	if err := p.WriteConfig(in(false)); err != nil {
+		t.Fatal(err)
+	}
+	if _, pending := p.HBALetInPending(); pending || !p.ClientsLetIn() {
+		t.Fatalf("rewritten while let in: pending %v, let in %v; want let in", pending, p.ClientsLetIn())
 	}
 	mustWrite(true)
 	if _, pending := p.HBALetInPending(); pending || p.ClientsLetIn() {

@@ -41,12 +41,15 @@ type Postgres struct {
 
 	// hbaMu serializes the writes of pg_hba.conf; hbaLocked is whether the last one
 	// locked clients out (lockout.go), hbaWritten whether there was one. hbaGen counts
-	// the writes, and hbaLoaded is the last of them the postmaster is known to have
-	// loaded (HBALoaded): a file written is not yet in force.
+	// the writes; hbaLetIn is the write that let clients in after a lockout (or the
+	// first), and hbaLoaded the last write the postmaster is known to have loaded
+	// (HBALoaded): a file written is not yet in force, but a write that lets clients in
+	// while they are let in changes nothing for them.
 	hbaMu      sync.Mutex
 	hbaLocked  bool
 	hbaWritten bool
 	hbaGen     uint64
+	hbaLetIn   uint64
 	hbaLoaded  uint64
 	// programs, when set, is the directory of the programs in use instead of BinDir
 	// (UseBinaries).
@@ -64,9 +67,17 @@ func (p *Postgres) WriteHBA(in pgconf.ConfInput) (bool, error) {
 	if err := pgconf.WriteFileAtomic(filepath.Join(p.PGData, "pg_hba.conf"), []byte(in.HBA()), 0o600); err != nil {
 		return false, err
 	}
-	p.hbaLocked, p.hbaWritten = in.LockedOut, true
-	p.hbaGen++
+	p.wroteHBA(in.LockedOut)
 	return true, nil
+}
+
+// wroteHBA records a write of pg_hba.conf; hbaMu is held.
+func (p *Postgres) wroteHBA(locked bool) {
+	p.hbaGen++
+	if !locked && (!p.hbaWritten || p.hbaLocked) {
+		p.hbaLetIn = p.hbaGen
+	}
+	p.hbaLocked, p.hbaWritten = locked, true
 }
 
 // ForgetHBA makes the next WriteHBA write pg_hba.conf whatever it holds (its reload
@@ -84,13 +95,13 @@ func (p *Postgres) HBALocked() bool {
 	return p.hbaWritten && p.hbaLocked
 }
 
-// HBALetInPending reports whether pg_hba.conf, as last written, lets clients in but the
-// postmaster is not yet known to have loaded it, and which write that is (for
-// HBALoaded).
+// HBALetInPending reports whether pg_hba.conf, as last written, lets clients in after
+// a lockout but the postmaster is not yet known to have loaded it, and which write is
+// the last (for HBALoaded).
 func (p *Postgres) HBALetInPending() (gen uint64, pending bool) {
 	p.hbaMu.Lock()
 	defer p.hbaMu.Unlock()
-	return p.hbaGen, p.hbaWritten && !p.hbaLocked && p.hbaLoaded != p.hbaGen
+	return p.hbaGen, p.hbaWritten && !p.hbaLocked && p.hbaLoaded < p.hbaLetIn
 }
 
 // HBALoaded records that the postmaster loaded pg_hba.conf as written by write gen, or
@@ -102,12 +113,13 @@ func (p *Postgres) HBALoaded(gen uint64) {
 }
 
 // ClientsLetIn reports whether clients may connect: pg_hba.conf, as last written, lets
-// them in, and the postmaster loaded it. A postgres told to reload loads the file a
-// moment later, and a client sent to it before then was refused.
+// them in, and the postmaster loaded the write that let them in after the last
+// lockout. A postgres told to reload loads the file a moment later, and a client sent
+// to it before then was refused.
 func (p *Postgres) ClientsLetIn() bool {
 	p.hbaMu.Lock()
 	defer p.hbaMu.Unlock()
-	return p.hbaWritten && !p.hbaLocked && p.hbaLoaded == p.hbaGen
+	return p.hbaWritten && !p.hbaLocked && p.hbaLoaded >= p.hbaLetIn
 }
 
 // removeStaleLocks removes postmaster.pid and the socket's lock file when no postgres of
@@ -431,8 +443,7 @@ func (p *Postgres) WriteConfig(in pgconf.ConfInput) error {
 			return err
 		}
 	}
-	p.hbaLocked, p.hbaWritten = in.LockedOut, true
-	p.hbaGen++
+	p.wroteHBA(in.LockedOut)
 	signal := filepath.Join(p.PGData, "standby.signal")
 	if in.Role == pgconf.AsStandby {
 		return pgconf.WriteFileAtomic(signal, nil, 0o600)
