@@ -79,7 +79,6 @@ func Setup(mgr ctrl.Manager, opts Options) ([]watches.Watch, error) {
 		options := []reconciler.Option{
 			reconciler.WithChart(*w.Chart),
 			reconciler.WithGroupVersionKind(w.GroupVersionKind),
-			reconciler.WithOverrideValues(w.OverrideValues),
 			reconciler.WithSelector(*w.Selector),
 			reconciler.SkipDependentWatches(!*w.WatchDependentResources),
 			reconciler.WithMaxConcurrentReconciles(concurrency),
@@ -92,7 +91,11 @@ func Setup(mgr ctrl.Manager, opts Options) ([]watches.Watch, error) {
 			reconciler.WithActionClientGetter(actions),
 			reconciler.WithClient(keepStatus(mgr.GetClient(), mgr.GetAPIReader(), w.GroupVersionKind)),
 		}
-		options = append(options, planned(mgr, w)...)
+		if p := planned(mgr, w); p != nil {
+			options = append(options, p...)
+		} else {
+			options = append(options, reconciler.WithOverrideValues(w.OverrideValues))
+		}
 		r, err := reconciler.New(options...)
 		if err != nil {
 			return nil, fmt.Errorf("creating the Helm reconciler for %s: %w", w.GroupVersionKind, err)
@@ -109,13 +112,19 @@ func Setup(mgr ctrl.Manager, opts Options) ([]watches.Watch, error) {
 // planned are the options of the kinds whose chart renders a plan made in Go
 // (internal/operator/plan): its value translator, and a watch of what the plan reads that the
 // reconciler does not already watch. None for the others, which take their spec as the
-// values.
+// values, with watches.yaml's overrideValues applied by the reconciler.
+//
+// The translator applies a planned kind's overrideValues itself: the reconciler emits a
+// Warning event ValueOverridden for every override at every upgrade of a release, seven
+// per cluster per change, although an override here is the operator's images and
+// namespace, which no user sets (the CRD has no field for them): normal operation,
+// not a problem to warn of.
 func planned(mgr ctrl.Manager, w watches.Watch) []reconciler.Option {
 	if w.GroupVersionKind != dbv1.GroupVersion.WithKind("PostgresCluster") {
 		return nil
 	}
 	return []reconciler.Option{
-		reconciler.WithValueTranslator(plan.Translator{Chart: w.Chart, Reader: mgr.GetAPIReader()}),
+		reconciler.WithValueTranslator(plan.Translator{Chart: w.Chart, Reader: mgr.GetAPIReader(), Overrides: w.OverrideValues}),
 		reconciler.WithControllerSetupFunc(plan.RestoreSourceWatch(mgr.GetCache(), mgr.GetClient(), w.GroupVersionKind)),
 	}
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 
 	"github.com/operator-framework/helm-operator-plugins/pkg/reconciler"
 	helmchart "helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/strvals"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -26,9 +28,12 @@ import (
 )
 
 // Translator is the PostgresCluster chart's helm-operator-plugins value translator: the
-// custom resource's spec (with watches.yaml's overrideValues already applied), and the
-// plan made from it under "plan".
+// custom resource's spec with watches.yaml's overrideValues applied, and the plan made
+// from it under "plan".
 type Translator struct {
+	// Overrides are watches.yaml's overrideValues: chart value paths to values, each
+	// with $VARIABLES expanded from the environment, applied over the spec.
+	Overrides map[string]string
 	// Chart is the chart the values are for: its values.yaml fills what the spec leaves
 	// out before the plan is made.
 	Chart *helmchart.Chart
@@ -42,6 +47,14 @@ func (t Translator) Translate(ctx context.Context, obj *unstructured.Unstructure
 	spec, _, err := unstructured.NestedMap(obj.Object, "spec")
 	if err != nil {
 		return nil, fmt.Errorf("reading the spec: %w", err)
+	}
+	if spec == nil {
+		spec = map[string]any{}
+	}
+	for path, v := range t.Overrides {
+		if err := strvals.ParseInto(path+"="+os.ExpandEnv(v), spec); err != nil {
+			return nil, fmt.Errorf("applying the override of %s: %w", path, err)
+		}
 	}
 	values, typed, err := coalesce(t.Chart, spec)
 	if err != nil {
