@@ -116,6 +116,12 @@ const (
 	// ReasonImageUnavailable: the Ready condition's reason while an instance pod cannot
 	// start a container because its image cannot be pulled or is not a valid name.
 	ReasonImageUnavailable = "ImageUnavailable"
+	// ReasonInstanceNotRunning: the Ready condition's reason, and a Warning event's,
+	// while an instance is not running and its pod, the kubelet, the StatefulSet or its
+	// agent says why (status.instances[].message); ReasonInstanceRunning, a Normal
+	// event, once it runs again.
+	ReasonInstanceNotRunning = "InstanceNotRunning"
+	ReasonInstanceRunning    = "InstanceRunning"
 	// ConditionReplicasStreaming, the Degraded phase and events: every replica streams
 	// (ReasonAllStreaming), one does not stream or lags beyond maxReadLag
 	// (ReasonReplicaNotStreaming, a Warning event), it streams again

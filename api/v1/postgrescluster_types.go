@@ -459,6 +459,13 @@ type InstanceStatus struct {
 	Role string `json:"role,omitempty"`
 	// ready is the pod's Ready condition.
 	Ready bool `json:"ready"`
+	// message says why an instance that is not ready does not run, when its pod, the
+	// kubelet, the StatefulSet or its agent says: an image that cannot be pulled, a
+	// pod that cannot be scheduled or created, a container that keeps exiting (killed
+	// for memory, say), or the error postgres or the agent met starting it, in their
+	// own words.
+	// +optional
+	Message string `json:"message,omitempty"`
 	// node the pod is scheduled on.
 	// +optional
 	Node string `json:"node,omitempty"`

@@ -60,7 +60,8 @@ func observed() Observed {
 	c.Status = dbv1.PostgresClusterStatus{Phase: dbv1.PhaseDegraded, CurrentPrimary: "db-1", ReadyInstances: 2,
 		LastFailover: &dbv1.FailoverRecord{From: "db-0", To: "db-1", Time: metav1.NewTime(now.Add(-time.Hour)), Duration: "3.2s", Reason: "db-0 was not ready"},
 		Conditions: []dbv1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "InstancesNotReady", Message: "2 of 3 instances are ready"},
-			{Type: "Deployed", Status: metav1.ConditionTrue, Reason: "InstallSuccessful", Message: "PostgreSQL cluster db.\n\nRead-write: db-rw"}}}
+			{Type: "Deployed", Status: metav1.ConditionTrue, Reason: "InstallSuccessful", Message: "PostgreSQL cluster db.\n\nRead-write: db-rw"}},
+		Instances: []dbv1.InstanceStatus{{Name: "db-2", Message: "keeps exiting: its postgres container last exited with code 137 (OOMKilled)"}}}
 	pod := func(name, role string, ready bool) corev1.Pod {
 		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{dbv1.LabelRole: role}}, Spec: corev1.PodSpec{NodeName: "n1"}}
 		st := corev1.ConditionFalse
@@ -113,6 +114,7 @@ func TestStatus(t *testing.T) {
 		"db-1      primary  true   2         n1    -                  -        -",
 		"db-2      replica  false  2         n1    not streaming      -        -",
 		"Ready      False   InstancesNotReady  2 of 3 instances are ready",
+		"db-2 keeps exiting: its postgres container last exited with code 137 (OOMKilled)\n",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, out.String())

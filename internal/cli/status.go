@@ -48,6 +48,8 @@ type Instance struct {
 	Node  string `json:"node,omitempty"`
 	// Restarts of its postgres container.
 	Restarts int32 `json:"restarts"`
+	// Message says why it does not run, as the cluster's status says.
+	Message string `json:"message,omitempty"`
 	// Replication is how the primary sees this standby (nil for the primary, or a
 	// standby that does not stream).
 	Replication *Replication `json:"replication,omitempty"`
@@ -186,6 +188,11 @@ func Summarize(o Observed) Status {
 		if r, ok := standbys[p.Name]; ok {
 			in.Replication = &r
 		}
+		for _, is := range c.Status.Instances {
+			if is.Name == p.Name {
+				in.Message = is.Message
+			}
+		}
 		st.Instances = append(st.Instances, in)
 	}
 	for _, b := range o.Backups {
@@ -254,6 +261,11 @@ func printStatus(w io.Writer, st Status, now time.Time) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, in := range st.Instances {
+		if in.Message != "" {
+			fmt.Fprintf(w, "%s %s\n", in.Name, in.Message)
+		}
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

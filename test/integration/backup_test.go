@@ -175,6 +175,12 @@ func TestBackupValidation(t *testing.T) {
 		{"restore from both", func(c *dbv1.PostgresCluster) {
 			c.Spec.Bootstrap.FromBackup = &dbv1.FromBackup{BackupName: "b", Store: &c.Spec.Backup.Store, ClusterName: "x"}
 		}, "exactly one of backupName or store"},
+		{"a schedule that is not cron", func(c *dbv1.PostgresCluster) {
+			c.Spec.Backup.Schedule = "every night at 3"
+		}, "schedule must be a cron expression"},
+		{"a minute out of range", func(c *dbv1.PostgresCluster) {
+			c.Spec.Backup.Schedule = "60 3 * * *"
+		}, "schedule must be a cron expression"},
 		{"two targets", func(c *dbv1.PostgresCluster) {
 			c.Spec.Bootstrap.FromBackup = &dbv1.FromBackup{BackupName: "b", TargetLSN: "0/3000000", TargetTime: &metav1.Time{Time: time.Now()}}
 		}, "at most one of targetTime and targetLSN"},

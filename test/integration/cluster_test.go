@@ -270,6 +270,30 @@ func TestSpecChangeRollsAndStatusSurvivesHelm(t *testing.T) {
 		return nil
 	})
 
+	// Normal operation warns of nothing: the release's upgrade emitted no Warning (the
+	// operator's own overrides, its images and namespace, are no user's to be warned
+	// of). The controllers' Normal events are written, so a Warning would be by now.
+	testutil.Eventually(t, timeout, func() error {
+		var events corev1.EventList
+		if err := k8s.List(context.Background(), &events, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		created := false
+		for _, e := range events.Items {
+			if e.InvolvedObject.Name != "grow" {
+				continue
+			}
+			if e.Type == corev1.EventTypeWarning {
+				t.Fatalf("Warning event in normal operation: %s: %s", e.Reason, e.Message)
+			}
+			created = created || e.Reason == dbv1.ReasonCredentialsCreated
+		}
+		if !created {
+			return fmt.Errorf("no CredentialsCreated event yet")
+		}
+		return nil
+	})
+
 	// The versions up to the one just read, Helm's status write among them.
 	for seen := ""; seen != c.ResourceVersion; {
 		select {
@@ -860,4 +884,85 @@ func kubectl(t *testing.T, args ...string) string {
 		t.Fatalf("kubectl %v: %v: %s", args, err, msg)
 	}
 	return string(out)
+}
+
+// Why an instance does not run reaches the cluster: the kubelet's word on a pod (killed
+// for memory), the StatefulSet's on a pod it cannot create, each in
+// status.instances[].message or the Ready condition, with an event when it begins and
+// when it ends.
+func TestWhyAnInstanceDoesNotRunIsTold(t *testing.T) {
+	ns := newNamespace(t)
+	sts := startHealthy(t, newCluster(ns, "why"))
+	ctx := context.Background()
+
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var pod corev1.Pod
+		if err := get(ns, "why-1", &pod); err != nil {
+			return err
+		}
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: metav1.Now()}}
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "postgres", Image: "postgres:16",
+			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 40s"}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}}}
+		return k8s.Status().Update(ctx, &pod)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := waitForStatus(t, ns, "why", dbv1.PhaseDegraded, 2)
+	testutil.Eventually(t, timeout, func() error {
+		if err := get(ns, "why", c); err != nil {
+			return err
+		}
+		if msg := c.Status.Instances[1].Message; !strings.Contains(msg, "OOMKilled") || !strings.Contains(msg, "killed for memory") {
+			return fmt.Errorf("instances[1].message %q, want it killed for memory", msg)
+		}
+		ready := dbv1.FindCondition(c.Status.Conditions, dbv1.ConditionReady)
+		if ready == nil || ready.Reason != dbv1.ReasonInstanceNotRunning || !strings.Contains(ready.Message, "why-1 keeps exiting") {
+			return fmt.Errorf("Ready %+v, want %s naming why-1", ready, dbv1.ReasonInstanceNotRunning)
+		}
+		return nil
+	})
+
+	// A pod the StatefulSet cannot create: its FailedCreate event names the cause.
+	if err := k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "why-2"}}, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	create(t, &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Namespace: ns, Name: "why.failedcreate"},
+		InvolvedObject: corev1.ObjectReference{Kind: "StatefulSet", APIVersion: "apps/v1", Namespace: ns, Name: sts.Name, UID: sts.UID},
+		Reason:         "FailedCreate", Type: corev1.EventTypeWarning, Count: 1,
+		Message:        `create Pod why-2 in StatefulSet why failed error: pods "why-2" is forbidden: exceeded quota: pods, requested: pods=1, used: pods=2, limited: pods=2`,
+		FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Source: corev1.EventSource{Component: "statefulset-controller"},
+	})
+	testutil.Eventually(t, timeout, func() error {
+		if err := get(ns, "why", c); err != nil {
+			return err
+		}
+		ready := dbv1.FindCondition(c.Status.Conditions, dbv1.ConditionReady)
+		if ready == nil || !strings.Contains(ready.Message, `why-2 has no pod: the StatefulSet cannot create it: create Pod why-2 in StatefulSet why failed error: pods "why-2" is forbidden: exceeded quota`) {
+			return fmt.Errorf("Ready %+v, want why-2's quota named", ready)
+		}
+		return nil
+	})
+
+	setReady(t, ns, "why-1", true)
+	testutil.Eventually(t, timeout, func() error {
+		var events corev1.EventList
+		if err := k8s.List(ctx, &events, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		var told, ended bool
+		for _, e := range events.Items {
+			if e.InvolvedObject.Kind != "PostgresCluster" {
+				continue
+			}
+			told = told || e.Reason == dbv1.ReasonInstanceNotRunning && e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, "why-1 keeps exiting")
+			ended = ended || e.Reason == dbv1.ReasonInstanceRunning && e.Message == "why-1 runs again"
+		}
+		if !told || !ended {
+			return fmt.Errorf("events: why-1's problem told %v, its end told %v", told, ended)
+		}
+		return nil
+	})
 }

@@ -119,5 +119,6 @@ func Setup(mgr ctrl.Manager, clk clock.PassiveClock, opts Options) error {
 	}
 	return status.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), clk, store, version.Version).
 		WithMonitoringAPIs(&status.DiscoveryMonitoringAPIs{Client: disco, Now: clk.Now}).
+		WithRecorder(recorder).
 		SetupWithManager(mgr)
 }

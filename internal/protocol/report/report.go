@@ -52,10 +52,13 @@ const (
 	// KeyUpgrade (failover controller) is where a major version upgrade stands, JSON
 	// of an Upgrade.
 	KeyUpgrade Key = "upgrade"
+	// KeyAgentErrors (failover controller) is, by instance, the error its agent
+	// reports while it is not ready, JSON of an AgentErrors.
+	KeyAgentErrors Key = "agentErrors"
 )
 
 // Keys are every report, in the order the ConfigMap lists them.
-var Keys = []Key{KeyFailoverBlocked, KeyLastFailover, KeyDataVersion, KeyDataGuard, KeyStreaming, KeyArchiving, KeyPendingRestart, KeyUpgrade}
+var Keys = []Key{KeyFailoverBlocked, KeyLastFailover, KeyDataVersion, KeyDataGuard, KeyStreaming, KeyArchiving, KeyPendingRestart, KeyUpgrade, KeyAgentErrors}
 
 // Report is the ConfigMap, read. A missing or unreadable report is its zero value: a
 // person may have edited it, and every reader treats "unknown" as "nothing recorded".
@@ -68,6 +71,27 @@ type Report struct {
 	Archiving       *Archiving
 	PendingRestart  *PendingRestart
 	Upgrade         *Upgrade
+	AgentErrors     AgentErrors
+}
+
+// AgentErrors are, by instance, the error its agent reports while it is not ready and
+// since when (the first report of it), for the status controller to tell why the
+// instance does not run.
+type AgentErrors map[string]AgentError
+
+// AgentError is one agent's error, as first reported while it lasts.
+type AgentError struct {
+	Message string    `json:"message"`
+	Since   time.Time `json:"since"`
+}
+
+// Messages are the errors by instance.
+func (e AgentErrors) Messages() map[string]string {
+	out := make(map[string]string, len(e))
+	for pod, ae := range e {
+		out[pod] = ae.Message
+	}
+	return out
 }
 
 // Upgrade is a major version upgrade: its primary's agent's phase, or, once that
@@ -158,6 +182,9 @@ func Parse(cm *corev1.ConfigMap) Report {
 	r.Archiving = decode[Archiving](d[string(KeyArchiving)])
 	r.PendingRestart = decode[PendingRestart](d[string(KeyPendingRestart)])
 	r.Upgrade = decode[Upgrade](d[string(KeyUpgrade)])
+	if e := decode[AgentErrors](d[string(KeyAgentErrors)]); e != nil {
+		r.AgentErrors = *e
+	}
 	return r
 }
 
@@ -222,6 +249,10 @@ func encode(v any) (string, error) {
 	case string:
 		return x, nil
 	case Streaming:
+		if len(x) == 0 {
+			return "", nil
+		}
+	case AgentErrors:
 		if len(x) == 0 {
 			return "", nil
 		}

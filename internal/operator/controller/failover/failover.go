@@ -80,6 +80,9 @@ type memory struct {
 	// unrecorded is a failover moved on the Lease whose record the report does not
 	// hold yet (its write failed); written again until it does.
 	unrecorded *dbv1.FailoverRecord
+	// agentErrorSeen is when each instance not ready was first seen reporting an error
+	// (agenterrors.go).
+	agentErrorSeen map[string]time.Time
 }
 
 // NewReconciler returns a Reconciler. reader reads uncached (the
@@ -187,6 +190,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	c.reportDurability()
 	if serr := c.recordStreaming(ctx); serr != nil && err == nil {
 		err = serr
+	}
+	if aerr := c.recordAgentErrors(ctx); aerr != nil && err == nil {
+		err = aerr
 	}
 	if requeue <= 0 || requeue > PollPeriod {
 		requeue = PollPeriod

@@ -66,6 +66,12 @@ type Observed struct {
 	// Upgrade is where a major version upgrade stands as the failover controller last
 	// recorded it; nil when the cluster was never upgraded.
 	Upgrade *report.Upgrade
+	// Agents are, by instance, what its agent reported as its error while it was not
+	// ready, as the failover controller last recorded it.
+	Agents map[string]string
+	// CreateFailure is why the StatefulSet last failed to create a pod (its newest
+	// recent FailedCreate event); "" when it did not, or every pod exists.
+	CreateFailure string
 }
 
 // ArchivingHealth is whether the primary archives WAL, and what it last said.
@@ -90,14 +96,16 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 	st.Instances = nil
 	st.ReadyInstances = 0
 	primaryReady := false
+	problems := InstanceProblems(c, o.Pods, o.Agents, o.CreateFailure, now.Time)
 	for i := range o.Pods {
 		p := &o.Pods[i]
 		ready := clusterpods.IsReady(p)
 		st.Instances = append(st.Instances, dbv1.InstanceStatus{
-			Name:  p.Name,
-			Role:  p.Labels[dbv1.LabelRole],
-			Ready: ready,
-			Node:  p.Spec.NodeName,
+			Name:    p.Name,
+			Role:    p.Labels[dbv1.LabelRole],
+			Ready:   ready,
+			Node:    p.Spec.NodeName,
+			Message: problems[p.Name].Message,
 		})
 		if o.DataGuard != nil {
 			st.Instances[len(st.Instances)-1].SetAside = o.DataGuard.SetAside[p.Name]
@@ -116,7 +124,7 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 
 	phase, reason, message := phaseOf(o, primaryReady, st.ReadyInstances)
 	phase, reason, message = notStreaming(o, phase, reason, message)
-	reason, message = imageUnavailable(o, phase, reason, message)
+	reason, message = notRunning(o, problems, phase, reason, message)
 	st.Phase = phase
 	if phase == dbv1.PhaseHealthy && !c.Bootstrapped() {
 		dbv1.SetCondition(&st.Conditions, dbv1.Condition{
@@ -319,48 +327,6 @@ func phaseOf(o Observed, primaryReady bool, readyInstances int32) (dbv1.Phase, s
 		return dbv1.PhaseUnavailable, dbv1.ReasonPrimaryNotReady,
 			fmt.Sprintf("The primary %s is not ready; %d of %d instances are ready", o.Primary, readyInstances, want)
 	}
-}
-
-// imagePullReasons are the kubelet's reasons for a container that waits because its
-// image cannot be had: it retries them with a growing back-off and never says so
-// anywhere but in the pod's status.
-var imagePullReasons = map[string]bool{
-	"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true, "ErrImageNeverPull": true,
-}
-
-// imageProblems describes, one per container, the instance pods' containers (init
-// containers included) that wait for an image that cannot be pulled.
-func imageProblems(o Observed) []string {
-	var out []string
-	for i := range o.Pods {
-		p := &o.Pods[i]
-		statuses := append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...)
-		for _, cs := range statuses {
-			w := cs.State.Waiting
-			if w == nil || !imagePullReasons[w.Reason] {
-				continue
-			}
-			msg := w.Message
-			if len(msg) > 200 {
-				msg = msg[:200] + "..."
-			}
-			out = append(out, fmt.Sprintf("%s cannot pull the image %q of its %s container (%s: %s)", p.Name, cs.Image, cs.Name, w.Reason, msg))
-		}
-	}
-	return out
-}
-
-// imageUnavailable gives the Ready condition of a cluster that is not Healthy the reason
-// ImageUnavailable, and the images that cannot be pulled, while any instance waits for
-// one: the kubelet only retries, and the phase alone ("1 of 3 instances are ready")
-// would not say why.
-func imageUnavailable(o Observed, phase dbv1.Phase, reason, message string) (string, string) {
-	problems := imageProblems(o)
-	if len(problems) == 0 || phase == dbv1.PhaseHealthy || phase == dbv1.PhaseStopped {
-		return reason, message
-	}
-	return dbv1.ReasonImageUnavailable, message + "; " + strings.Join(problems, "; ") +
-		fmt.Sprintf(". spec.version %q selects the image; set spec.image to one the nodes can pull, or give the operator one for this major (RELATED_IMAGE_POSTGRES_<major>, docs/install.md)", o.Cluster.Spec.Version)
 }
 
 // streamingProblems describes the replicas that do not stream, one per pod, sorted.

@@ -247,7 +247,8 @@ func phaseCases() []phaseCase {
 			want: phaseAndReady{dbv1.PhaseCreating,
 				readyCondition(f, dbv1.ReasonImageUnavailable, "0 of 3 instances are ready; "+
 					`db-0 cannot pull the image "postgres:16" of its postgres container (ImagePullBackOff: Back-off pulling image "postgres:16"); `+
-					`db-1 cannot pull the image "pgpilot:dev" of its agent container (ErrImagePull: rpc error: not found). `+
+					`db-1 cannot pull the image "pgpilot:dev" of its agent container (ErrImagePull: rpc error: not found); `+
+					`db-2 keeps exiting: its postgres container is in CrashLoopBackOff. `+
 					`spec.version "16" selects the image; set spec.image to one the nodes can pull, or give the operator one for this major (RELATED_IMAGE_POSTGRES_<major>, docs/install.md)`, now)},
 		},
 		{
@@ -256,7 +257,15 @@ func phaseCases() []phaseCase {
 				newPod("db-0", role(dbv1.RolePrimary), waiting(false, "postgres", "postgres:16", "CrashLoopBackOff", "back-off 10s")),
 			}},
 			want: phaseAndReady{dbv1.PhaseCreating,
-				readyCondition(f, dbv1.ReasonCreating, "0 of 3 instances are ready", now)},
+				readyCondition(f, dbv1.ReasonInstanceNotRunning, "0 of 3 instances are ready; db-0 keeps exiting: its postgres container is in CrashLoopBackOff", now)},
+		},
+		{
+			// work_mem: "lots": postgres refuses to start, and its agent says why.
+			name: "an agent's error while its instance is not ready",
+			observed: status.Observed{Cluster: newCluster(), Primary: "db-0", Pods: pods(),
+				Agents: map[string]string{"db-0": `postgres exited while starting: FATAL:  invalid value for parameter "work_mem": "lots"`}},
+			want: phaseAndReady{dbv1.PhaseCreating,
+				readyCondition(f, dbv1.ReasonInstanceNotRunning, `0 of 3 instances are ready; db-0 reports: postgres exited while starting: FATAL:  invalid value for parameter "work_mem": "lots"`, now)},
 		},
 		{
 			name: "replicas ready but primary not, while Creating",

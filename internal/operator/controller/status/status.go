@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -44,6 +45,14 @@ type Reconciler struct {
 	// monitoring says whether the Prometheus Operator's kinds are served; nil leaves
 	// the MonitoringReady condition alone.
 	monitoring MonitoringAPIs
+	// recorder, when set, tells each instance's problem as an event when it changes.
+	recorder record.EventRecorder
+}
+
+// WithRecorder has r tell, as events, when an instance stops or starts running.
+func (r *Reconciler) WithRecorder(rec record.EventRecorder) *Reconciler {
+	r.recorder = rec
+	return r
 }
 
 // WithMonitoringAPIs has r report whether spec.monitoring.enabled can be served.
@@ -67,6 +76,7 @@ func NewReconciler(c client.Client, reader client.Reader, clk clock.PassiveClock
 // +kubebuilder:rbac:groups=db.example.com,resources=postgresbackups,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=list;create;patch
 
 // Reconcile observes, decides and writes the status once, only when it changed.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -81,8 +91,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	// A pod's problem is told once it lasted problemGrace: while one is not ready, look
+	// again then.
+	var result ctrl.Result
+	for i := range obs.Pods {
+		if !clusterpods.IsReady(&obs.Pods[i]) {
+			result.RequeueAfter = problemGrace
+		}
+	}
 	if equality.Semantic.DeepEqual(Decide(obs, metav1.NewTime(r.clock.Now())), cluster.Status) {
-		return ctrl.Result{}, nil
+		return result, nil
 	}
 	// Write against the newest cluster: the cache may not have seen the Helm manager's
 	// latest status write yet, and its conditions must be kept.
@@ -96,10 +114,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if equality.Semantic.DeepEqual(want, latest.Status) {
 			return nil
 		}
+		before := latest.Status.Instances
 		latest.Status = want
-		return r.client.Status().Update(ctx, &latest)
+		if err := r.client.Status().Update(ctx, &latest); err != nil {
+			return err
+		}
+		if r.recorder != nil {
+			for _, e := range InstanceEvents(before, want.Instances) {
+				r.recorder.Event(&latest, e.Type, e.Reason, e.Message)
+			}
+		}
+		return nil
 	})
-	return ctrl.Result{}, client.IgnoreNotFound(err)
+	if err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	return result, nil
 }
 
 func (r *Reconciler) observe(ctx context.Context, c *dbv1.PostgresCluster) (Observed, error) {
@@ -145,6 +175,12 @@ func (r *Reconciler) observe(ctx context.Context, c *dbv1.PostgresCluster) (Obse
 	obs.Streaming, obs.FailoverBlocked, obs.LastFailover = rep.Streaming, rep.FailoverBlocked, rep.LastFailover
 	obs.DataGuard, obs.DataVersion, obs.PendingRestart = rep.DataGuard, rep.DataVersion, rep.PendingRestart
 	obs.Upgrade = rep.Upgrade
+	obs.Agents = rep.AgentErrors.Messages()
+	if int32(len(pods)) < c.Spec.Replicas && !c.Spec.Stopped {
+		if obs.CreateFailure, err = r.createFailure(ctx, c); err != nil {
+			return obs, err
+		}
+	}
 	if a := rep.Archiving; a != nil {
 		obs.Archiving = &ArchivingHealth{OK: a.OK, Message: a.Message}
 	}
@@ -179,6 +215,39 @@ func (r *Reconciler) observe(ctx context.Context, c *dbv1.PostgresCluster) (Obse
 		}
 	}
 	return obs, nil
+}
+
+// createFailureAge bounds how old a FailedCreate event may be to still explain a
+// missing pod: the StatefulSet controller tries again with a back-off, and a newer
+// attempt that failed for the same reason is a newer event (or a newer count of it).
+const createFailureAge = 10 * time.Minute
+
+// createFailure is the message of the newest recent FailedCreate event of the
+// cluster's StatefulSet, "" when there is none: the StatefulSet controller says why it
+// cannot create a pod (a quota, an admission webhook, the pod security admission, an
+// invalid pod) only in that event.
+func (r *Reconciler) createFailure(ctx context.Context, c *dbv1.PostgresCluster) (string, error) {
+	var events corev1.EventList
+	if err := r.reader.List(ctx, &events, client.InNamespace(c.Namespace), client.MatchingFields{
+		"involvedObject.kind": "StatefulSet", "involvedObject.name": c.Names().StatefulSet(), "reason": "FailedCreate",
+	}); err != nil {
+		return "", fmt.Errorf("reading the StatefulSet's events: %w", err)
+	}
+	var newest time.Time
+	msg := ""
+	for _, e := range events.Items {
+		at := e.LastTimestamp.Time
+		if e.Series != nil && e.Series.LastObservedTime.After(at) {
+			at = e.Series.LastObservedTime.Time
+		}
+		if at.IsZero() {
+			at = e.EventTime.Time
+		}
+		if at.After(newest) && r.clock.Since(at) < createFailureAge {
+			newest, msg = at, e.Message
+		}
+	}
+	return msg, nil
 }
 
 // SetupWithManager watches clusters (status writes included, to restore the fields a
