@@ -20,6 +20,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -512,9 +513,12 @@ func TestParametersTheCRDCannotCheck(t *testing.T) {
 		{"application_name": "a\nb"},
 		{"fsync": "off"},
 		{"Shared_Preload_Libraries": "/tmp/x"},
+		{"shared_buffers": "200GB"}, // above the 2Gi memory limit
+		{"max_connections": "3"},    // no room for the agent's sessions
 	} {
 		c := newCluster(ns, fmt.Sprintf("unchecked-%d", i))
 		c.Spec.PostgreSQL.Parameters = params
+		c.Spec.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")}
 		create(t, c)
 		testutil.Eventually(t, timeout, func() error {
 			if err := get(ns, c.Name, c); err != nil {

@@ -20,6 +20,7 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
+	"github.com/pgpilot/pgpilot/internal/protocol/tuning"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
@@ -281,26 +282,8 @@ func TestSingleInstanceRestartsInPlace(t *testing.T) {
 	p.mustExec("CREATE TABLE t AS SELECT 1 AS id")
 	// shared_buffers leaves the file: back to the built-in default, in kB.
 	c.setConfig("parameters", map[string]string{"max_connections": "90"})
-	testutil.Eventually(t, 30*time.Second, func() error {
-		st, err := p.status()
-		if err != nil {
-			return err
-		}
-		want := []agentapi.PendingSetting{{Name: "max_connections", Value: "100", Pending: "90"}, {Name: "shared_buffers", Value: "16MB", Pending: "131072kB"}}
-		if !slices.Equal(st.PendingRestart, want) {
-			return fmt.Errorf("pending %+v, want %+v", st.PendingRestart, want)
-		}
-		return nil
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := p.api().Restart(ctx); err != nil {
-		t.Fatal(err)
-	}
-	after := p.waitRole(agentapi.RolePrimary, 1, upTimeout)
-	if !after.StartedAt.After(*before.StartedAt) || len(after.PendingRestart) != 0 {
-		t.Errorf("after the restart: started %v (before %v), pending %+v", after.StartedAt, before.StartedAt, after.PendingRestart)
-	}
+	p.waitPending(agentapi.PendingSetting{Name: "max_connections", Value: "100", Pending: "90"}, agentapi.PendingSetting{Name: "shared_buffers", Value: "16MB", Pending: "131072kB"})
+	p.restartInPlace(before)
 	if got := p.show("max_connections"); got != "90" {
 		t.Errorf("max_connections = %s, want 90", got)
 	}
@@ -308,4 +291,68 @@ func TestSingleInstanceRestartsInPlace(t *testing.T) {
 		t.Errorf("shared_buffers = %s, want the default 128MB", got)
 	}
 	p.waitCount("t", 1, 10*time.Second)
+}
+
+// An instance is tuned from its container's resources (config.json's, from the spec):
+// a 2Gi memory limit runs with shared_buffers 512MB and effective_cache_size to
+// match; a parameter the user sets wins; new resources wait for a restart as any
+// setting of its kind does, and the restart applies them.
+func TestTunedFromResources(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 1)
+	c.setConfig("parameters", map[string]string{"work_mem": "8MB"})
+	c.setConfig("resources", tuning.Resources{MemoryBytes: 2 << 30, MemoryLimitBytes: 2 << 30, MilliCPU: 4000})
+	p := c.instances[0]
+	p.start()
+	before := p.waitRole(agentapi.RolePrimary, 1, upTimeout)
+	for name, want := range map[string]string{
+		"shared_buffers": "512MB", "effective_cache_size": "1536MB", "maintenance_work_mem": "128MB",
+		"work_mem":             "8MB", // the user's, not the tuned 3932kB
+		"max_parallel_workers": "4", "max_parallel_workers_per_gather": "2", "effective_io_concurrency": "200",
+	} {
+		if got := p.show(name); got != want {
+			t.Errorf("%s = %s, want %s", name, got, want)
+		}
+	}
+
+	c.setConfig("resources", tuning.Resources{MemoryBytes: 4 << 30, MemoryLimitBytes: 4 << 30, MilliCPU: 4000})
+	p.waitPending(agentapi.PendingSetting{Name: "shared_buffers", Value: "512MB", Pending: "1024MB"})
+	if got := p.show("effective_cache_size"); got != "3GB" {
+		t.Errorf("effective_cache_size = %s after the reload, want 3GB", got)
+	}
+	p.restartInPlace(before)
+	if got := p.show("shared_buffers"); got != "1GB" {
+		t.Errorf("shared_buffers = %s after the restart, want 1GB", got)
+	}
+}
+
+// waitPending waits up to 30 s until the instance reports exactly want waiting for a
+// restart.
+func (in *instance) waitPending(want ...agentapi.PendingSetting) {
+	in.c.t.Helper()
+	testutil.Eventually(in.c.t, 30*time.Second, func() error {
+		st, err := in.status()
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(st.PendingRestart, want) {
+			return fmt.Errorf("pending %+v, want %+v", st.PendingRestart, want)
+		}
+		return nil
+	})
+}
+
+// restartInPlace restarts a single primary through its agent's API and checks that it
+// started again, after before's start, with nothing left waiting.
+func (in *instance) restartInPlace(before agentapi.Status) {
+	in.c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := in.api().Restart(ctx); err != nil {
+		in.c.t.Fatal(err)
+	}
+	after := in.waitRole(agentapi.RolePrimary, 1, upTimeout)
+	if !after.StartedAt.After(*before.StartedAt) || len(after.PendingRestart) != 0 {
+		in.c.t.Errorf("after the restart: started %v (before %v), pending %+v", after.StartedAt, before.StartedAt, after.PendingRestart)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/instance/gate"
 	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
+	"github.com/pgpilot/pgpilot/internal/protocol/tuning"
 )
 
 // Role of the postgres the agent starts.
@@ -270,6 +271,8 @@ func PostgresqlConf(in ConfInput) string {
 	var b strings.Builder
 	b.WriteString("# Written by the pgpilot agent at every start; edits are lost.\n\n# Defaults\n")
 	writeSettings(&b, defaults)
+	b.WriteString("\n# Tuned from the container's resources (docs/tuning.md)\n")
+	writeSettings(&b, tuning.Settings(in.Cluster.Resources, tuning.MaxConnections(in.Cluster.Parameters)))
 	if in.VolumeBytes > 0 {
 		// A replication slot of an instance that is away keeps WAL on the primary until
 		// it returns: without a bound, a replica down for a day fills the primary's

@@ -20,12 +20,14 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
 	"github.com/pgpilot/pgpilot/internal/protocol/report"
+	"github.com/pgpilot/pgpilot/internal/protocol/tuning"
 )
 
 // Plan is what the chart renders besides the values: .Values.plan.
@@ -159,6 +161,9 @@ type Observed struct {
 // the chart cannot render, said so that the user knows what to change.
 func Decide(cluster Cluster, v Values, observed Observed) (*Plan, error) {
 	if err := v.PostgreSQL.CheckParameters(); err != nil {
+		return nil, err
+	}
+	if err := tuning.Check(resourcesOf(v.Resources), v.PostgreSQL.Parameters); err != nil {
 		return nil, err
 	}
 	if v.Version == "" {
@@ -429,6 +434,7 @@ func clusterConfig(cluster string, v Values, replicas int) clusterconfig.Config 
 	if t := v.PostgreSQL.MaxReadLag; t != nil && t.Duration > 0 {
 		c.MaxReadLag = t.Duration.String()
 	}
+	c.Resources = resourcesOf(v.Resources)
 	c.Services.ReadWrite = n.ReadWriteService()
 	c.Services.Headless = n.HeadlessService()
 	c.Upgrade = clusterconfig.Upgrade{BackupMaxAge: clusterconfig.DefaultUpgradeBackupMaxAge.String(), WithoutBackup: v.Upgrade.WithoutBackup}
@@ -692,4 +698,18 @@ func restoreSource(cluster Cluster, from *dbv1.FromBackup, backup *dbv1.Postgres
 		backupID:    backup.Status.BackupID,
 		field:       fmt.Sprintf("PostgresBackup %q status.store", name),
 	}, nil
+}
+
+// resourcesOf are the postgres container's resources as the settings are tuned from
+// them: each limit, else its request.
+func resourcesOf(r corev1.ResourceRequirements) tuning.Resources {
+	pick := func(name corev1.ResourceName) (limit, either resource.Quantity) {
+		if q, ok := r.Limits[name]; ok {
+			return q, q
+		}
+		return resource.Quantity{}, r.Requests[name]
+	}
+	memLimit, mem := pick(corev1.ResourceMemory)
+	_, cpu := pick(corev1.ResourceCPU)
+	return tuning.Resources{MemoryBytes: mem.Value(), MilliCPU: cpu.MilliValue(), MemoryLimitBytes: memLimit.Value()}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
 	"github.com/pgpilot/pgpilot/internal/protocol/report"
+	"github.com/pgpilot/pgpilot/internal/protocol/tuning"
 )
 
 var cluster = plan.Cluster{Name: "my-db", Namespace: "db"}
@@ -557,4 +558,33 @@ func TestRestore(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The agents tune from the postgres container's resources, each limit else its request;
+// a parameter that cannot fit them is refused with the reason.
+func TestResources(t *testing.T) {
+	withResources := func(limits, requests corev1.ResourceList, params map[string]string) valuesOption {
+		return func(v *plan.Values) {
+			v.Resources = corev1.ResourceRequirements{Limits: limits, Requests: requests}
+			v.PostgreSQL.Parameters = params
+		}
+	}
+	list := func(kv ...string) corev1.ResourceList {
+		out := corev1.ResourceList{}
+		for i := 0; i < len(kv); i += 2 {
+			out[corev1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
+		}
+		return out
+	}
+	p := decide(t, readme(withResources(list("memory", "2Gi"), list("memory", "1Gi", "cpu", "1500m"), nil)), plan.Observed{}, "")
+	if got, want := p.Config.Resources, (tuning.Resources{MemoryBytes: 2 << 30, MemoryLimitBytes: 2 << 30, MilliCPU: 1500}); got != want {
+		t.Errorf("resources %+v, want %+v", got, want)
+	}
+	p = decide(t, readme(withResources(nil, list("memory", "1Gi"), map[string]string{"shared_buffers": "200GB"})), plan.Observed{}, "")
+	if got, want := p.Config.Resources, (tuning.Resources{MemoryBytes: 1 << 30}); got != want {
+		t.Errorf("a request alone: resources %+v, want %+v", got, want)
+	}
+	decide(t, readme(withResources(list("memory", "2Gi"), nil, map[string]string{"shared_buffers": "200GB"})), plan.Observed{},
+		"shared_buffers 200GB does not fit in the memory limit 2048MB")
+	decide(t, readme(withResources(nil, nil, map[string]string{"max_connections": "3"})), plan.Observed{}, "set at least 12")
 }

@@ -14,6 +14,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/pgpilot/pgpilot/internal/protocol/tuning"
 )
 
 // Config is config.json.
@@ -58,6 +60,9 @@ type Config struct {
 	MaxReadLag string `json:"maxReadLag,omitempty"`
 	// Upgrade is spec.upgrade: what a major version upgrade needs before it begins.
 	Upgrade Upgrade `json:"upgrade"`
+	// Resources are the postgres container's, for the settings tuned from them
+	// (package tuning).
+	Resources tuning.Resources `json:"resources,omitempty"`
 }
 
 // Upgrade is spec.upgrade.
