@@ -77,6 +77,15 @@ const (
 	// failed (UpgradeFailed, the data still on its old major), True once every instance
 	// runs the new major. Absent for a cluster never upgraded.
 	ConditionMajorUpgrade = "MajorUpgrade"
+	// ConditionConnectionsAvailable is False while the primary's client sessions take
+	// 90% of what it admits (until under 80%); ConditionTransactionIDsSafe False while a
+	// database's oldest unfrozen transaction ID is 500 million old (until under 450);
+	// ConditionVolumeSpace False while an instance's volume is 90% used or fills within
+	// a day (until under 85% and not). Each says what to do. Set once the cluster was
+	// first healthy.
+	ConditionConnectionsAvailable = "ConnectionsAvailable"
+	ConditionTransactionIDsSafe   = "TransactionIDsSafe"
+	ConditionVolumeSpace          = "VolumeSpace"
 )
 
 // Condition types the Helm manager owns.
@@ -122,6 +131,16 @@ const (
 	// event, once it runs again.
 	ReasonInstanceNotRunning = "InstanceNotRunning"
 	ReasonInstanceRunning    = "InstanceRunning"
+	// ConditionConnectionsAvailable, ConditionTransactionIDsSafe and
+	// ConditionVolumeSpace, and their events: what threatens the cluster before
+	// anything fails (the failover controller's health report). A Warning event with
+	// the problem's reason when it begins, a Normal one with the other when it ends.
+	ReasonConnectionsAvailable = "ConnectionsAvailable"
+	ReasonConnectionsSaturated = "ConnectionsSaturated"
+	ReasonTransactionIDsFrozen = "TransactionIDsFrozen"
+	ReasonWraparoundRisk       = "WraparoundRisk"
+	ReasonVolumeSpaceAvailable = "VolumeSpaceAvailable"
+	ReasonVolumeFillingUp      = "VolumeFillingUp"
 	// ConditionReplicasStreaming, the Degraded phase and events: every replica streams
 	// (ReasonAllStreaming), one does not stream or lags beyond maxReadLag
 	// (ReasonReplicaNotStreaming, a Warning event), it streams again

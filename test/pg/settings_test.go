@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -354,5 +355,38 @@ func (in *instance) restartInPlace(before agentapi.Status) {
 	after := in.waitRole(agentapi.RolePrimary, 1, upTimeout)
 	if !after.StartedAt.After(*before.StartedAt) || len(after.PendingRestart) != 0 {
 		in.c.t.Errorf("after the restart: started %v (before %v), pending %+v", after.StartedAt, before.StartedAt, after.PendingRestart)
+	}
+}
+
+// The agent reports what the operator's health conditions read: the sessions postgres
+// admits (max_connections less those reserved for superusers) and its client sessions,
+// and the database whose oldest unfrozen transaction ID is oldest, with that age.
+func TestStatusReportsConnectionsAndTransactionIDs(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 1)
+	c.setConfig("parameters", map[string]string{"max_connections": "40", "superuser_reserved_connections": "5"})
+	p := c.instances[0]
+	p.start()
+	p.waitRole(agentapi.RolePrimary, 1, upTimeout)
+	p.mustExec("CREATE TABLE burn (id bigint)")
+	for range 20 {
+		p.mustExec("INSERT INTO burn VALUES (1)") // each its own transaction ID
+	}
+	st, err := p.status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reserved := 0
+	if st.PostgresVersion >= 160000 {
+		reserved, _ = strconv.Atoi(p.show("reserved_connections"))
+	}
+	if want := 40 - 5 - reserved; st.ConnectionLimit != want {
+		t.Errorf("connectionLimit %d, want %d", st.ConnectionLimit, want)
+	}
+	if st.Connections < 1 || st.Connections > st.ConnectionLimit {
+		t.Errorf("connections %d of %d", st.Connections, st.ConnectionLimit)
+	}
+	if st.OldestXIDAge < 20 || st.OldestXIDDatabase == "" {
+		t.Errorf("oldest transaction ID: %d in %q; want at least the 20 just used, in a named database", st.OldestXIDAge, st.OldestXIDDatabase)
 	}
 }

@@ -159,9 +159,14 @@ func (d *DB) Observe(ctx context.Context, st *agentapi.Status, arch *agentapi.Ar
 	b := &pgx.Batch{}
 	var inRecovery, answered bool
 	b.Queue(`SELECT pg_is_in_recovery(), current_setting('server_version_num')::int,
-		(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int`).
+		(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int,
+		current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int
+			- coalesce(current_setting('reserved_connections', true)::int, 0),
+		coalesce(o.age, 0), coalesce(o.datname, '')
+		FROM (SELECT 1) one LEFT JOIN LATERAL (SELECT datname::text, age(datfrozenxid)::bigint AS age
+			FROM pg_database ORDER BY 2 DESC LIMIT 1) o ON true`).
 		QueryRow(func(r pgx.Row) error {
-			err := r.Scan(&inRecovery, &st.PostgresVersion, &st.Connections)
+			err := r.Scan(&inRecovery, &st.PostgresVersion, &st.Connections, &st.ConnectionLimit, &st.OldestXIDAge, &st.OldestXIDDatabase)
 			answered = err == nil
 			return err
 		})

@@ -85,6 +85,15 @@ type Status struct {
 	StartedAt *time.Time `json:"startedAt,omitempty"`
 	// Connections counts client backends (pg_stat_activity).
 	Connections int `json:"connections"`
+	// ConnectionLimit is how many sessions postgres admits of roles that are not
+	// superusers: max_connections less superuser_reserved_connections and
+	// reserved_connections.
+	ConnectionLimit int `json:"connectionLimit,omitempty"`
+	// OldestXIDAge is the largest age(datfrozenxid) of the databases, in transactions,
+	// and OldestXIDDatabase the database it is of: PostgreSQL refuses new transaction
+	// IDs before the age reaches 2^31 (wraparound), and VACUUM freezing is what lowers it.
+	OldestXIDAge      int64  `json:"oldestXIDAge,omitempty"`
+	OldestXIDDatabase string `json:"oldestXIDDatabase,omitempty"`
 	// Slots are this instance's replication slots.
 	Slots []SlotStatus `json:"slots,omitempty"`
 	// Archiver is continuous WAL archiving; set on a primary.

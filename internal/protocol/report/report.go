@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -55,10 +56,14 @@ const (
 	// KeyAgentErrors (failover controller) is, by instance, the error its agent
 	// reports while it is not ready, JSON of an AgentErrors.
 	KeyAgentErrors Key = "agentErrors"
+	// KeyHealth (failover controller) is what threatens the cluster before anything
+	// fails (connections nearly all taken, transaction ID wraparound, a volume filling
+	// up), JSON of a Health.
+	KeyHealth Key = "health"
 )
 
 // Keys are every report, in the order the ConfigMap lists them.
-var Keys = []Key{KeyFailoverBlocked, KeyLastFailover, KeyDataVersion, KeyDataGuard, KeyStreaming, KeyArchiving, KeyPendingRestart, KeyUpgrade, KeyAgentErrors}
+var Keys = []Key{KeyFailoverBlocked, KeyLastFailover, KeyDataVersion, KeyDataGuard, KeyStreaming, KeyArchiving, KeyPendingRestart, KeyUpgrade, KeyAgentErrors, KeyHealth}
 
 // Report is the ConfigMap, read. A missing or unreadable report is its zero value: a
 // person may have edited it, and every reader treats "unknown" as "nothing recorded".
@@ -72,6 +77,37 @@ type Report struct {
 	PendingRestart  *PendingRestart
 	Upgrade         *Upgrade
 	AgentErrors     AgentErrors
+	Health          Health
+}
+
+// Health is what threatens the cluster before anything fails, by signal: HealthConnections,
+// HealthWraparound, and HealthVolume followed by an instance's name.
+type Health map[string]HealthProblem
+
+// The signals of a Health.
+const (
+	HealthConnections = "connections"
+	HealthWraparound  = "wraparound"
+	HealthVolume      = "volume:"
+)
+
+// HealthProblem is one signal's problem, as first recorded while it lasts (its figures
+// are of that moment: the report is written when a problem begins or ends, not at every
+// change of a figure).
+type HealthProblem struct {
+	Message string    `json:"message"`
+	Since   time.Time `json:"since"`
+}
+
+// Volumes are the volume problems, by instance.
+func (h Health) Volumes() map[string]HealthProblem {
+	out := map[string]HealthProblem{}
+	for k, p := range h {
+		if pod, ok := strings.CutPrefix(k, HealthVolume); ok {
+			out[pod] = p
+		}
+	}
+	return out
 }
 
 // AgentErrors are, by instance, the error its agent reports while it is not ready and
@@ -185,6 +221,9 @@ func Parse(cm *corev1.ConfigMap) Report {
 	if e := decode[AgentErrors](d[string(KeyAgentErrors)]); e != nil {
 		r.AgentErrors = *e
 	}
+	if h := decode[Health](d[string(KeyHealth)]); h != nil {
+		r.Health = *h
+	}
 	return r
 }
 
@@ -253,6 +292,10 @@ func encode(v any) (string, error) {
 			return "", nil
 		}
 	case AgentErrors:
+		if len(x) == 0 {
+			return "", nil
+		}
+	case Health:
 		if len(x) == 0 {
 			return "", nil
 		}

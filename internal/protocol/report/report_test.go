@@ -94,6 +94,7 @@ func TestEveryReportReadsBackAsWritten(t *testing.T) {
 		Archiving:       &report.Archiving{OK: false, Message: "archive_command failed"},
 		PendingRestart:  &report.PendingRestart{Pending: true, Message: "shared_buffers waits", Instances: map[string][]string{"every-0": {"shared_buffers: 128MB → 256MB"}}},
 		Upgrade:         &report.Upgrade{From: "15", To: "17", Reason: dbv1.ReasonUpgrading, Message: "pg_upgrade --copy", Since: since, WritesStoppedMillis: 4200},
+		Health:          report.Health{report.HealthConnections: {Message: "95 of 97 taken", Since: since}},
 		AgentErrors:     report.AgentErrors{"every-1": {Message: `postgres exited while starting: FATAL:  invalid value for parameter "work_mem": "lots"`, Since: since}},
 	}
 	write(t, c, report.KeyFailoverBlocked, want.FailoverBlocked)
@@ -105,6 +106,7 @@ func TestEveryReportReadsBackAsWritten(t *testing.T) {
 	write(t, c, report.KeyPendingRestart, want.PendingRestart)
 	write(t, c, report.KeyUpgrade, want.Upgrade)
 	write(t, c, report.KeyAgentErrors, want.AgentErrors)
+	write(t, c, report.KeyHealth, want.Health)
 	if diff := cmp.Diff(want, read(t, c)); diff != "" {
 		t.Errorf("the report (-want +got):\n%s", diff)
 	}

@@ -115,10 +115,7 @@ func (c *cycle) recordDataGuard(ctx context.Context) error {
 	if prev != nil && equalGuard(*prev, next) {
 		return nil
 	}
-	for _, e := range DataGuardEvents(prev, next, answered(c.instances)) {
-		c.log("Data protection changed", "reason", e.Reason, "message", e.Message)
-		c.r.recorder.Event(c.cluster, e.Type, e.Reason, e.Message)
-	}
+	c.tell("Data protection changed", DataGuardEvents(prev, next, answered(c.instances)))
 	if err := c.record(ctx, report.KeyDataGuard, &next); err != nil {
 		return fmt.Errorf("recording the agents' data protection: %w", err)
 	}
@@ -130,6 +127,14 @@ func (c *cycle) recordDataGuard(ctx context.Context) error {
 }
 
 // answered are the instances whose agents answered.
+// tell logs each event with what changed, and records it on the cluster.
+func (c *cycle) tell(what string, events []DataGuardEvent) {
+	for _, e := range events {
+		c.log(what, "reason", e.Reason, "message", e.Message)
+		c.r.recorder.Event(c.cluster, e.Type, e.Reason, e.Message)
+	}
+}
+
 func answered(instances []Instance) []string {
 	var out []string
 	for _, i := range instances {

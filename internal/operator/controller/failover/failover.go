@@ -194,6 +194,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if aerr := c.recordAgentErrors(ctx); aerr != nil && err == nil {
 		err = aerr
 	}
+	if herr := c.recordHealth(ctx); herr != nil && err == nil {
+		err = herr
+	}
 	if requeue <= 0 || requeue > PollPeriod {
 		requeue = PollPeriod
 	}

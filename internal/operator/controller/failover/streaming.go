@@ -94,10 +94,7 @@ func (c *cycle) recordStreaming(ctx context.Context) error {
 	if maps.Equal(prev, next) {
 		return nil
 	}
-	for _, e := range StreamingEvents(prev, next, answered(c.instances)) {
-		c.log("Replication changed", "reason", e.Reason, "message", e.Message)
-		c.r.recorder.Event(c.cluster, e.Type, e.Reason, e.Message)
-	}
+	c.tell("Replication changed", StreamingEvents(prev, next, answered(c.instances)))
 	if err := c.record(ctx, report.KeyStreaming, next); err != nil {
 		return fmt.Errorf("recording which replicas do not stream: %w", err)
 	}

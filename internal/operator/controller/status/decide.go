@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -72,6 +73,8 @@ type Observed struct {
 	// CreateFailure is why the StatefulSet last failed to create a pod (its newest
 	// recent FailedCreate event); "" when it did not, or every pod exists.
 	CreateFailure string
+	// Health is what threatens the cluster as the failover controller last recorded it.
+	Health report.Health
 }
 
 // ArchivingHealth is whether the primary archives WAL, and what it last said.
@@ -189,6 +192,12 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 		dbv1.SetCondition(&st.Conditions, cond, now)
 	} else {
 		dbv1.RemoveCondition(&st.Conditions, dbv1.ConditionMajorUpgrade)
+	}
+
+	if b := dbv1.FindCondition(st.Conditions, dbv1.ConditionBootstrapped); b != nil && b.Status == metav1.ConditionTrue {
+		for _, cond := range healthConditions(o.Health, c.Generation) {
+			dbv1.SetCondition(&st.Conditions, cond, now)
+		}
 	}
 
 	if o.Roles != nil {
@@ -382,4 +391,38 @@ func majorUpgrade(o Observed) (dbv1.Condition, bool) {
 		}
 	}
 	return cond, true
+}
+
+// healthConditions are ConnectionsAvailable, TransactionIDsSafe and VolumeSpace from the
+// health report: True with the bound, or False with the problem and what to do.
+func healthConditions(h report.Health, generation int64) []dbv1.Condition {
+	one := func(t, okReason, okMsg, badReason string, problems ...string) dbv1.Condition {
+		cond := dbv1.Condition{Type: t, Status: metav1.ConditionTrue, Reason: okReason, Message: okMsg, ObservedGeneration: generation}
+		if len(problems) > 0 {
+			cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, badReason, strings.Join(problems, "; ")
+		}
+		return cond
+	}
+	since := func(p report.HealthProblem) string {
+		return fmt.Sprintf("since %s: %s", p.Since.UTC().Format(time.RFC3339), p.Message)
+	}
+	var conns, xids, volumes []string
+	if p, ok := h[report.HealthConnections]; ok {
+		conns = append(conns, since(p))
+	}
+	if p, ok := h[report.HealthWraparound]; ok {
+		xids = append(xids, since(p))
+	}
+	vols := h.Volumes()
+	for _, pod := range slices.Sorted(maps.Keys(vols)) {
+		volumes = append(volumes, since(vols[pod]))
+	}
+	return []dbv1.Condition{
+		one(dbv1.ConditionConnectionsAvailable, dbv1.ReasonConnectionsAvailable,
+			"The primary's client sessions take less than 90% of those it admits", dbv1.ReasonConnectionsSaturated, conns...),
+		one(dbv1.ConditionTransactionIDsSafe, dbv1.ReasonTransactionIDsFrozen,
+			"Every database's oldest unfrozen transaction ID is less than 500 million transactions old", dbv1.ReasonWraparoundRisk, xids...),
+		one(dbv1.ConditionVolumeSpace, dbv1.ReasonVolumeSpaceAvailable,
+			"Every instance's volume is less than 90% used and does not fill within a day at the current rate", dbv1.ReasonVolumeFillingUp, volumes...),
+	}
 }

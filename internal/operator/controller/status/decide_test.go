@@ -639,6 +639,12 @@ func TestDecideStatus(t *testing.T) {
 						Message:            "db-0: refusing to rewind onto db-1: it holds another database",
 						ObservedGeneration: generation, LastTransitionTime: now},
 					replicasStreaming,
+					{Type: dbv1.ConditionConnectionsAvailable, Status: metav1.ConditionTrue, Reason: dbv1.ReasonConnectionsAvailable,
+						Message: "The primary's client sessions take less than 90% of those it admits", ObservedGeneration: generation, LastTransitionTime: now},
+					{Type: dbv1.ConditionTransactionIDsSafe, Status: metav1.ConditionTrue, Reason: dbv1.ReasonTransactionIDsFrozen,
+						Message: "Every database's oldest unfrozen transaction ID is less than 500 million transactions old", ObservedGeneration: generation, LastTransitionTime: now},
+					{Type: dbv1.ConditionVolumeSpace, Status: metav1.ConditionTrue, Reason: dbv1.ReasonVolumeSpaceAvailable,
+						Message: "Every instance's volume is less than 90% used and does not fill within a day at the current rate", ObservedGeneration: generation, LastTransitionTime: now},
 				},
 				Phase:          dbv1.PhaseDegraded,
 				CurrentPrimary: "db-1",
@@ -901,5 +907,35 @@ func TestDecideMajorUpgrade(t *testing.T) {
 		case c == nil || c.Status != tc.want || c.Reason != tc.reason || !strings.Contains(c.Message, tc.message):
 			t.Errorf("%s with version %s: condition %+v, want %s with %q", tc.reason, tc.version, c, tc.want, tc.message)
 		}
+	}
+}
+
+// What threatens a bootstrapped cluster is a condition each, False with since when,
+// what and what to do; nothing is said of a cluster never yet healthy.
+func TestDecideHealth(t *testing.T) {
+	since := earlier.Time
+	health := report.Health{
+		report.HealthConnections:     {Message: "the primary db-0 has 95 client sessions of the 97 it admits (97%): ...", Since: since},
+		report.HealthVolume + "db-2": {Message: "db-2's volume is 93% used (70 MiB free): set spec.storage.autoGrow, ...", Since: since},
+		report.HealthVolume + "db-1": {Message: "db-1's volume is 91% used (90 MiB free): ...", Since: since},
+	}
+	st := status.Decide(status.Observed{Cluster: newCluster(wasBootstrapped), Pods: pods("db-0", "db-1", "db-2"), Primary: "db-0", Health: health}, now)
+	conn := dbv1.FindCondition(st.Conditions, dbv1.ConditionConnectionsAvailable)
+	xid := dbv1.FindCondition(st.Conditions, dbv1.ConditionTransactionIDsSafe)
+	vol := dbv1.FindCondition(st.Conditions, dbv1.ConditionVolumeSpace)
+	if conn == nil || conn.Status != metav1.ConditionFalse || conn.Reason != dbv1.ReasonConnectionsSaturated ||
+		conn.Message != "since 2025-03-04T04:06:07Z: the primary db-0 has 95 client sessions of the 97 it admits (97%): ..." {
+		t.Errorf("ConnectionsAvailable %+v", conn)
+	}
+	if xid == nil || xid.Status != metav1.ConditionTrue {
+		t.Errorf("TransactionIDsSafe %+v, want True", xid)
+	}
+	if vol == nil || vol.Status != metav1.ConditionFalse || vol.Reason != dbv1.ReasonVolumeFillingUp ||
+		!strings.HasPrefix(vol.Message, "since 2025-03-04T04:06:07Z: db-1's volume") || !strings.Contains(vol.Message, "; since 2025-03-04T04:06:07Z: db-2's volume") {
+		t.Errorf("VolumeSpace %+v, want db-1 then db-2", vol)
+	}
+	creating := status.Decide(status.Observed{Cluster: newCluster(), Pods: pods("db-0"), Primary: "db-0", Health: health}, now)
+	if c := dbv1.FindCondition(creating.Conditions, dbv1.ConditionConnectionsAvailable); c != nil {
+		t.Errorf("a cluster never healthy has %+v", c)
 	}
 }

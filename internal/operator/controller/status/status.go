@@ -176,6 +176,7 @@ func (r *Reconciler) observe(ctx context.Context, c *dbv1.PostgresCluster) (Obse
 	obs.DataGuard, obs.DataVersion, obs.PendingRestart = rep.DataGuard, rep.DataVersion, rep.PendingRestart
 	obs.Upgrade = rep.Upgrade
 	obs.Agents = rep.AgentErrors.Messages()
+	obs.Health = rep.Health
 	if int32(len(pods)) < c.Spec.Replicas && !c.Spec.Stopped {
 		if obs.CreateFailure, err = r.createFailure(ctx, c); err != nil {
 			return obs, err
