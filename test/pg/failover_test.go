@@ -325,6 +325,19 @@ func TestOperatorKilledMidFailoverConverges(t *testing.T) {
 	if err := c.writeThroughRW("CREATE TABLE t (id int)"); err != nil {
 		t.Fatal(err)
 	}
+	// The table is on the standbys before the kill: in asynchronous mode a commit
+	// acknowledged a moment before a kill -9 may be lost (docs/failover.md), and this
+	// test is of the operator's restart, not of that.
+	for _, in := range c.instances[1:] {
+		testutil.Eventually(t, time.Minute, func() error {
+			var exists bool
+			err := in.query("SELECT to_regclass('t') IS NOT NULL", &exists)
+			if err == nil && !exists {
+				err = fmt.Errorf("%s has no table t yet", in.pod)
+			}
+			return err
+		})
+	}
 	old.kill9()
 	// Stop the operator the moment the Lease no longer names the old primary: it was
 	// revoked (the standbys are being frozen) or already moved.

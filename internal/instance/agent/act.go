@@ -512,6 +512,8 @@ func (a *Agent) cloneAside(ctx context.Context, host pgconf.Upstream, primary, w
 // start starts postgres and waits until it accepts connections. The role stays
 // "starting" until the caller has finished what the role needs.
 func (a *Agent) start(ctx context.Context) error {
+	// The postmaster loads pg_hba.conf as written so far before it accepts a session.
+	hba := a.pg.HBAGeneration()
 	proc, err := a.pg.Start()
 	if err != nil {
 		return err
@@ -540,6 +542,7 @@ func (a *Agent) start(ctx context.Context) error {
 	a.mu.Lock()
 	a.crashes = 0
 	a.mu.Unlock()
+	a.pg.HBALoaded(hba)
 	a.log.Info("Postgres is up", "pid", proc.Pid())
 	return nil
 }

@@ -144,13 +144,15 @@ func (a *Agent) letIn(ctx context.Context) {
 	}
 	go func() {
 		defer a.confirmingHBA.Store(false)
+		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, confirmHBATimeout)
 		defer cancel()
 		if err := a.db.ReloadInForce(cctx); err != nil {
-			a.log.V(1).Info("Could not confirm that postgres loaded pg_hba.conf; trying again", "error", err.Error())
+			a.log.Info("Could not confirm that postgres loaded pg_hba.conf; trying again", "error", err.Error())
 			return
 		}
 		a.pg.HBALoaded(gen)
+		a.log.Info("Clients are let in: postgres loaded pg_hba.conf", "took", time.Since(start).Round(time.Millisecond).String())
 	}()
 }
 

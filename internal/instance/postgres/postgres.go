@@ -104,6 +104,13 @@ func (p *Postgres) HBALetInPending() (gen uint64, pending bool) {
 	return p.hbaGen, p.hbaWritten && !p.hbaLocked && p.hbaLoaded < p.hbaLetIn
 }
 
+// HBAGeneration is the last write of pg_hba.conf (for HBALoaded).
+func (p *Postgres) HBAGeneration() uint64 {
+	p.hbaMu.Lock()
+	defer p.hbaMu.Unlock()
+	return p.hbaGen
+}
+
 // HBALoaded records that the postmaster loaded pg_hba.conf as written by write gen, or
 // later.
 func (p *Postgres) HBALoaded(gen uint64) {
