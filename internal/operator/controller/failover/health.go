@@ -37,7 +37,8 @@ const (
 // NextHealth is the record after this observation at now. The primary's connections
 // and transaction IDs are read from the Lease's holder, each instance's volume from
 // itself; an instance that does not answer keeps what was recorded of it while its pod
-// exists. autoGrow says whether spec.storage.autoGrow grows the volumes (the advice
+// exists, and while the Lease names no primary (holder "") the primary's signals stay
+// as they were. autoGrow says whether spec.storage.autoGrow grows the volumes (the advice
 // differs).
 func NextHealth(prev report.Health, holder string, instances []Instance, autoGrow bool, now time.Time) report.Health {
 	next := report.Health{}
@@ -48,6 +49,14 @@ func NextHealth(prev report.Health, holder string, instances []Instance, autoGro
 			next[key] = old
 		case high:
 			next[key] = report.HealthProblem{Message: msg(), Since: now.UTC().Round(0)}
+		}
+	}
+	if holder == "" {
+		// A failover or handover: no primary to read, the primary's signals stay.
+		for _, k := range []string{report.HealthConnections, report.HealthWraparound} {
+			if p, ok := prev[k]; ok {
+				next[k] = p
+			}
 		}
 	}
 	for _, i := range instances {
@@ -130,19 +139,11 @@ func HealthEvents(prev, next report.Health) []DataGuardEvent {
 }
 
 // recordHealth records what threatens the cluster in the report for the status
-// controller, with an event for each change. While the Lease names no primary the
-// primary's signals stay as they were.
+// controller, with an event for each change.
 func (c *cycle) recordHealth(ctx context.Context) error {
 	prev := c.reported.Health
 	holder := primarylease.Parse(c.lease).Holder
 	next := NextHealth(prev, holder, c.instances, c.cluster.Spec.Storage.AutoGrow != nil, time.Now())
-	if holder == "" {
-		for _, k := range []string{report.HealthConnections, report.HealthWraparound} {
-			if p, ok := prev[k]; ok {
-				next[k] = p
-			}
-		}
-	}
 	if maps.Equal(prev, next) {
 		return nil
 	}

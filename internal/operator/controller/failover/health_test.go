@@ -67,6 +67,11 @@ func TestNextHealth(t *testing.T) {
 			}
 		})
 	}
+	// While the Lease names no primary, the primary's signals stay as recorded.
+	kept := report.Health{report.HealthConnections: {Message: "first"}, report.HealthWraparound: {Message: "old"}}
+	if got := NextHealth(kept, "", []Instance{primary(1, 97, 0)}, false, now); len(got) != 2 || got[report.HealthConnections].Message != "first" {
+		t.Errorf("no holder: %v, want both records kept", got)
+	}
 	got := NextHealth(nil, "db-0", []Instance{primary(95, 97, 0), volume("db-1", 95, 2*time.Hour)}, true, now)
 	if msg := got[report.HealthConnections].Message; !strings.HasPrefix(msg, "the primary db-0 has 95 client sessions of the 97 it admits (97%)") {
 		t.Errorf("connections: %q", msg)
