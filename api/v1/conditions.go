@@ -58,6 +58,11 @@ const (
 	// one pgpilot manages) waits for postgres to restart on some instance, with the
 	// settings, the instances and the step under way or what blocks it.
 	ConditionPendingRestart = "PendingRestart"
+	// ConditionParametersApplied is True while PostgreSQL accepts every setting it is
+	// given, False naming each it rejects in its own words (the running server keeps
+	// the previous values; an instance that restarts would not start, so the restart
+	// controller restarts none); absent until the restart controller first looked.
+	ConditionParametersApplied = "ParametersApplied"
 	// ConditionMonitoringReady is True when spec.monitoring.enabled can be served (the
 	// Prometheus Operator's PodMonitor and PrometheusRule kinds exist), False with what
 	// is missing; absent while monitoring is not enabled.
@@ -214,6 +219,9 @@ const (
 	ReasonSwitchingOverForRestart = "SwitchingOverForRestart"
 	// ReasonPendingRestartApplied: every instance runs with the settings.
 	ReasonPendingRestartApplied = "PendingRestartApplied"
+	// The ParametersApplied condition's reasons, and the events of a change.
+	ReasonParametersApplied  = "ParametersApplied"
+	ReasonParametersRejected = "ParametersRejected"
 
 	// Reasons of the MonitoringReady condition (docs/monitoring.md).
 	ReasonPrometheusOperatorFound   = "PrometheusOperatorFound"

@@ -23,8 +23,9 @@ const explainWithin = 2 * time.Minute
 
 // Specs an instance cannot run with are explained where the user looks, each in the
 // words of whoever knows: PostgreSQL's own for a parameter it rejects, the kubelet's
-// for a container killed for memory, the API server's for a pod the StatefulSet cannot
-// create, the scheduler's for a volume claim that does not exist.
+// for a container killed for memory, the operator's for requests above limits (which the
+// API server would refuse only to the StatefulSet), the scheduler's for a volume claim
+// that does not exist.
 func TestCarelessSpecsAreExplained(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -42,7 +43,7 @@ func TestCarelessSpecsAreExplained(t *testing.T) {
 			c.Spec.Resources = corev1.ResourceRequirements{
 				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")},
 				Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}
-		}, []string{"has no pod: the StatefulSet cannot create it", "must be less than or equal to cpu limit"}},
+		}, []string{"spec.resources: requests.cpu 2 is above limits.cpu 1"}},
 		{"a backup claim that does not exist", func(c *dbv1.PostgresCluster) {
 			c.Spec.Backup = &dbv1.BackupSpec{Store: dbv1.BackupStore{Volume: &dbv1.VolumeStore{ClaimName: "no-such-claim"}}}
 		}, []string{`persistentvolumeclaim "no-such-claim" not found`}},

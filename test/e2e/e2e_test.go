@@ -84,7 +84,12 @@ func newDB(t testing.TB, replicas int32, opts ...func(*dbv1.PostgresCluster)) *d
 	// A benchmark's function runs more than once (b.N = 1, then b.N): each run gets a
 	// namespace of its own, as the one before may still be terminating.
 	namespaces++
-	name := "e2e-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	name := "e2e-" + strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(t.Name()))
 	d := &db{t: t, ns: fmt.Sprintf("%.55s-%d", name, namespaces), name: "my-db"}
 	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: d.ns,

@@ -264,7 +264,9 @@ func (d *db) rolledOut(uids map[string]string, order *[]string, updated func(cor
 }
 
 // rollingUpdate changes the instances' resources and checks that pgpilot restarts the
-// pods one at a time, the replicas first and the primary (after a switchover) last.
+// pods one at a time, the replicas first and the primary (after a switchover) last,
+// that the settings tuned from the resources follow (docs/tuning.md) with no restart
+// beyond the rolling update's, and that a writer running throughout loses nothing.
 func (d *db) rollingUpdate(w *writes) {
 	t := d.t
 	t.Helper()
@@ -273,11 +275,19 @@ func (d *db) rollingUpdate(w *writes) {
 	for _, p := range d.pods() {
 		uids[p.Name] = string(p.UID)
 	}
+	if err := d.exec("rw", "CREATE TABLE rolled (id bigint PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	writer := testutil.StartWriter(d.rwTarget, testutil.WriterOptions{Table: "rolled", FirstID: 1,
+		Interval: 5 * time.Millisecond, PerStatementInterval: 100 * time.Millisecond})
 	t.Logf("changing the resources: a rolling update with %s as the primary", primary)
+	changed := time.Now()
 	d.update(func(c *dbv1.PostgresCluster) {
-		c.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m")}
+		c.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("256Mi")}
+		c.Spec.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}
 	})
 	var order []string
+	seen := map[string]map[string]bool{} // every UID each pod had
 	start := time.Now()
 	testutil.Eventually(t, 10*time.Minute, func() error {
 		var sts appsv1.StatefulSet
@@ -285,6 +295,10 @@ func (d *db) rollingUpdate(w *writes) {
 			return err
 		}
 		return d.rolledOut(uids, &order, func(p corev1.Pod) error {
+			if seen[p.Name] == nil {
+				seen[p.Name] = map[string]bool{uids[p.Name]: true}
+			}
+			seen[p.Name][string(p.UID)] = true
 			if p.Labels[appsv1.ControllerRevisionHashLabelKey] != sts.Status.UpdateRevision {
 				return fmt.Errorf("pod %s runs revision %s, not %s", p.Name, p.Labels[appsv1.ControllerRevisionHashLabelKey], sts.Status.UpdateRevision)
 			}
@@ -308,6 +322,47 @@ func (d *db) rollingUpdate(w *writes) {
 		if requested.Cmp(resource.MustParse("50m")) != 0 {
 			t.Errorf("pod %s requests cpu %s after the rolling update, want 50m", p.Name, requested.String())
 		}
+	}
+	d.waitStreaming(2, 2*time.Minute)
+
+	// Retuned by the rolling update itself: a quarter of the 1Gi limit, every instance
+	// started with it, and nothing left for the restart controller to do.
+	for _, p := range d.pods() {
+		st, err := d.agentStatus(p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.PendingRestart) > 0 {
+			t.Errorf("%s: settings still wait for a restart after the rolling update: %+v", p.Name, st.PendingRestart)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := d.conn(ctx, "rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sharedBuffers string
+	err = conn.QueryRow(ctx, "SHOW shared_buffers").Scan(&sharedBuffers)
+	conn.Close(context.Background())
+	if err != nil || sharedBuffers != "256MB" {
+		t.Errorf("the primary runs with shared_buffers %s (%v), want 256MB: a quarter of the 1Gi limit", sharedBuffers, err)
+	}
+	time.Sleep(time.Second)
+	attempts := writer.Stop()
+	for pod, all := range seen {
+		if len(all) != 2 {
+			t.Errorf("%s ran as %d pods during the update, want 2: restarted once", pod, len(all))
+		}
+	}
+	if d.hasEvent(dbv1.ReasonRestartingInstance) {
+		t.Error("the restart controller restarted an instance: the rolling update should have applied the retuned settings")
+	}
+	check := d.checkRows("rolled", attempts)
+	gap := testutil.Unavailability(attempts, changed, time.Now())
+	t.Logf("rolling update with a writer: %d of %d writes acknowledged, longest gap %s", check.Acked, check.Attempted, gap.Duration().Round(time.Millisecond))
+	if len(check.Lost) > 0 {
+		t.Errorf("%d of %d acknowledged writes lost during the rolling update: ids %v", len(check.Lost), check.Acked, check.Lost)
 	}
 	d.waitStreaming(2, 2*time.Minute)
 	w.insert(10)

@@ -509,31 +509,41 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 // what is wrong in its Ready condition, and nothing is deployed until it is fixed.
 func TestParametersTheCRDCannotCheck(t *testing.T) {
 	ns := newNamespace(t)
-	for i, params := range []map[string]string{
-		{"RESTORE_COMMAND": "touch /tmp/x"},
-		{"work_mem = 1\narchive_command": "x"},
-		{"application_name": "a\nb"},
-		{"fsync": "off"},
-		{"Shared_Preload_Libraries": "/tmp/x"},
-		{"shared_buffers": "200GB"}, // above the 2Gi memory limit
-		{"max_connections": "3"},    // no room for the agent's sessions
+	for i, tc := range []struct {
+		params   map[string]string
+		requests corev1.ResourceList
+		want     string
+	}{
+		{params: map[string]string{"RESTORE_COMMAND": "touch /tmp/x"}},
+		{params: map[string]string{"work_mem = 1\narchive_command": "x"}},
+		{params: map[string]string{"application_name": "a\nb"}},
+		{params: map[string]string{"fsync": "off"}},
+		{params: map[string]string{"Shared_Preload_Libraries": "/tmp/x"}},
+		{params: map[string]string{"shared_buffers": "200GB"}}, // above the 2Gi memory limit
+		{params: map[string]string{"max_connections": "3"}},    // no room for the agent's sessions
+		// The API server would refuse only the StatefulSet's pod.
+		{requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("3Gi")}, want: "spec.resources: requests.memory 3Gi is above limits.memory 2Gi"},
 	} {
+		if tc.want == "" {
+			tc.want = "spec.postgresql.parameters: "
+		}
 		c := newCluster(ns, fmt.Sprintf("unchecked-%d", i))
-		c.Spec.PostgreSQL.Parameters = params
+		c.Spec.PostgreSQL.Parameters = tc.params
 		c.Spec.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")}
+		c.Spec.Resources.Requests = tc.requests
 		create(t, c)
 		testutil.Eventually(t, timeout, func() error {
 			if err := get(ns, c.Name, c); err != nil {
 				return err
 			}
 			ready := dbv1.FindCondition(c.Status.Conditions, dbv1.ConditionReady)
-			if c.Status.Phase != dbv1.PhaseFailed || ready == nil || !strings.Contains(ready.Message, "spec.postgresql.parameters: ") {
+			if c.Status.Phase != dbv1.PhaseFailed || ready == nil || !strings.Contains(ready.Message, tc.want) {
 				return fmt.Errorf("phase %q, Ready %+v", c.Status.Phase, ready)
 			}
 			return nil
 		})
 		if err := get(ns, c.Name, &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
-			t.Errorf("parameters %q: the StatefulSet was rendered (%v)", params, err)
+			t.Errorf("%+v: the StatefulSet was rendered (%v)", tc, err)
 		}
 	}
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -388,5 +389,76 @@ func TestStatusReportsConnectionsAndTransactionIDs(t *testing.T) {
 	}
 	if st.OldestXIDAge < 20 || st.OldestXIDDatabase == "" {
 		t.Errorf("oldest transaction ID: %d in %q; want at least the 20 just used, in a named database", st.OldestXIDAge, st.OldestXIDDatabase)
+	}
+}
+
+// A setting PostgreSQL rejects on a running cluster (a reload keeps the previous value
+// and says so only in its log; a restart would not start) is named in the
+// ParametersApplied condition in PostgreSQL's words, with an event, and no instance is
+// restarted for the restart setting beside it; fixed, the condition clears.
+func TestRejectedSettingIsToldAndNothingRestarts(t *testing.T) {
+	t.Parallel()
+	c := newOperatedCluster(t, 2)
+	startOperated(t, c)
+	applied := func(status metav1.ConditionStatus, parts ...string) func() error {
+		return func() error {
+			cond := c.condition(dbv1.ConditionParametersApplied)
+			if cond == nil || cond.Status != status {
+				return fmt.Errorf("ParametersApplied is %+v, want %s", cond, status)
+			}
+			for _, p := range parts {
+				if !strings.Contains(cond.Message, p) {
+					return fmt.Errorf("ParametersApplied message %q lacks %q", cond.Message, p)
+				}
+			}
+			return nil
+		}
+	}
+	testutil.Eventually(t, time.Minute, applied(metav1.ConditionTrue))
+	stopWatching := c.postmasterStarts()
+
+	c.setParameters(map[string]string{"work_mem": "lots", "shared_buffers": "lots", "maintenance_work_mem": "100MB"})
+	testutil.Eventually(t, time.Minute, applied(metav1.ConditionFalse,
+		`invalid value for parameter "work_mem": "lots"`, `invalid value for parameter "shared_buffers": "lots"`, c.instances[1].pod+": "))
+	if !c.hasEvent(dbv1.ReasonParametersRejected) {
+		t.Error("no ParametersRejected event")
+	}
+	// The valid change beside them is applied; the rejected ones keep their values.
+	for _, in := range c.instances {
+		testutil.Eventually(t, 30*time.Second, func() error {
+			if got := in.show("maintenance_work_mem"); got != "100MB" {
+				return fmt.Errorf("%s: maintenance_work_mem %s, want 100MB", in.pod, got)
+			}
+			return nil
+		})
+		if got := in.show("work_mem"); got != "4MB" {
+			t.Errorf("%s: work_mem %s, want the default 4MB kept", in.pod, got)
+		}
+	}
+	// Long enough for the restart controller to have acted (it looks every 2 s).
+	time.Sleep(10 * time.Second)
+	for _, in := range c.instances {
+		if st, err := in.status(); err != nil || !st.Ready {
+			t.Errorf("%s: ready %v (%v) while a setting is rejected", in.pod, st.Ready, err)
+		}
+	}
+	if c.hasEvent(dbv1.ReasonRestartingInstance) {
+		t.Error("an instance was restarted with settings it would not start with")
+	}
+
+	c.setParameters(map[string]string{"work_mem": "8MB"})
+	testutil.Eventually(t, time.Minute, applied(metav1.ConditionTrue))
+	if !c.hasEvent(dbv1.ReasonParametersApplied) {
+		t.Error("no ParametersApplied event")
+	}
+	for _, in := range c.instances {
+		if got := in.show("work_mem"); got != "8MB" {
+			t.Errorf("%s: work_mem %s, want 8MB", in.pod, got)
+		}
+	}
+	for pod, starts := range stopWatching() {
+		if len(starts) != 1 {
+			t.Errorf("%s: postmaster started at %v, want no restart", pod, starts)
+		}
 	}
 }

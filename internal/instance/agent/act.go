@@ -42,7 +42,7 @@ func (a *Agent) reloadClusterConfig(ctx context.Context, running bool, role, ups
 	if role == agentapi.RoleReplica {
 		as = pgconf.AsStandby
 	}
-	if err := a.pg.WriteConfig(a.confInput(as, upstream)); err != nil {
+	if err := a.writeConfig(a.confInput(as, upstream)); err != nil {
 		return err
 	}
 	return a.db.Reload(ctx)
@@ -178,7 +178,7 @@ func (a *Agent) startPrimary(ctx context.Context, state postgres.DataState, view
 			return a.startRestored(ctx)
 		}
 	}
-	if err := a.pg.WriteConfig(a.confInput(pgconf.AsPrimary, "")); err != nil {
+	if err := a.writeConfig(a.confInput(pgconf.AsPrimary, "")); err != nil {
 		return err
 	}
 	if err := a.start(ctx); err != nil {
@@ -195,7 +195,7 @@ func (a *Agent) startRestored(ctx context.Context) error {
 	r := a.cluster.Restore
 	a.recovery = &pgconf.Recovery{TargetTime: r.TargetTime, TargetLSN: r.TargetLSN}
 	defer func() { a.recovery = nil }()
-	if err := a.pg.WriteConfig(a.confInput(pgconf.AsPrimary, "")); err != nil {
+	if err := a.writeConfig(a.confInput(pgconf.AsPrimary, "")); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -208,7 +208,7 @@ func (a *Agent) startRestored(ctx context.Context) error {
 	a.log.Info("Recovered from the backup", "took", time.Since(start).Round(time.Millisecond).String())
 	// The restore settings go: this instance must never read the source's archive again.
 	a.recovery = nil
-	if err := a.pg.WriteConfig(a.confInput(pgconf.AsPrimary, "")); err != nil {
+	if err := a.writeConfig(a.confInput(pgconf.AsPrimary, "")); err != nil {
 		return err
 	}
 	if err := a.db.Reload(ctx); err != nil {
@@ -424,7 +424,7 @@ func lastFatal(log string) string {
 // runStandby writes the standby configuration for primary ("" for none: frozen) and
 // starts postgres as its replica.
 func (a *Agent) runStandby(ctx context.Context, primary string) error {
-	if err := a.pg.WriteConfig(a.confInput(pgconf.AsStandby, primary)); err != nil {
+	if err := a.writeConfig(a.confInput(pgconf.AsStandby, primary)); err != nil {
 		return err
 	}
 	if err := a.start(ctx); err != nil {
@@ -584,7 +584,7 @@ func (a *Agent) promote(ctx context.Context, view LeaseView) error {
 	promoted = true
 	promoteTook := time.Since(start) - ruleTook
 	// pgconf.Recovery ended: the configuration must not make it a standby at its next start.
-	if err := a.pg.WriteConfig(a.confInput(pgconf.AsPrimary, "")); err != nil {
+	if err := a.writeConfig(a.confInput(pgconf.AsPrimary, "")); err != nil {
 		return err
 	}
 	a.startGate()
@@ -639,7 +639,7 @@ func (a *Agent) checkpointAfterPromotion() {
 // instance rewinds or follows.
 func (a *Agent) startFormerStandby(ctx context.Context, view LeaseView) error {
 	a.log.Info("Starting a former replica as primary: recovering as a standby, then promoting it onto a new timeline")
-	if err := a.pg.WriteConfig(a.confInput(pgconf.AsStandby, "")); err != nil {
+	if err := a.writeConfig(a.confInput(pgconf.AsStandby, "")); err != nil {
 		return err
 	}
 	if err := a.start(ctx); err != nil {
@@ -650,7 +650,7 @@ func (a *Agent) startFormerStandby(ctx context.Context, view LeaseView) error {
 		return err
 	}
 	a.log.Info("Promoted", "timeline", timeline)
-	if err := a.pg.WriteConfig(a.confInput(pgconf.AsPrimary, "")); err != nil {
+	if err := a.writeConfig(a.confInput(pgconf.AsPrimary, "")); err != nil {
 		return err
 	}
 	a.checkpointAfterPromotion()
@@ -660,7 +660,7 @@ func (a *Agent) startFormerStandby(ctx context.Context, view LeaseView) error {
 // follow points a running standby at a new primary; primary_conninfo reloads without a
 // restart. It ends a freeze.
 func (a *Agent) follow(ctx context.Context, primary string) error {
-	if err := a.pg.WriteConfig(a.confInput(pgconf.AsStandby, primary)); err != nil {
+	if err := a.writeConfig(a.confInput(pgconf.AsStandby, primary)); err != nil {
 		return err
 	}
 	if err := a.db.Reload(ctx); err != nil {

@@ -127,6 +127,8 @@ type Agent struct {
 	custom   customQueries   // the custom queries' file (stats)
 	// durability is what keepDurability reset or kept (guarded by mu).
 	durability durabilityResets
+	// confCheck is what postgres said of the settings last written (confcheck.go).
+	confCheck configCheck
 }
 
 type request struct {
@@ -555,6 +557,7 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 	}
 	st.DurabilityResets, st.LastDurabilityReset = a.durability.Count, a.durability.Last
 	st.DurabilityOverridesKept = slices.Clone(a.durability.Kept)
+	st.ConfigRejected = a.confCheck.problem
 	gate := a.gate
 	if a.upgrade != nil && a.cluster.Version == a.upgrade.To {
 		u := *a.upgrade

@@ -104,7 +104,7 @@ func (a *Agent) freeze(ctx context.Context) error {
 	if !running || upstream == "" {
 		return nil
 	}
-	if err := a.pg.WriteConfig(a.confInput(pgconf.AsStandby, "")); err != nil {
+	if err := a.writeConfig(a.confInput(pgconf.AsStandby, "")); err != nil {
 		return err
 	}
 	if err := a.db.Reload(ctx); err != nil {

@@ -192,7 +192,7 @@ func (a *Agent) applyRule(ctx context.Context, rule []string, as pgconf.Role, up
 		// promotion need not wait for a reload.
 		return nil
 	}
-	if err := a.pg.WriteConfig(in); err != nil {
+	if err := a.writeConfig(in); err != nil {
 		return err
 	}
 	if err := a.db.Reload(ctx); err != nil {

@@ -12,7 +12,9 @@ package plan
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -161,6 +163,9 @@ type Observed struct {
 // the chart cannot render, said so that the user knows what to change.
 func Decide(cluster Cluster, v Values, observed Observed) (*Plan, error) {
 	if err := v.PostgreSQL.CheckParameters(); err != nil {
+		return nil, err
+	}
+	if err := checkResources(v.Resources); err != nil {
 		return nil, err
 	}
 	if err := tuning.Check(resourcesOf(v.Resources), v.PostgreSQL.Parameters); err != nil {
@@ -698,6 +703,24 @@ func restoreSource(cluster Cluster, from *dbv1.FromBackup, backup *dbv1.Postgres
 		backupID:    backup.Status.BackupID,
 		field:       fmt.Sprintf("PostgresBackup %q status.store", name),
 	}, nil
+}
+
+// checkResources refuses requests above their limits, which the API server would refuse
+// only when the StatefulSet creates a pod, leaving the cluster without one.
+func checkResources(r corev1.ResourceRequirements) error {
+	var problems []string
+	for _, name := range slices.Sorted(maps.Keys(r.Requests)) {
+		request := r.Requests[name]
+		limit, ok := r.Limits[name]
+		if ok && request.Cmp(limit) > 0 {
+			problems = append(problems, fmt.Sprintf("requests.%s %s is above limits.%s %s", name, request.String(), name, limit.String()))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("spec.resources: %s: Kubernetes creates no pod whose request is above its limit; lower the request or raise the limit",
+			strings.Join(problems, "; "))
+	}
+	return nil
 }
 
 // resourcesOf are the postgres container's resources as the settings are tuned from

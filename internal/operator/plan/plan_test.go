@@ -587,4 +587,7 @@ func TestResources(t *testing.T) {
 	decide(t, readme(withResources(list("memory", "2Gi"), nil, map[string]string{"shared_buffers": "200GB"})), plan.Observed{},
 		"shared_buffers 200GB does not fit in the memory limit 2048MB")
 	decide(t, readme(withResources(nil, nil, map[string]string{"max_connections": "3"})), plan.Observed{}, "set at least 12")
+	decide(t, readme(withResources(list("cpu", "1", "memory", "1Gi"), list("cpu", "2", "memory", "1Gi"), nil)), plan.Observed{},
+		"spec.resources: requests.cpu 2 is above limits.cpu 1: Kubernetes creates no pod")
+	decide(t, readme(withResources(list("cpu", "2"), list("cpu", "2000m", "memory", "3Gi"), nil)), plan.Observed{}, "")
 }

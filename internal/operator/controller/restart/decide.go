@@ -101,6 +101,9 @@ func Decide(in Input) Decision {
 
 func next(in Input) Decision {
 	in = withoutFenced(in)
+	if why := rejected(in.Instances); why != "" {
+		return Decision{Action: Blocked, Reason: why}
+	}
 	// A single instance has no standby to keep at least its values.
 	if why := lowered(in.Instances); why != "" && in.Replicas > 1 {
 		return Decision{Action: Blocked, Reason: why}
@@ -170,6 +173,18 @@ func streams(primary agentapi.Status, standby string) bool {
 	return slices.ContainsFunc(primary.Replicas, func(r agentapi.ReplicaStatus) bool {
 		return r.Name == standby && r.State == "streaming"
 	})
+}
+
+// rejected says which instance's postgres rejects its settings, "" when none does: it
+// would not start again, so no instance is restarted until they are fixed.
+func rejected(instances []Instance) string {
+	for _, i := range instances {
+		if i.Status.ConfigRejected != "" {
+			return fmt.Sprintf("PostgreSQL on %s rejects the settings (%s), so no instance was restarted: it would not start again; fix spec.postgresql.parameters",
+				i.Name, i.Status.ConfigRejected)
+		}
+	}
+	return ""
 }
 
 // lowered says which setting of atLeastPrimarys an instance would restart with lower

@@ -31,6 +31,10 @@ func pending(settings ...agentapi.PendingSetting) func(*Instance) {
 	return func(i *Instance) { i.Status.PendingRestart = settings }
 }
 
+func rejecting(i *Instance) {
+	i.Status.ConfigRejected = `invalid value for parameter "shared_buffers": "lots"`
+}
+
 func notReady(i *Instance)    { i.Status.Ready = false }
 func unreachable(i *Instance) { i.Reachable = false }
 func outdated(i *Instance)    { i.Outdated = true }
@@ -90,6 +94,8 @@ func TestPlan(t *testing.T) {
 		{"max_connections raised: standbys first", Input{Instances: three(opts(pending(agentapi.PendingSetting{Name: "max_connections", Value: "100", Pending: "200"})),
 			opts(pending(agentapi.PendingSetting{Name: "max_connections", Value: "100", Pending: "200"})), nil), Replicas: 3, Primary: "db-0"},
 			RestartStandby, "db-1", "max_connections"},
+		{"a setting postgres rejects: nothing restarted, which would not start again", Input{Instances: three(all, all, opts(rejecting, pending(sharedBuffers))), Replicas: 3, Primary: "db-0"},
+			Blocked, "", `PostgreSQL on db-2 rejects the settings (invalid value for parameter "shared_buffers": "lots")`},
 		{"max_connections lowered: blocked", Input{Instances: three(all, all, opts(pending(sharedBuffers, agentapi.PendingSetting{Name: "max_connections", Value: "200", Pending: "100"}))), Replicas: 3, Primary: "db-0"},
 			Blocked, "", "max_connections is lowered from 200 to 100 on db-2"},
 		{"max_worker_processes lowered: blocked even while an instance is not ready", Input{Instances: three(opts(pending(agentapi.PendingSetting{Name: "max_worker_processes", Value: "16", Pending: "8"})), opts(notReady), nil), Replicas: 3, Primary: "db-0"},
@@ -129,5 +135,11 @@ func TestRecordOf(t *testing.T) {
 	}
 	if r := RecordOf(Decide(Input{Instances: three(nil, nil, nil), Replicas: 3, Primary: "db-0"}), nil); r.Pending || r.Message != "No setting waits for a restart" {
 		t.Errorf("nothing pending: %+v", r)
+	}
+	// What postgres rejects is recorded whether or not anything waits for a restart.
+	in = three(nil, opts(rejecting), opts(rejecting, unreachable))
+	r = RecordOf(Decide(Input{Instances: in, Replicas: 3, Primary: "db-0"}), in)
+	if r.Pending || len(r.Rejected) != 1 || r.Rejected["db-1"] == "" || !strings.Contains(r.RejectedMessage(), `db-1: invalid value for parameter "shared_buffers"`) {
+		t.Errorf("rejected: %+v", r)
 	}
 }

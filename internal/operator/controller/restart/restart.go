@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -41,14 +42,24 @@ const (
 type Record = report.PendingRestart
 
 // RecordOf is what d says for the record, with what each instance in waits for.
+// RecordOf is what d says for the record, with what each instance in waits for and
+// what its postgres rejects.
 func RecordOf(d Decision, in []Instance) Record {
-	if d.Action == Done {
-		return Record{Message: "No setting waits for a restart"}
+	r := Record{Message: "No setting waits for a restart"}
+	if d.Action != Done {
+		r = Record{Pending: true, Blocked: d.Action == Blocked, Message: d.Pending + "; " + d.Reason, Instances: map[string][]string{}}
+		for _, i := range in {
+			for _, p := range i.Status.PendingRestart {
+				r.Instances[i.Name] = append(r.Instances[i.Name], fmt.Sprintf("%s: %s → %s", p.Name, p.Value, p.Pending))
+			}
+		}
 	}
-	r := Record{Pending: true, Blocked: d.Action == Blocked, Message: d.Pending + "; " + d.Reason, Instances: map[string][]string{}}
 	for _, i := range in {
-		for _, p := range i.Status.PendingRestart {
-			r.Instances[i.Name] = append(r.Instances[i.Name], fmt.Sprintf("%s: %s → %s", p.Name, p.Value, p.Pending))
+		if i.Reachable && i.Status.ConfigRejected != "" {
+			if r.Rejected == nil {
+				r.Rejected = map[string]string{}
+			}
+			r.Rejected[i.Name] = i.Status.ConfigRejected
 		}
 	}
 	return r
@@ -155,6 +166,12 @@ func (r *Reconciler) record(ctx context.Context, c *dbv1.PostgresCluster, next R
 	var was Record
 	if old.PendingRestart != nil {
 		was = *old.PendingRestart
+	}
+	switch {
+	case len(next.Rejected) > 0 && !maps.Equal(next.Rejected, was.Rejected):
+		r.recorder.Event(c, corev1.EventTypeWarning, dbv1.ReasonParametersRejected, next.RejectedMessage())
+	case len(was.Rejected) > 0 && len(next.Rejected) == 0:
+		r.recorder.Event(c, corev1.EventTypeNormal, dbv1.ReasonParametersApplied, "PostgreSQL accepts every setting of spec.postgresql.parameters again")
 	}
 	switch {
 	case was.Pending && !next.Pending:

@@ -184,6 +184,7 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 	}
 	if o.PendingRestart != nil {
 		dbv1.SetCondition(&st.Conditions, pendingRestart(*o.PendingRestart, c.Generation), now)
+		dbv1.SetCondition(&st.Conditions, parametersApplied(*o.PendingRestart, c.Generation), now)
 	}
 	if cond, ok := hibernated(o, st.Conditions); ok {
 		dbv1.SetCondition(&st.Conditions, cond, now)
@@ -274,6 +275,16 @@ func pendingRestart(r report.PendingRestart, generation int64) dbv1.Condition {
 		cond.Status, cond.Reason = metav1.ConditionTrue, dbv1.ReasonRestartPending
 	}
 	return cond
+}
+
+// parametersApplied is False while PostgreSQL rejects a setting on some instance.
+func parametersApplied(r report.PendingRestart, generation int64) dbv1.Condition {
+	if len(r.Rejected) > 0 {
+		return dbv1.Condition{Type: dbv1.ConditionParametersApplied, Status: metav1.ConditionFalse, Reason: dbv1.ReasonParametersRejected,
+			Message: r.RejectedMessage() + "; fix spec.postgresql.parameters", ObservedGeneration: generation}
+	}
+	return dbv1.Condition{Type: dbv1.ConditionParametersApplied, Status: metav1.ConditionTrue, Reason: dbv1.ReasonParametersApplied,
+		Message: "PostgreSQL accepts every setting it is given", ObservedGeneration: generation}
 }
 
 // hibernated is the Hibernated condition: True once spec.stopped stopped every

@@ -817,6 +817,24 @@ func TestDecidePendingRestart(t *testing.T) {
 	}
 }
 
+// A setting postgres rejects is named in its words, per instance.
+func TestDecideParametersApplied(t *testing.T) {
+	st := status.Decide(status.Observed{Cluster: newCluster(), Pods: pods("db-0", "db-1"),
+		PendingRestart: &report.PendingRestart{Message: "No setting waits for a restart"}}, now)
+	if c := dbv1.FindCondition(st.Conditions, dbv1.ConditionParametersApplied); c == nil || c.Status != metav1.ConditionTrue || c.Reason != dbv1.ReasonParametersApplied {
+		t.Errorf("accepted: %+v", c)
+	}
+	st = status.Decide(status.Observed{Cluster: newCluster(), Pods: pods("db-0", "db-1"),
+		PendingRestart: &report.PendingRestart{Message: "No setting waits for a restart", Rejected: map[string]string{
+			"db-1": `invalid value for parameter "work_mem": "lots"`, "db-0": `invalid value for parameter "work_mem": "lots"`}}}, now)
+	want := `PostgreSQL rejects settings of spec.postgresql.parameters and runs with their previous values, and an instance that restarts would not start: ` +
+		`db-0: invalid value for parameter "work_mem": "lots"; db-1: invalid value for parameter "work_mem": "lots"; fix spec.postgresql.parameters`
+	if c := dbv1.FindCondition(st.Conditions, dbv1.ConditionParametersApplied); c == nil || c.Status != metav1.ConditionFalse ||
+		c.Reason != dbv1.ReasonParametersRejected || c.Message != want {
+		t.Errorf("rejected: %+v\nwant message %q", c, want)
+	}
+}
+
 // spec.stopped: the phase and the Hibernated condition follow the failover controller's
 // record, and a cluster that was stopped says it runs again.
 func TestDecideHibernated(t *testing.T) {
