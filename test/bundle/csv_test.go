@@ -86,10 +86,11 @@ func TestCSVIdentity(t *testing.T) {
 	}
 	want := map[string]string{
 		// Failover, switchover, rolling updates, backups and restore are proven end to
-		// end on a Kubernetes node (test/e2e), and metrics, alerts and the dashboard's
-		// queries with a real Prometheus there (make e2e-monitoring); PostgreSQL major
-		// versions are not upgraded, so not Auto Pilot (see README).
-		"capabilities": "Deep Insights",
+		// end on a Kubernetes node (test/e2e), metrics, alerts and the dashboard's
+		// queries with a real Prometheus there (make e2e-monitoring), and there too
+		// major version upgrades, tuning from the resources through a rolling update,
+		// and careless specs explained in the status (docs/features.md, "Auto Pilot").
+		"capabilities": "Auto Pilot",
 		"categories":   "Database",
 	}
 	for k, v := range want {

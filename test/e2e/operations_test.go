@@ -257,18 +257,22 @@ func (d *db) watchPrimaries() func() []string {
 }
 
 // hasEvent is whether the cluster has an event of reason.
-func (d *db) hasEvent(reason string) bool {
+func (d *db) hasEvent(reason string) bool { return len(d.events(reason)) > 0 }
+
+// events are the cluster's events of reason.
+func (d *db) events(reason string) []corev1.Event {
 	d.t.Helper()
 	var events corev1.EventList
 	if err := k8s.List(context.Background(), &events, client.InNamespace(d.ns)); err != nil {
 		d.t.Fatal(err)
 	}
+	var out []corev1.Event
 	for _, e := range events.Items {
 		if e.Reason == reason && e.InvolvedObject.Name == d.name {
-			return true
+			out = append(out, e)
 		}
 	}
-	return false
+	return out
 }
 
 // Fencing and hibernation on the README's example cluster: a fenced standby stops and

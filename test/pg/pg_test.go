@@ -335,6 +335,14 @@ func TestCrashedPostmasterIsRestarted(t *testing.T) {
 		return nil
 	})
 	p.waitCount("t", 10, 10*time.Second)
+	// While the crash is recent, the status says what happened: a kill it did not
+	// ask for, which the kernel's OOM killer is the usual sender of.
+	if st, err := p.status(); err != nil || st.RecentCrashes != 1 ||
+		!strings.Contains(st.Error, "postgres exited unexpectedly after") || !strings.Contains(st.Error, "killed by signal 9") {
+		t.Errorf("status after the crash: %d recent crashes, error %q (%v); want the crash explained", st.RecentCrashes, st.Error, err)
+	} else {
+		t.Logf("reported: %s", st.Error)
+	}
 }
 
 // A container restarted after a kill starts a new PID namespace, where the dead

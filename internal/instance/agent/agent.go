@@ -3,11 +3,14 @@ package agent
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -19,6 +22,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
+	"github.com/pgpilot/pgpilot/internal/protocol/tuning"
 )
 
 // LeaseSource is where the agent learns who is primary, and how it writes the two
@@ -77,6 +81,8 @@ type Agent struct {
 	failsafeGiven failsafeGiven
 	lastHandover  *agentapi.Handover
 	lastErr       string
+	lastCrash     string // why postgres last exited unexpectedly
+	oomKills      int64  // the container's OOM kill count when postgres last exited
 	lastRefusal   string
 	// setAsides are the set-aside data directories as keepVolume last found them;
 	// asidePending counts those not yet superseded; volumeDone is when it looked.
@@ -155,6 +161,7 @@ func New(cfg Config, cluster clusterconfig.Config, creds pgconf.Credentials, lea
 		runCtx:   context.Background(),
 	}
 	a.lossLimit.Store(uint64(unlimited))
+	a.oomKills, _ = oomKills() // those before this agent are not postgres's
 	return a
 }
 
@@ -311,6 +318,11 @@ func (a *Agent) crashed() int {
 func (a *Agent) postmasterExited() int {
 	p := a.process()
 	a.log.Error(p.Err(), "Postgres exited unexpectedly; restarting it", "ranFor", time.Since(p.Started).Round(time.Millisecond).String())
+	a.mu.Lock()
+	kills, known := oomKills()
+	a.lastCrash = crashMessage(p, a.cluster.Resources.MemoryLimitBytes, known && kills > a.oomKills, known)
+	a.oomKills = kills
+	a.mu.Unlock()
 	p.KillAll()
 	a.db.Reset()
 	a.stopGate()
@@ -322,6 +334,51 @@ func (a *Agent) postmasterExited() int {
 		a.mu.Unlock()
 	}
 	return recent
+}
+
+// crashMessage says why the postmaster p exited unexpectedly, for a person: its own
+// last complaint, and for a SIGKILL whether the kernel killed it for memory (oomKilled,
+// when the container's count is known) and what to change then.
+func crashMessage(p *postgres.Process, memoryLimit int64, oomKilled, oomKnown bool) string {
+	msg := fmt.Sprintf("postgres exited unexpectedly after %s (%v)", time.Since(p.Started).Round(100*time.Millisecond), p.Err())
+	if why := p.Complaint(); why != "" {
+		msg += ": " + why
+	}
+	if p.Signal() != syscall.SIGKILL {
+		return msg
+	}
+	switch {
+	case oomKilled:
+		msg += "; the kernel killed it for memory (the container's OOM kill count rose)"
+	case oomKnown:
+		return msg + "; killed by signal 9, not by the kernel for memory (the container's OOM kill count did not change)"
+	default:
+		msg += "; killed by signal 9, most likely by the kernel for memory"
+	}
+	if memoryLimit > 0 {
+		msg += "; its memory limit is " + tuning.Memory(memoryLimit)
+	}
+	return msg + ": raise spec.resources.limits.memory, or lower shared_buffers and work_mem"
+}
+
+// oomKills is how many processes the kernel's OOM killer killed in this container's
+// memory cgroup (memory.events with cgroup v2, memory.oom_control with v1); known is
+// false when neither can be read.
+func oomKills() (n int64, known bool) {
+	for _, path := range []string{"/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+				if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+					return n, true
+				}
+			}
+		}
+	}
+	return 0, false
 }
 
 // observe reads what Decide needs.
@@ -554,6 +611,11 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 	}
 	if g := a.failsafeGiven; !g.at.IsZero() {
 		st.FailsafeConfirmed = &agentapi.FailsafeConfirmation{Primary: g.primary, Term: g.term, AgoMillis: now.Sub(g.at).Milliseconds()}
+	}
+	// A postmaster that keeps dying is restarted at once each time, and the start
+	// succeeds: the reason is its last exit while crashes are recent.
+	if st.Error == "" && st.RecentCrashes > 0 {
+		st.Error = a.lastCrash
 	}
 	st.DurabilityResets, st.LastDurabilityReset = a.durability.Count, a.durability.Last
 	st.DurabilityOverridesKept = slices.Clone(a.durability.Kept)

@@ -517,8 +517,9 @@ func (pr *Process) Err() error { return pr.err }
 // PANIC messages and the LOG lines about invalid settings (a bad parameter is reported
 // as a LOG line, then "configuration file contains errors" as FATAL), the last three.
 // The FATALs postgres answers clients with while it cannot take connections ("the
-// database system is starting up", the agent's own pings among them) say nothing of
-// why it exited, and would push the reason out of the three.
+// database system is starting up", the agent's own pings among them) or ends their
+// sessions with ("terminating connection due to unexpected postmaster exit") say
+// nothing of why it exited, and would push the reason out of the three.
 func (pr *Process) Complaint() string {
 	var msgs []string
 	for _, line := range strings.Split(pr.tail.String(), "\n") {
@@ -528,7 +529,7 @@ func (pr *Process) Complaint() string {
 				continue
 			}
 			msg = strings.TrimSpace(msg)
-			if level == "FATAL:" && strings.HasPrefix(msg, "the database system is ") {
+			if level == "FATAL:" && (strings.HasPrefix(msg, "the database system is ") || strings.HasPrefix(msg, "terminating connection due to ")) {
 				break
 			}
 			if level != "LOG:" || strings.Contains(msg, "invalid") || strings.Contains(msg, "unrecognized") || strings.Contains(msg, "syntax error") {
@@ -541,6 +542,19 @@ func (pr *Process) Complaint() string {
 		msgs = msgs[len(msgs)-3:]
 	}
 	return strings.Join(msgs, "; ")
+}
+
+// Signal is the signal that ended the postmaster, 0 when it exited by itself or has
+// not exited; valid after Done.
+func (pr *Process) Signal() syscall.Signal {
+	var exit *exec.ExitError
+	if !errors.As(pr.err, &exit) {
+		return 0
+	}
+	if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return ws.Signal()
+	}
+	return 0
 }
 
 // Tail is the end of what the postmaster wrote (its log until the logging collector
