@@ -395,7 +395,8 @@ func TestStatusReportsConnectionsAndTransactionIDs(t *testing.T) {
 // A setting PostgreSQL rejects on a running cluster (a reload keeps the previous value
 // and says so only in its log; a restart would not start) is named in the
 // ParametersApplied condition in PostgreSQL's words, with an event, and no instance is
-// restarted for the restart setting beside it; fixed, the condition clears.
+// restarted for the restart setting beside it; fixed, the condition clears. So is a
+// shared_buffers beyond the memory an instance has.
 func TestRejectedSettingIsToldAndNothingRestarts(t *testing.T) {
 	t.Parallel()
 	c := newOperatedCluster(t, 2)
@@ -456,9 +457,43 @@ func TestRejectedSettingIsToldAndNothingRestarts(t *testing.T) {
 			t.Errorf("%s: work_mem %s, want 8MB", in.pod, got)
 		}
 	}
+
+	// PostgreSQL accepts shared_buffers beyond the machine's memory (and ran with it,
+	// overcommitted, until its buffers filled): with no memory limit to refuse it against
+	// before rendering, the agents compare it with the memory they have.
+	beyond := machineMemoryGB(t) * 2
+	c.setParameters(map[string]string{"work_mem": "8MB", "shared_buffers": fmt.Sprintf("%dGB", beyond)})
+	testutil.Eventually(t, time.Minute, applied(metav1.ConditionFalse, fmt.Sprintf("shared_buffers %dMB does not fit in the", beyond<<10),
+		"postgres would be killed once its buffers fill"))
+	time.Sleep(10 * time.Second)
+	if c.hasEvent(dbv1.ReasonRestartingInstance) {
+		t.Error("an instance was restarted with shared_buffers beyond its memory")
+	}
+	c.setParameters(map[string]string{"work_mem": "8MB"})
+	testutil.Eventually(t, time.Minute, applied(metav1.ConditionTrue))
+
 	for pod, starts := range stopWatching() {
 		if len(starts) != 1 {
 			t.Errorf("%s: postmaster started at %v, want no restart", pod, starts)
 		}
 	}
+}
+
+// machineMemoryGB is this machine's memory (MemTotal), in whole GiB rounded up.
+func machineMemoryGB(t *testing.T) int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+			kB, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return (kB + 1<<20 - 1) >> 20
+		}
+	}
+	t.Fatal("no MemTotal in /proc/meminfo")
+	return 0
 }

@@ -3,10 +3,8 @@ package agent
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -361,26 +359,6 @@ func crashMessage(p *postgres.Process, memoryLimit int64, oomKilled, oomKnown bo
 	return msg + ": raise spec.resources.limits.memory, or lower shared_buffers and work_mem"
 }
 
-// oomKills is how many processes the kernel's OOM killer killed in this container's
-// memory cgroup (memory.events with cgroup v2, memory.oom_control with v1); known is
-// false when neither can be read.
-func oomKills() (n int64, known bool) {
-	for _, path := range []string{"/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"} {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
-				if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
-					return n, true
-				}
-			}
-		}
-	}
-	return 0, false
-}
-
 // observe reads what Decide needs.
 func (a *Agent) observe(view LeaseView) Observation {
 	a.mu.Lock()
@@ -620,6 +598,7 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 	st.DurabilityResets, st.LastDurabilityReset = a.durability.Count, a.durability.Last
 	st.DurabilityOverridesKept = slices.Clone(a.durability.Kept)
 	st.ConfigRejected = a.confCheck.problem
+	checking := a.confCheck.done != a.confCheck.gen
 	gate := a.gate
 	if a.upgrade != nil && a.cluster.Version == a.upgrade.To {
 		u := *a.upgrade
@@ -643,6 +622,9 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 		if err := a.db.Observe(ctx, &st, &arch, st.Role == agentapi.RolePrimary); err != nil {
 			st.Error = strings.TrimPrefix(st.Error+"; "+err.Error(), "; ")
 		} else {
+			if checking {
+				st.PendingRestart = nil // not to be applied before it is checked
+			}
 			// An instance is ready once clients may connect, and a primary once it
 			// also acknowledges commits: pg_hba.conf is let in by the lockout loop
 			// (a moment after the gate acks, on a primary) and loaded by the

@@ -1,9 +1,12 @@
 package pgsql
 
 import (
+	"slices"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
+	"github.com/pgpilot/pgpilot/internal/protocol/tuning"
 )
 
 // queuePending queues Observe's question for the settings that wait for a restart:
@@ -24,11 +27,26 @@ func queuePending(b *pgx.Batch, st *agentapi.Status) {
 		FROM pg_settings s
 		LEFT JOIN LATERAL (SELECT setting FROM pg_file_settings f WHERE f.name = s.name ORDER BY seqno DESC LIMIT 1) f ON true
 		WHERE s.pending_restart AND s.name NOT LIKE 'recovery\_target%' ORDER BY s.name`).Query(func(rows pgx.Rows) (err error) {
-		st.PendingRestart, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (agentapi.PendingSetting, error) {
+		pending, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (agentapi.PendingSetting, error) {
 			var p agentapi.PendingSetting
 			err := r.Scan(&p.Name, &p.Value, &p.Pending)
 			return p, err
 		})
+		st.PendingRestart = slices.DeleteFunc(pending, func(p agentapi.PendingSetting) bool { return sameValue(p.Value, p.Pending) })
 		return err
 	})
+}
+
+// sameValue is whether a pending value is the one the postmaster runs with, written
+// otherwise: PostgreSQL marks a setting removed from the file as waiting for a restart
+// even when its default is what it runs with (shared_buffers "128MB", pending
+// "131072kB"), and a restart for it would change nothing.
+func sameValue(running, pending string) bool {
+	if running == pending {
+		return true
+	}
+	// Memory with units on both sides; a number without one parses as 0 bytes here.
+	a, errA := tuning.ParseMemory(running, 0)
+	b, errB := tuning.ParseMemory(pending, 0)
+	return errA == nil && errB == nil && a > 0 && a == b
 }

@@ -3,7 +3,9 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 )
 
@@ -64,4 +66,21 @@ func ConfigComplaint(out string) string {
 		return fatal
 	}
 	return strings.Join(msgs, "; ")
+}
+
+// SharedBuffers is the shared memory for buffers the configuration files give postgres
+// at its next start, in bytes: shared_buffers in pages times the block size, as
+// `postgres -C` reads them.
+func (p *Postgres) SharedBuffers(ctx context.Context) (int64, error) {
+	var v [2]int64
+	for i, name := range []string{"shared_buffers", "block_size"} {
+		out, err := p.run(ctx, "postgres", "-D", p.PGData, "-C", name)
+		if err != nil {
+			return 0, err
+		}
+		if v[i], err = strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64); err != nil {
+			return 0, fmt.Errorf("postgres -C %s said %q", name, LastLines(out, 1))
+		}
+	}
+	return v[0] * v[1], nil
 }

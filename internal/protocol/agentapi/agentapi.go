@@ -162,10 +162,12 @@ type Status struct {
 	// postmaster cannot take without a restart (pg_settings.pending_restart), by name;
 	// empty when none wait.
 	PendingRestart []PendingSetting `json:"pendingRestart,omitempty"`
-	// ConfigRejected is what postgres says is wrong with the settings the agent wrote
-	// (spec.postgresql.parameters, in its own words): the running server keeps the
-	// previous value of each setting it rejects (of every setting, for a name it does
-	// not know), and would not start again; "" when it accepts them.
+	// ConfigRejected is what is wrong with the settings the agent wrote
+	// (spec.postgresql.parameters): what postgres rejects, in its own words (the running
+	// server keeps the previous value of each, of every setting for a name it does not
+	// know, and would not start again), or a shared_buffers larger than the memory the
+	// container has (postgres would be killed once its buffers fill); "" when nothing
+	// is.
 	ConfigRejected string `json:"configRejected,omitempty"`
 	// LockedOut: this primary may not acknowledge commits now, so its clients are
 	// locked out (no pg_hba.conf line, sessions terminated) until its Lease is

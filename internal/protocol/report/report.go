@@ -201,19 +201,18 @@ type PendingRestart struct {
 	Message string `json:"message"`
 	// Instances are the settings waiting on each instance ("name: running → new").
 	Instances map[string][]string `json:"instances,omitempty"`
-	// Rejected is, by instance, what postgres says is wrong with the settings it was
-	// given (agentapi.Status.ConfigRejected); empty when it accepts them all.
+	// Rejected is, by instance, what is wrong with the settings it was given
+	// (agentapi.Status.ConfigRejected); empty when nothing is.
 	Rejected map[string]string `json:"rejected,omitempty"`
 }
 
-// RejectedMessage says what postgres rejects on which instances.
+// RejectedMessage says what is wrong with the settings on which instances.
 func (p PendingRestart) RejectedMessage() string {
 	var msgs []string
 	for _, pod := range slices.Sorted(maps.Keys(p.Rejected)) {
 		msgs = append(msgs, pod+": "+p.Rejected[pod])
 	}
-	return "PostgreSQL rejects settings of spec.postgresql.parameters and runs with their previous values, and an instance that restarts would not start: " +
-		strings.Join(msgs, "; ")
+	return "Settings of spec.postgresql.parameters cannot be used as they are: " + strings.Join(msgs, "; ")
 }
 
 // Parse reads the ConfigMap; nil is an empty report.

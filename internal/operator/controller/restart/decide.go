@@ -175,12 +175,13 @@ func streams(primary agentapi.Status, standby string) bool {
 	})
 }
 
-// rejected says which instance's postgres rejects its settings, "" when none does: it
-// would not start again, so no instance is restarted until they are fixed.
+// rejected says which instance cannot use its settings, "" when every one can: postgres
+// rejects them and would not start again, or they do not fit its memory, so no instance
+// is restarted with them until they are fixed.
 func rejected(instances []Instance) string {
 	for _, i := range instances {
 		if i.Status.ConfigRejected != "" {
-			return fmt.Sprintf("PostgreSQL on %s rejects the settings (%s), so no instance was restarted: it would not start again; fix spec.postgresql.parameters",
+			return fmt.Sprintf("%s cannot use its settings (%s), so no instance was restarted; fix spec.postgresql.parameters",
 				i.Name, i.Status.ConfigRejected)
 		}
 	}

@@ -95,7 +95,7 @@ func TestPlan(t *testing.T) {
 			opts(pending(agentapi.PendingSetting{Name: "max_connections", Value: "100", Pending: "200"})), nil), Replicas: 3, Primary: "db-0"},
 			RestartStandby, "db-1", "max_connections"},
 		{"a setting postgres rejects: nothing restarted, which would not start again", Input{Instances: three(all, all, opts(rejecting, pending(sharedBuffers))), Replicas: 3, Primary: "db-0"},
-			Blocked, "", `PostgreSQL on db-2 rejects the settings (invalid value for parameter "shared_buffers": "lots")`},
+			Blocked, "", `db-2 cannot use its settings (invalid value for parameter "shared_buffers": "lots"), so no instance was restarted`},
 		{"max_connections lowered: blocked", Input{Instances: three(all, all, opts(pending(sharedBuffers, agentapi.PendingSetting{Name: "max_connections", Value: "200", Pending: "100"}))), Replicas: 3, Primary: "db-0"},
 			Blocked, "", "max_connections is lowered from 200 to 100 on db-2"},
 		{"max_worker_processes lowered: blocked even while an instance is not ready", Input{Instances: three(opts(pending(agentapi.PendingSetting{Name: "max_worker_processes", Value: "16", Pending: "8"})), opts(notReady), nil), Replicas: 3, Primary: "db-0"},

@@ -43,7 +43,7 @@ type Record = report.PendingRestart
 
 // RecordOf is what d says for the record, with what each instance in waits for.
 // RecordOf is what d says for the record, with what each instance in waits for and
-// what its postgres rejects.
+// what it cannot use.
 func RecordOf(d Decision, in []Instance) Record {
 	r := Record{Message: "No setting waits for a restart"}
 	if d.Action != Done {
@@ -171,7 +171,7 @@ func (r *Reconciler) record(ctx context.Context, c *dbv1.PostgresCluster, next R
 	case len(next.Rejected) > 0 && !maps.Equal(next.Rejected, was.Rejected):
 		r.recorder.Event(c, corev1.EventTypeWarning, dbv1.ReasonParametersRejected, next.RejectedMessage())
 	case len(was.Rejected) > 0 && len(next.Rejected) == 0:
-		r.recorder.Event(c, corev1.EventTypeNormal, dbv1.ReasonParametersApplied, "PostgreSQL accepts every setting of spec.postgresql.parameters again")
+		r.recorder.Event(c, corev1.EventTypeNormal, dbv1.ReasonParametersApplied, "Every instance can use the settings of spec.postgresql.parameters again")
 	}
 	switch {
 	case was.Pending && !next.Pending:

@@ -277,7 +277,7 @@ func pendingRestart(r report.PendingRestart, generation int64) dbv1.Condition {
 	return cond
 }
 
-// parametersApplied is False while PostgreSQL rejects a setting on some instance.
+// parametersApplied is False while some instance cannot use its settings.
 func parametersApplied(r report.PendingRestart, generation int64) dbv1.Condition {
 	if len(r.Rejected) > 0 {
 		return dbv1.Condition{Type: dbv1.ConditionParametersApplied, Status: metav1.ConditionFalse, Reason: dbv1.ReasonParametersRejected,

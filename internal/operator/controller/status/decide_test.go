@@ -827,7 +827,7 @@ func TestDecideParametersApplied(t *testing.T) {
 	st = status.Decide(status.Observed{Cluster: newCluster(), Pods: pods("db-0", "db-1"),
 		PendingRestart: &report.PendingRestart{Message: "No setting waits for a restart", Rejected: map[string]string{
 			"db-1": `invalid value for parameter "work_mem": "lots"`, "db-0": `invalid value for parameter "work_mem": "lots"`}}}, now)
-	want := `PostgreSQL rejects settings of spec.postgresql.parameters and runs with their previous values, and an instance that restarts would not start: ` +
+	want := `Settings of spec.postgresql.parameters cannot be used as they are: ` +
 		`db-0: invalid value for parameter "work_mem": "lots"; db-1: invalid value for parameter "work_mem": "lots"; fix spec.postgresql.parameters`
 	if c := dbv1.FindCondition(st.Conditions, dbv1.ConditionParametersApplied); c == nil || c.Status != metav1.ConditionFalse ||
 		c.Reason != dbv1.ReasonParametersRejected || c.Message != want {
