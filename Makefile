@@ -123,8 +123,9 @@ bench-e2e: ## Print failover figures on a real local Kubernetes node: 10 primary
 .PHONY: bench-quick
 bench-quick: control-plane postgres s3server ## Print the benchmarks' figures of the integration and real-PostgreSQL suites.
 	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -run '^$$' -bench . -benchtime 20x ./test/integration/
-	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" PGPILOT_PG_NEXT="$$(bash hack/postgres-next.sh)" go test -count=1 -run '^$$' -bench . -skip BenchmarkMajorUpgrade -benchtime 20x -timeout 30m ./test/pg/
+	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" PGPILOT_PG_NEXT="$$(bash hack/postgres-next.sh)" go test -count=1 -run '^$$' -bench . -skip 'BenchmarkMajorUpgrade|BenchmarkCommitGate' -benchtime 20x -timeout 30m ./test/pg/
 	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" PGPILOT_PG_NEXT="$$(bash hack/postgres-next.sh)" go test -count=1 -run '^$$' -bench BenchmarkMajorUpgrade -benchtime 3x -timeout 30m ./test/pg/
+	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go test -count=1 -run '^$$' -bench BenchmarkCommitGate -benchtime 3x -timeout 30m ./test/pg/
 
 ##@ Build and run
 

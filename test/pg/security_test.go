@@ -222,9 +222,12 @@ func TestGateNameCannotBeTaken(t *testing.T) {
 	if err := p.tryWrite(5*time.Second, "INSERT INTO gate_test VALUES (1)"); err == nil {
 		t.Errorf("a commit was acknowledged by a primary whose Lease is not confirmed")
 	}
+	// Withholding, or, once the Lease itself expired while the agent was stopped and
+	// resumed (a loaded machine takes seconds over the pause), stopped as a primary
+	// that lost its Lease, its gate gone with postgres: acknowledging nothing either way.
 	st := p.mustStatus()
-	if st.Gate != agentapi.GateWithholding || st.GateImpostorsTerminated < 1 {
-		t.Errorf("gate %q, impostors terminated %d; want withholding and at least 1", st.Gate, st.GateImpostorsTerminated)
+	if st.Gate == agentapi.GateAcking || st.GateImpostorsTerminated < 1 {
+		t.Errorf("gate %q, impostors terminated %d; want it not acking and at least 1", st.Gate, st.GateImpostorsTerminated)
 	}
 	if !strings.Contains(p.log.String(), "took the commit gate's name") {
 		t.Errorf("the agent did not log the impostor's termination")
