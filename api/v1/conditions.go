@@ -103,13 +103,16 @@ const (
 
 // Reasons of the controller's conditions and events.
 const (
-	ReasonCreating           = "Creating"
-	ReasonFirstHealthy       = "FirstHealthy"
-	ReasonAllInstancesReady  = "AllInstancesReady"
-	ReasonInstancesNotReady  = "InstancesNotReady"
-	ReasonPrimaryNotReady    = "PrimaryNotReady"
-	ReasonNoPrimary          = "NoPrimary"
-	ReasonReleaseFailed      = "ReleaseFailed"
+	ReasonCreating          = "Creating"
+	ReasonFirstHealthy      = "FirstHealthy"
+	ReasonAllInstancesReady = "AllInstancesReady"
+	ReasonInstancesNotReady = "InstancesNotReady"
+	ReasonPrimaryNotReady   = "PrimaryNotReady"
+	ReasonNoPrimary         = "NoPrimary"
+	ReasonReleaseFailed     = "ReleaseFailed"
+	// ReasonSpecRefused: the operator refuses the spec before rendering anything
+	// (parameters, resources, version), with what to change.
+	ReasonSpecRefused        = "SpecRefused"
 	ReasonCredentialsCreated = "CredentialsCreated"
 	ReasonCredentialsAdopted = "CredentialsAdopted"
 	ReasonCredentialsInvalid = "CredentialsInvalid"

@@ -102,10 +102,15 @@ func viaJSON[T any](in any) (T, error) {
 	return out, err
 }
 
+// RefusedPrefix begins the error of a spec the plan refuses, as the Helm reconciler's
+// ReleaseFailed condition carries it: the status controller tells it from a failure to
+// read what exists, which passes.
+const RefusedPrefix = "spec refused: "
+
 func withPlan(values chartutil.Values, cluster Cluster, typed Values, observed Observed) (chartutil.Values, error) {
 	p, err := Decide(cluster, typed, observed)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s%w", RefusedPrefix, err)
 	}
 	tree, err := viaJSON[map[string]any](p)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/operator/claims"
 	"github.com/pgpilot/pgpilot/internal/operator/clusterpods"
+	"github.com/pgpilot/pgpilot/internal/operator/plan"
 	"github.com/pgpilot/pgpilot/internal/operator/rolestatus"
 	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
 	"github.com/pgpilot/pgpilot/internal/protocol/report"
@@ -312,12 +313,23 @@ func hibernated(o Observed, conditions []dbv1.Condition) (dbv1.Condition, bool) 
 	return cond, true
 }
 
+// helmErrorGettingValues is the Helm reconciler's ReleaseFailed reason when the values
+// could not be made: for pgpilot, a spec the plan refuses.
+const helmErrorGettingValues = "ErrorGettingValues"
+
 // phaseOf summarises the cluster. A cluster stays Creating until it has been Healthy
 // once; after that a missing replica makes it Degraded and a missing primary Unavailable.
 func phaseOf(o Observed, primaryReady bool, readyInstances int32) (dbv1.Phase, string, string) {
 	c := o.Cluster
 	for _, t := range []string{dbv1.ConditionReleaseFailed, dbv1.ConditionIrreconcilable} {
-		if cond := dbv1.FindCondition(c.Status.Conditions, t); cond != nil && cond.Status == metav1.ConditionTrue {
+		cond := dbv1.FindCondition(c.Status.Conditions, t)
+		switch {
+		case cond == nil || cond.Status != metav1.ConditionTrue:
+		case cond.Reason == helmErrorGettingValues && strings.HasPrefix(cond.Message, plan.RefusedPrefix):
+			// The operator's own refusal of the spec (plan.Decide), in its words.
+			return dbv1.PhaseFailed, dbv1.ReasonSpecRefused,
+				"The operator refuses the spec and deploys nothing of it until it is changed: " + strings.TrimPrefix(cond.Message, plan.RefusedPrefix)
+		default:
 			return dbv1.PhaseFailed, dbv1.ReasonReleaseFailed,
 				fmt.Sprintf("Rendering the cluster failed (%s): %s", cond.Reason, cond.Message)
 		}

@@ -415,6 +415,22 @@ func phaseCases() []phaseCase {
 				readyCondition(f, dbv1.ReasonReleaseFailed, "Rendering the cluster failed (InstallError): values don't meet the schema", now)},
 		},
 		{
+			name: "a spec the operator refuses",
+			observed: status.Observed{
+				Cluster: newCluster(withCondition(dbv1.ConditionReleaseFailed, tr, "ErrorGettingValues", "spec refused: spec.resources: requests.cpu 2 is above limits.cpu 1: ...")),
+			},
+			want: phaseAndReady{dbv1.PhaseFailed,
+				readyCondition(f, dbv1.ReasonSpecRefused, "The operator refuses the spec and deploys nothing of it until it is changed: spec.resources: requests.cpu 2 is above limits.cpu 1: ...", now)},
+		},
+		{
+			name: "values that could not be made for another reason",
+			observed: status.Observed{
+				Cluster: newCluster(withCondition(dbv1.ConditionReleaseFailed, tr, "ErrorGettingValues", "reading the primary Lease: timeout")),
+			},
+			want: phaseAndReady{dbv1.PhaseFailed,
+				readyCondition(f, dbv1.ReasonReleaseFailed, "Rendering the cluster failed (ErrorGettingValues): reading the primary Lease: timeout", now)},
+		},
+		{
 			name: "irreconcilable",
 			observed: status.Observed{
 				Cluster: newCluster(wasReady(dbv1.ReasonInstancesNotReady),
