@@ -316,8 +316,8 @@ func (a *Agent) crashed() int {
 func (a *Agent) postmasterExited() int {
 	p := a.process()
 	a.log.Error(p.Err(), "Postgres exited unexpectedly; restarting it", "ranFor", time.Since(p.Started).Round(time.Millisecond).String())
+	kills, known := oomKills() // files of the cgroup: read before taking the lock
 	a.mu.Lock()
-	kills, known := oomKills()
 	a.lastCrash = crashMessage(p, a.cluster.Resources.MemoryLimitBytes, known && kills > a.oomKills, known)
 	a.oomKills = kills
 	a.mu.Unlock()
