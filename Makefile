@@ -116,6 +116,12 @@ test-quick: vet control-plane postgres s3server $(PROMTOOL) ## Unit, chart, aler
 .PHONY: bench
 bench: bench-quick bench-e2e ## Print every benchmark's figures (no timing assertions); bench-e2e needs root.
 
+BENCH_SCALE_N ?= 10,100,300,1000
+
+.PHONY: bench-scale
+bench-scale: control-plane ## Print what the operator costs at BENCH_SCALE_N clusters (hollow instances on a real kube-apiserver + etcd).
+	KUBEBUILDER_ASSETS="$$(bash hack/control-plane.sh)" go run ./hack/benchscale -n $(BENCH_SCALE_N)
+
 .PHONY: bench-e2e
 bench-e2e: ## Print failover figures on a real local Kubernetes node: 10 primary pod deletions (E2E_BENCHTIME=20x for more).
 	@E2E_BENCH=. bash hack/e2e/run.sh

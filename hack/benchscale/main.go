@@ -1,0 +1,782 @@
+// Command benchscale is `make bench-scale`: what the operator costs at 10 to 1,000
+// PostgresClusters. On a real kube-apiserver and etcd without nodes it runs the operator
+// as it is deployed (the manager and the controller as two processes, with the
+// arguments and environment of config/'s Deployment, as its ServiceAccount), and a
+// hollow kubelet (internal/tools/hollow) that gives every instance a pod and an agent
+// API over a scripted state, so the controller's observation loop and its failovers run
+// as they would against real instances. For each N it prints the processes' memory and
+// CPU (idle and during a wave of spec changes), their API requests per second by verb,
+// create → rendered and spec change → rendered, and failure → promotion when one
+// primary fails.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/tools/devenv"
+	"github.com/pgpilot/pgpilot/internal/tools/hollow"
+)
+
+func main() {
+	sizes := flag.String("n", "10,100,300,1000", "Cluster counts to measure, in increasing order; each adds clusters to the previous.")
+	namespaces := flag.Int("namespaces", 10, "Namespaces the clusters are spread across.")
+	failures := flag.Int("failures", 10, "Primaries failed one after another at each N.")
+	probes := flag.Int("probes", 20, "Clusters created one at a time at each N to time create → rendered.")
+	idle := flag.Duration("idle", time.Minute, "How long the idle figures are measured at each N.")
+	settle := flag.Duration("settle", 30*time.Second, "How long to wait after a wave before the idle figures.")
+	logDir := flag.String("log-dir", "bin/bench-scale", "Where the operator's logs are written.")
+	flag.Parse()
+	// The operator under test logs to its own files; the harness's libraries say nothing.
+	ctrl.SetLogger(logr.Discard())
+	klog.SetLogger(logr.Discard())
+	var ns []int
+	for _, f := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "benchscale: -n: %q is not a cluster count\n", f)
+			os.Exit(2)
+		}
+		ns = append(ns, n)
+	}
+	b := &bench{namespaces: *namespaces, failures: *failures, probes: *probes, idle: *idle, settle: *settle, logDir: *logDir}
+	if err := b.run(ns); err != nil {
+		fmt.Fprintln(os.Stderr, "benchscale:", err)
+		os.Exit(1)
+	}
+}
+
+type bench struct {
+	namespaces, failures, probes int
+	idle, settle                 time.Duration
+	logDir                       string
+
+	root     string
+	client   client.Client
+	kubelet  *hollow.Kubelet
+	procs    []*process
+	clusters []types.NamespacedName
+	seen     *seen
+	results  []result
+}
+
+// result is what one N measured.
+type result struct {
+	n                                  int
+	waveRendered, waveHealthy          time.Duration
+	waveUnrendered, waveUnhealthy      int
+	idle, wave                         usage
+	createP50, createP95               time.Duration
+	changeP50, changeP95               time.Duration
+	changeMissing                      int
+	promoteP50, promoteP95, promoteMax time.Duration
+	promoteMissing                     int
+	releaseSecretBytes, releaseSecrets int64
+}
+
+func (b *bench) run(sizes []int) error {
+	root, err := devenv.RepoRoot()
+	if err != nil {
+		return err
+	}
+	b.root = root
+	if err := os.MkdirAll(filepath.Join(root, b.logDir), 0o755); err != nil {
+		return err
+	}
+	fmt.Println("Building the manager and the controller...")
+	for _, bin := range []string{"manager", "controller"} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(root, "bin", bin), "./cmd/"+bin)
+		cmd.Dir, cmd.Stdout, cmd.Stderr = root, os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("building %s: %w", bin, err)
+		}
+	}
+	fmt.Println("Starting a kube-apiserver and etcd...")
+	env, err := devenv.StartControlPlane(root)
+	if err != nil {
+		return err
+	}
+	defer env.Stop() //nolint:errcheck // best effort on the way out
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := devenv.InstallOperator(ctx, env.Config, root); err != nil {
+		return err
+	}
+	admin := rest.CopyConfig(env.Config)
+	admin.QPS, admin.Burst = 1000, 2000
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := dbv1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if b.client, err = client.New(admin, client.Options{Scheme: scheme}); err != nil {
+		return err
+	}
+	kubeconfig, err := operatorKubeconfig(env, filepath.Join(root, b.logDir, "kubeconfig"))
+	if err != nil {
+		return err
+	}
+	if b.procs, err = startOperator(ctx, root, kubeconfig, filepath.Join(root, b.logDir)); err != nil {
+		return err
+	}
+	defer func() {
+		for _, p := range b.procs {
+			p.stop()
+		}
+	}()
+	if b.kubelet, err = hollow.Start(ctx, admin, logr.Discard()); err != nil {
+		return err
+	}
+	if b.seen, err = watch(ctx, admin, scheme); err != nil {
+		return err
+	}
+	for i := range b.namespaces {
+		nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespaceName(i)}}
+		if err := b.client.Create(ctx, nsObj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	for _, n := range sizes {
+		r, err := b.measure(ctx, n)
+		if err != nil {
+			return err
+		}
+		b.results = append(b.results, r)
+		b.print(os.Stdout)
+	}
+	return nil
+}
+
+func namespaceName(i int) string { return fmt.Sprintf("scale-%d", i) }
+
+// measure grows the fleet to n clusters and measures it.
+func (b *bench) measure(ctx context.Context, n int) (result, error) {
+	r := result{n: n}
+	fmt.Printf("\n== N=%d: creating %d clusters\n", n, n-len(b.clusters))
+	created := b.create(ctx, n-len(b.clusters), 32)
+	r.waveRendered, r.waveUnrendered = b.waitAll(created, b.seen.rendered, 30*time.Minute)
+	fmt.Printf("   every StatefulSet rendered after %s (%d not)\n", r.waveRendered.Round(time.Second), r.waveUnrendered)
+	r.waveHealthy, r.waveUnhealthy = b.waitAll(created, b.seen.healthy, 30*time.Minute)
+	fmt.Printf("   every cluster Healthy after %s (%d not)\n", r.waveHealthy.Round(time.Second), r.waveUnhealthy)
+
+	fmt.Printf("   settling %s, then measuring idle for %s\n", b.settle, b.idle)
+	time.Sleep(b.settle)
+	r.idle = b.usage(func() { time.Sleep(b.idle) })
+
+	fmt.Printf("   creating %d clusters one at a time\n", b.probes)
+	var creates []time.Duration
+	for range b.probes {
+		c := b.create(ctx, 1, 1)
+		d, missing := b.waitAll(c, b.seen.rendered, time.Minute)
+		if missing == 0 {
+			creates = append(creates, d)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	r.createP50, r.createP95 = percentile(creates, 50), percentile(creates, 95)
+	// The probes are part of the fleet from now on; wait until they run.
+	b.waitAll(b.clusters[len(b.clusters)-b.probes:], b.seen.healthy, 5*time.Minute)
+
+	fmt.Printf("   changing a setting of all %d clusters\n", len(b.clusters))
+	var changes []time.Duration
+	r.wave = b.usage(func() { changes, r.changeMissing = b.changeAll(ctx, 32, 10*time.Minute) })
+	r.changeP50, r.changeP95 = percentile(changes, 50), percentile(changes, 95)
+	time.Sleep(10 * time.Second)
+
+	fmt.Printf("   failing %d primaries one after another\n", b.failures)
+	var promotions []time.Duration
+	for range b.failures {
+		d, err := b.failPrimary(ctx)
+		if err != nil {
+			fmt.Println("   ", err)
+			r.promoteMissing++
+			continue
+		}
+		promotions = append(promotions, d)
+	}
+	r.promoteP50, r.promoteP95 = percentile(promotions, 50), percentile(promotions, 95)
+	if len(promotions) > 0 {
+		r.promoteMax = slices.Max(promotions)
+	}
+	r.releaseSecrets, r.releaseSecretBytes = b.releaseSecrets(ctx)
+	return r, nil
+}
+
+// create makes count README-example clusters, concurrently with workers, and returns
+// them once all are created.
+func (b *bench) create(ctx context.Context, count, workers int) []types.NamespacedName {
+	first := len(b.clusters)
+	keys := make([]types.NamespacedName, count)
+	for i := range keys {
+		idx := first + i
+		keys[i] = types.NamespacedName{Namespace: namespaceName(idx % b.namespaces), Name: fmt.Sprintf("db-%d", idx)}
+	}
+	work := make(chan types.NamespacedName)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for key := range work {
+				pgc := &dbv1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace},
+					Spec: dbv1.PostgresClusterSpec{Replicas: 3, Version: "16"}}
+				b.seen.created(key, time.Now())
+				for {
+					err := b.client.Create(ctx, pgc)
+					if err == nil || apierrors.IsAlreadyExists(err) {
+						break
+					}
+					fmt.Println("    creating", key, ":", err)
+					time.Sleep(time.Second)
+				}
+			}
+		}()
+	}
+	for _, k := range keys {
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+	b.clusters = append(b.clusters, keys...)
+	return keys
+}
+
+// waitAll waits until at(key) is known for every key or timeout passes; it returns the
+// longest time from creation (or the last change) and how many never got there.
+func (b *bench) waitAll(keys []types.NamespacedName, at func(types.NamespacedName) (time.Duration, bool), timeout time.Duration) (time.Duration, int) {
+	deadline := time.Now().Add(timeout)
+	for {
+		var longest time.Duration
+		missing := 0
+		for _, k := range keys {
+			d, ok := at(k)
+			if !ok {
+				missing++
+				continue
+			}
+			longest = max(longest, d)
+		}
+		if missing == 0 || time.Now().After(deadline) {
+			return longest, missing
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// changeAll sets work_mem on every cluster, concurrently with workers, and returns how
+// long each took to reach its rendered ConfigMap.
+func (b *bench) changeAll(ctx context.Context, workers int, timeout time.Duration) ([]time.Duration, int) {
+	value := fmt.Sprintf("%dkB", 4096+rand.IntN(4096))
+	b.seen.expect(value)
+	work := make(chan types.NamespacedName)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for key := range work {
+				patch := []byte(`{"spec":{"postgresql":{"parameters":{"work_mem":"` + value + `"}}}}`)
+				pgc := &dbv1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}
+				b.seen.changed(key, time.Now())
+				if err := b.client.Patch(ctx, pgc, client.RawPatch(types.MergePatchType, patch)); err != nil {
+					fmt.Println("    changing", key, ":", err)
+				}
+			}
+		}()
+	}
+	for _, k := range b.clusters {
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+	b.waitAll(b.clusters, b.seen.changeRendered, timeout)
+	var ds []time.Duration
+	missing := 0
+	for _, k := range b.clusters {
+		if d, ok := b.seen.changeRendered(k); ok {
+			ds = append(ds, d)
+		} else {
+			missing++
+		}
+	}
+	return ds, missing
+}
+
+// failPrimary kills the primary of a random cluster and returns how long until the
+// operator promoted another instance; the old primary then comes back as a standby.
+func (b *bench) failPrimary(ctx context.Context) (time.Duration, error) {
+	key := b.clusters[rand.IntN(len(b.clusters))]
+	primary := b.kubelet.Primary(key.Namespace, key.Name)
+	if primary == "" {
+		return 0, fmt.Errorf("%s has no primary", key)
+	}
+	for len(b.kubelet.Promotions()) > 0 {
+		<-b.kubelet.Promotions()
+	}
+	killed, err := b.kubelet.Kill(key.Namespace, primary)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if err := b.kubelet.Revive(ctx, key.Namespace, primary); err != nil {
+			fmt.Println("    reviving", primary, ":", err)
+		}
+		time.Sleep(3 * time.Second)
+	}()
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case p := <-b.kubelet.Promotions():
+			if p.Namespace == key.Namespace && strings.HasPrefix(p.Pod, key.Name+"-") {
+				return p.At.Sub(killed), nil
+			}
+		case <-timeout:
+			return 0, fmt.Errorf("no promotion in %s a minute after its primary %s died", key, primary)
+		}
+	}
+}
+
+// releaseSecrets counts Helm's release Secrets and their bytes.
+func (b *bench) releaseSecrets(ctx context.Context) (count, bytes int64) {
+	var list corev1.SecretList
+	if err := b.client.List(ctx, &list, client.MatchingLabels{"owner": "helm"}); err != nil {
+		return 0, 0
+	}
+	for _, s := range list.Items {
+		count++
+		for _, v := range s.Data {
+			bytes += int64(len(v))
+		}
+	}
+	return count, bytes
+}
+
+// usage is what the operator's processes used over a span.
+type usage struct {
+	seconds float64
+	// cpu in cores and rss in bytes (at the end), by process.
+	cpu, rss []float64
+	// requests per second by process and verb.
+	requests []map[string]float64
+}
+
+func (b *bench) usage(during func()) usage {
+	u := usage{}
+	cpu0 := make([]float64, len(b.procs))
+	req0 := make([]map[string]float64, len(b.procs))
+	for i, p := range b.procs {
+		cpu0[i] = p.cpuSeconds()
+		req0[i] = p.requests()
+	}
+	start := time.Now()
+	during()
+	u.seconds = time.Since(start).Seconds()
+	for i, p := range b.procs {
+		u.cpu = append(u.cpu, (p.cpuSeconds()-cpu0[i])/u.seconds)
+		u.rss = append(u.rss, p.rss())
+		now := p.requests()
+		rps := map[string]float64{}
+		for verb, v := range now {
+			rps[verb] = (v - req0[i][verb]) / u.seconds
+		}
+		u.requests = append(u.requests, rps)
+	}
+	return u
+}
+
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[max(0, min(len(s)-1, i-1))]
+}
+
+func (b *bench) print(w io.Writer) {
+	header := "| |"
+	sep := "|---|"
+	for _, r := range b.results {
+		header += fmt.Sprintf(" N=%d |", r.n)
+		sep += "---|"
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, header)
+	fmt.Fprintln(w, sep)
+	row := func(name string, cell func(r result) string) {
+		line := "| " + name + " |"
+		for _, r := range b.results {
+			line += " " + cell(r) + " |"
+		}
+		fmt.Fprintln(w, line)
+	}
+	mb := func(v float64) string { return fmt.Sprintf("%.0f MB", v/1e6) }
+	ms := func(d time.Duration) string {
+		if d < 10*time.Second {
+			return fmt.Sprintf("%.2f s", d.Seconds())
+		}
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	}
+	for i, p := range b.procs {
+		row(p.name+" RSS idle / wave", func(r result) string { return mb(r.idle.rss[i]) + " / " + mb(r.wave.rss[i]) })
+		row(p.name+" CPU idle / wave (cores)", func(r result) string { return fmt.Sprintf("%.2f / %.2f", r.idle.cpu[i], r.wave.cpu[i]) })
+		row(p.name+" API req/s idle", func(r result) string { return verbs(r.idle.requests[i]) })
+		row(p.name+" API req/s wave", func(r result) string { return verbs(r.wave.requests[i]) })
+	}
+	row("both RSS idle", func(r result) string {
+		var sum float64
+		for _, v := range r.idle.rss {
+			sum += v
+		}
+		return mb(sum)
+	})
+	row("create wave: all rendered / all Healthy", func(r result) string {
+		s := ms(r.waveRendered) + " / " + ms(r.waveHealthy)
+		if r.waveUnrendered+r.waveUnhealthy > 0 {
+			s += fmt.Sprintf(" (%d, %d missing)", r.waveUnrendered, r.waveUnhealthy)
+		}
+		return s
+	})
+	row("create → rendered p50 / p95", func(r result) string { return ms(r.createP50) + " / " + ms(r.createP95) })
+	row("spec change → rendered p50 / p95", func(r result) string {
+		s := ms(r.changeP50) + " / " + ms(r.changeP95)
+		if r.changeMissing > 0 {
+			s += fmt.Sprintf(" (%d missing)", r.changeMissing)
+		}
+		return s
+	})
+	row("primary failure → promotion p50 / p95 / max", func(r result) string {
+		s := ms(r.promoteP50) + " / " + ms(r.promoteP95) + " / " + ms(r.promoteMax)
+		if r.promoteMissing > 0 {
+			s += fmt.Sprintf(" (%d missing)", r.promoteMissing)
+		}
+		return s
+	})
+	row("Helm release Secrets (count, MB)", func(r result) string {
+		return fmt.Sprintf("%d, %.1f MB", r.releaseSecrets, float64(r.releaseSecretBytes)/1e6)
+	})
+}
+
+func verbs(m map[string]float64) string {
+	var keys []string
+	for k, v := range m {
+		if v >= 0.05 {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %.1f", k, m[k]))
+	}
+	if len(parts) == 0 {
+		return "0"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// operatorKubeconfig writes a kubeconfig that acts as the operator's ServiceAccount.
+func operatorKubeconfig(env *envtest.Environment, path string) (string, error) {
+	user, err := env.AddUser(envtest.User{Name: "bench-scale", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", err
+	}
+	raw, err := user.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	kc, err := clientcmd.Load(raw)
+	if err != nil {
+		return "", err
+	}
+	for _, a := range kc.AuthInfos {
+		a.Impersonate = "system:serviceaccount:" + devenv.OperatorNamespace + ":" + devenv.OperatorServiceAccount
+		a.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + devenv.OperatorNamespace, "system:authenticated"}
+	}
+	return path, clientcmd.WriteToFile(*kc, path)
+}
+
+// process is one of the operator's containers, run as a process.
+type process struct {
+	name    string
+	cmd     *exec.Cmd
+	metrics string
+}
+
+// startOperator starts the manager and the controller with the arguments and the
+// environment of config/default's Deployment.
+func startOperator(ctx context.Context, root, kubeconfig, logDir string) ([]*process, error) {
+	objs, err := devenv.BuildKustomization(filepath.Join(root, "config", "default"))
+	if err != nil {
+		return nil, err
+	}
+	var dep appsv1.Deployment
+	for _, o := range objs {
+		if o.GetKind() == "Deployment" {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &dep); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(dep.Spec.Template.Spec.Containers) == 0 {
+		return nil, errors.New("config/default has no Deployment")
+	}
+	var procs []*process
+	for _, c := range dep.Spec.Template.Spec.Containers {
+		p := &process{name: c.Name}
+		bin := filepath.Join(root, "bin", filepath.Base(c.Command[0]))
+		p.cmd = exec.CommandContext(ctx, bin, c.Args...)
+		p.cmd.Dir = root
+		p.cmd.Env = []string{"KUBECONFIG=" + kubeconfig, "PATH=" + os.Getenv("PATH")}
+		for _, e := range c.Env {
+			switch {
+			case e.ValueFrom == nil:
+				p.cmd.Env = append(p.cmd.Env, e.Name+"="+e.Value)
+			case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
+				p.cmd.Env = append(p.cmd.Env, e.Name+"=pgpilot-bench-scale")
+			case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
+				p.cmd.Env = append(p.cmd.Env, e.Name+"="+devenv.OperatorNamespace)
+			case e.ValueFrom.ResourceFieldRef != nil:
+				q := c.Resources.Limits[corev1.ResourceName(strings.TrimPrefix(e.ValueFrom.ResourceFieldRef.Resource, "limits."))]
+				p.cmd.Env = append(p.cmd.Env, e.Name+"="+strconv.FormatInt(q.Value(), 10))
+			default:
+				return nil, fmt.Errorf("container %s: cannot set %s outside a pod", c.Name, e.Name)
+			}
+		}
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, "--metrics-bind-address="); ok {
+				p.metrics = "http://127.0.0.1" + v[strings.LastIndex(v, ":"):] + "/metrics"
+			}
+		}
+		logFile, err := os.Create(filepath.Join(logDir, c.Name+".log"))
+		if err != nil {
+			return nil, err
+		}
+		p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+		if err := p.cmd.Start(); err != nil {
+			return nil, err
+		}
+		procs = append(procs, p)
+	}
+	return procs, nil
+}
+
+func (p *process) stop() {
+	if p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(os.Interrupt)
+		_ = p.cmd.Wait()
+	}
+}
+
+// cpuSeconds is the CPU time the process used so far (user and system).
+func (p *process) cpuSeconds() float64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command's name, which is in parentheses.
+	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / 100 // USER_HZ
+}
+
+// rss is the process's resident memory in bytes.
+func (p *process) rss() float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// requests are the process's API requests so far by verb (client-go's
+// rest_client_requests_total).
+func (p *process) requests() map[string]float64 {
+	out := map[string]float64{}
+	if p.metrics == "" {
+		return out
+	}
+	resp, err := http.Get(p.metrics) //nolint:gosec,noctx // the local process's metrics
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		line := s.Text()
+		if !strings.HasPrefix(line, "rest_client_requests_total{") {
+			continue
+		}
+		i := strings.Index(line, `method="`)
+		if i < 0 {
+			continue
+		}
+		verb := line[i+len(`method="`):]
+		verb = verb[:strings.IndexByte(verb, '"')]
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err == nil {
+			out[verb] += v
+		}
+	}
+	return out
+}
+
+// seen records when each cluster was created and changed, and when its objects showed
+// it, from the harness's own informers.
+type seen struct {
+	mu               sync.Mutex
+	createdAt        map[types.NamespacedName]time.Time
+	renderedAt       map[types.NamespacedName]time.Time
+	healthyAt        map[types.NamespacedName]time.Time
+	changedAt        map[types.NamespacedName]time.Time
+	changeRenderedAt map[types.NamespacedName]time.Time
+	value            string
+}
+
+func watch(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) (*seen, error) {
+	s := &seen{createdAt: map[types.NamespacedName]time.Time{}, renderedAt: map[types.NamespacedName]time.Time{},
+		healthyAt: map[types.NamespacedName]time.Time{}, changedAt: map[types.NamespacedName]time.Time{},
+		changeRenderedAt: map[types.NamespacedName]time.Time{}}
+	c, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultTransform: cache.TransformStripManagedFields()})
+	if err != nil {
+		return nil, err
+	}
+	handlers := map[client.Object]func(any){
+		&appsv1.StatefulSet{}: func(o any) {
+			if sts, ok := o.(*appsv1.StatefulSet); ok {
+				s.note(s.renderedAt, types.NamespacedName{Namespace: sts.Namespace, Name: sts.Name})
+			}
+		},
+		&corev1.ConfigMap{}: func(o any) {
+			cm, ok := o.(*corev1.ConfigMap)
+			cluster := ""
+			if ok {
+				cluster = cm.Labels[dbv1.LabelCluster]
+			}
+			if cluster == "" || cm.Name != dbv1.NamesOf(cluster).ConfigMap() {
+				return
+			}
+			s.mu.Lock()
+			value := s.value
+			s.mu.Unlock()
+			if value != "" && strings.Contains(cm.Data["config.json"], value) {
+				s.note(s.changeRenderedAt, types.NamespacedName{Namespace: cm.Namespace, Name: cluster})
+			}
+		},
+		&dbv1.PostgresCluster{}: func(o any) {
+			if pgc, ok := o.(*dbv1.PostgresCluster); ok && pgc.Status.Phase == dbv1.PhaseHealthy {
+				s.note(s.healthyAt, types.NamespacedName{Namespace: pgc.Namespace, Name: pgc.Name})
+			}
+		},
+	}
+	for obj, h := range handlers {
+		inf, err := c.GetInformer(ctx, obj)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: h, UpdateFunc: func(_, o any) { h(o) }}); err != nil {
+			return nil, err
+		}
+	}
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		return nil, errors.New("the harness's cache did not sync")
+	}
+	return s, nil
+}
+
+func (s *seen) note(m map[types.NamespacedName]time.Time, key types.NamespacedName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := m[key]; !ok {
+		m[key] = time.Now()
+	}
+}
+
+func (s *seen) created(key types.NamespacedName, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.createdAt[key] = at
+}
+
+func (s *seen) changed(key types.NamespacedName, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.changedAt[key] = at
+}
+
+// expect starts a wave of changes to value.
+func (s *seen) expect(value string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.value = value
+	s.changeRenderedAt = map[types.NamespacedName]time.Time{}
+}
+
+func (s *seen) since(m, from map[types.NamespacedName]time.Time, key types.NamespacedName) (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := m[key]
+	if !ok {
+		return 0, false
+	}
+	return max(0, at.Sub(from[key])), true
+}
+
+func (s *seen) rendered(key types.NamespacedName) (time.Duration, bool) {
+	return s.since(s.renderedAt, s.createdAt, key)
+}
+
+func (s *seen) healthy(key types.NamespacedName) (time.Duration, bool) {
+	return s.since(s.healthyAt, s.createdAt, key)
+}
+
+func (s *seen) changeRendered(key types.NamespacedName) (time.Duration, bool) {
+	return s.since(s.changeRenderedAt, s.changedAt, key)
+}
