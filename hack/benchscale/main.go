@@ -21,12 +21,15 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -50,6 +53,9 @@ import (
 	"github.com/pgpilot/pgpilot/internal/tools/devenv"
 	"github.com/pgpilot/pgpilot/internal/tools/hollow"
 )
+
+// interrupted is set once the run is interrupted: every wait ends.
+var interrupted atomic.Bool
 
 func main() {
 	sizes := flag.String("n", "10,100,300,1000", "Cluster counts to measure, in increasing order; each adds clusters to the previous.")
@@ -125,13 +131,20 @@ func (b *bench) run(sizes []int) error {
 		}
 	}
 	fmt.Println("Starting a kube-apiserver and etcd...")
-	env, err := devenv.StartControlPlane(root)
+	env, err := devenv.ControlPlane(root)
 	if err != nil {
 		return err
 	}
+	// Three Services a cluster need a cluster IP each: envtest's /24 holds 84 clusters.
+	env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "10.96.0.0/16")
+	if err := devenv.StartPrepared(env); err != nil {
+		return err
+	}
 	defer env.Stop() //nolint:errcheck // best effort on the way out
-	ctx, cancel := context.WithCancel(context.Background())
+	// Interrupted, it still stops the control plane and the operator on its way out.
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	go func() { <-ctx.Done(); interrupted.Store(true) }()
 	if _, err := devenv.InstallOperator(ctx, env.Config, root); err != nil {
 		return err
 	}
@@ -176,10 +189,21 @@ func (b *bench) run(sizes []int) error {
 		if err != nil {
 			return err
 		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		b.results = append(b.results, r)
 		b.print(os.Stdout)
 	}
 	return nil
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
 }
 
 func namespaceName(i int) string { return fmt.Sprintf("scale-%d", i) }
@@ -195,8 +219,8 @@ func (b *bench) measure(ctx context.Context, n int) (result, error) {
 	fmt.Printf("   every cluster Healthy after %s (%d not)\n", r.waveHealthy.Round(time.Second), r.waveUnhealthy)
 
 	fmt.Printf("   settling %s, then measuring idle for %s\n", b.settle, b.idle)
-	time.Sleep(b.settle)
-	r.idle = b.usage(func() { time.Sleep(b.idle) })
+	sleep(ctx, b.settle)
+	r.idle = b.usage(func() { sleep(ctx, b.idle) })
 
 	fmt.Printf("   creating %d clusters one at a time\n", b.probes)
 	var creates []time.Duration
@@ -206,7 +230,7 @@ func (b *bench) measure(ctx context.Context, n int) (result, error) {
 		if missing == 0 {
 			creates = append(creates, d)
 		}
-		time.Sleep(200 * time.Millisecond)
+		sleep(ctx, 200*time.Millisecond)
 	}
 	r.createP50, r.createP95 = percentile(creates, 50), percentile(creates, 95)
 	// The probes are part of the fleet from now on; wait until they run.
@@ -216,11 +240,14 @@ func (b *bench) measure(ctx context.Context, n int) (result, error) {
 	var changes []time.Duration
 	r.wave = b.usage(func() { changes, r.changeMissing = b.changeAll(ctx, 32, 10*time.Minute) })
 	r.changeP50, r.changeP95 = percentile(changes, 50), percentile(changes, 95)
-	time.Sleep(10 * time.Second)
+	sleep(ctx, 10*time.Second)
 
 	fmt.Printf("   failing %d primaries one after another\n", b.failures)
 	var promotions []time.Duration
 	for range b.failures {
+		if ctx.Err() != nil {
+			return r, ctx.Err()
+		}
 		d, err := b.failPrimary(ctx)
 		if err != nil {
 			fmt.Println("   ", err)
@@ -258,7 +285,7 @@ func (b *bench) create(ctx context.Context, count, workers int) []types.Namespac
 				b.seen.created(key, time.Now())
 				for {
 					err := b.client.Create(ctx, pgc)
-					if err == nil || apierrors.IsAlreadyExists(err) {
+					if err == nil || apierrors.IsAlreadyExists(err) || ctx.Err() != nil {
 						break
 					}
 					fmt.Println("    creating", key, ":", err)
@@ -291,7 +318,7 @@ func (b *bench) waitAll(keys []types.NamespacedName, at func(types.NamespacedNam
 			}
 			longest = max(longest, d)
 		}
-		if missing == 0 || time.Now().After(deadline) {
+		if missing == 0 || time.Now().After(deadline) || interrupted.Load() {
 			return longest, missing
 		}
 		time.Sleep(100 * time.Millisecond)

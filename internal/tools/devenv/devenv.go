@@ -63,19 +63,33 @@ func Assets(root string) (string, error) {
 // StartControlPlane starts etcd and kube-apiserver with pgpilot's CRDs (and those in
 // extraCRDDirs) installed.
 func StartControlPlane(root string, extraCRDDirs ...string) (*envtest.Environment, error) {
+	env, err := ControlPlane(root, extraCRDDirs...)
+	if err != nil {
+		return nil, err
+	}
+	return env, StartPrepared(env)
+}
+
+// ControlPlane is StartControlPlane's environment, not started yet: its servers'
+// flags can still be changed.
+func ControlPlane(root string, extraCRDDirs ...string) (*envtest.Environment, error) {
 	assets, err := Assets(root)
 	if err != nil {
 		return nil, err
 	}
-	env := &envtest.Environment{
+	return &envtest.Environment{
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths:     append([]string{filepath.Join(root, "config", "crd", "bases")}, extraCRDDirs...),
 		ErrorIfCRDPathMissing: true,
-	}
+	}, nil
+}
+
+// StartPrepared starts an environment made by ControlPlane.
+func StartPrepared(env *envtest.Environment) error {
 	if _, err := env.Start(); err != nil {
-		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err)
+		return fmt.Errorf("starting kube-apiserver and etcd from %s: %w", env.BinaryAssetsDirectory, err)
 	}
-	return env, nil
+	return nil
 }
 
 // OperatorOptions are the optional settings of StartOperator.

@@ -145,20 +145,33 @@ func (in *instance) Ready(context.Context) error {
 
 // Promote implements agentapi.Instance: once the Lease names this instance, it is the
 // primary on the timeline the Lease reserved.
-func (in *instance) Promote(context.Context) error {
+func (in *instance) Promote(ctx context.Context) error {
 	r := in.lease()
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.primary {
-		return nil
+	if r.Holder != in.pod {
+		// The operator moved the Lease a moment ago: read it as the agent would.
+		var err error
+		if r, err = in.k.readLease(ctx, in); err != nil {
+			return err
+		}
 	}
 	if r.Holder != in.pod {
 		return fmt.Errorf("%w: the Lease names %q, not this instance", agentapi.ErrConflict, r.Holder)
 	}
+	in.promoteFrom(r)
+	return nil
+}
+
+// promoteFrom makes the instance primary if r names it and it is a standby that can be:
+// alive, not fenced, and its cluster's first primary was made.
+func (in *instance) promoteFrom(r primarylease.Record) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.primary || in.dead || in.fenced || r.Holder != in.pod || !in.k.bootstrapped(in) {
+		return
+	}
 	in.primary, in.frozen, in.term = true, false, r.Term
 	in.timeline = max(in.timeline+1, r.Timeline)
 	in.k.promoted(in, time.Now())
-	return nil
 }
 
 // Fence implements agentapi.Instance.
@@ -207,4 +220,29 @@ func (in *instance) Confirm(_ context.Context, req agentapi.ConfirmRequest) erro
 		return agentapi.ErrConflict
 	}
 	return nil
+}
+
+var _ agentapi.RolesInstance = (*instance)(nil)
+
+// ApplyRoles implements agentapi.RolesInstance: on the primary every role, database and
+// password is as asked, nothing needed doing.
+func (in *instance) ApplyRoles(_ context.Context, req agentapi.RolesRequest) (agentapi.RolesResult, error) {
+	r := in.lease()
+	in.mu.Lock()
+	primary := in.isPrimaryLocked(r)
+	in.mu.Unlock()
+	if !primary {
+		return agentapi.RolesResult{}, fmt.Errorf("%w: not the primary", agentapi.ErrConflict)
+	}
+	var res agentapi.RolesResult
+	for _, role := range req.Roles {
+		res.Roles = append(res.Roles, agentapi.ItemResult{Name: role.Name})
+	}
+	for _, db := range req.Databases {
+		res.Databases = append(res.Databases, agentapi.ItemResult{Name: db.Name})
+	}
+	for _, p := range req.Passwords {
+		res.Passwords = append(res.Passwords, agentapi.ItemResult{Name: p.Role})
+	}
+	return res, nil
 }

@@ -53,7 +53,9 @@ type Promotion struct {
 // Kubelet runs the hollow instances of every PostgresCluster's StatefulSet.
 type Kubelet struct {
 	client client.Client
-	log    logr.Logger
+	// fresh reads from the API server, not the cache.
+	fresh client.Reader
+	log   logr.Logger
 
 	mu        sync.Mutex
 	instances map[string]*instance // by namespace/pod
@@ -99,7 +101,7 @@ func Start(ctx context.Context, cfg *rest.Config, log logr.Logger) (*Kubelet, er
 		return nil, err
 	}
 	k := &Kubelet{
-		client: mgr.GetClient(), log: log,
+		client: mgr.GetClient(), fresh: mgr.GetAPIReader(), log: log,
 		instances: map[string]*instance{}, servers: map[string]context.CancelFunc{},
 		leases: map[string]primarylease.Record{}, bootstrap: map[string]bool{},
 		promotion: make(chan Promotion, 1024),
@@ -155,7 +157,13 @@ func (k *Kubelet) noteLease(o any) {
 	r := primarylease.Parse(l)
 	k.mu.Lock()
 	k.leases[l.Namespace+"/"+cluster] = r
+	holder := k.instances[l.Namespace+"/"+r.Holder]
 	k.mu.Unlock()
+	if holder != nil {
+		// An agent promotes itself once the Lease names it, whether or not the
+		// operator's call reached it.
+		holder.promoteFrom(r)
+	}
 }
 
 func (k *Kubelet) leaseOf(namespace, cluster string) primarylease.Record {
@@ -175,6 +183,23 @@ func (k *Kubelet) firstHolder(in *instance) bool {
 	}
 	k.bootstrap[key] = true
 	return true
+}
+
+// bootstrapped reports whether in's cluster had its first primary.
+func (k *Kubelet) bootstrapped(in *instance) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.bootstrap[in.namespace+"/"+in.cluster]
+}
+
+// readLease reads in's cluster's Lease from the API server.
+func (k *Kubelet) readLease(ctx context.Context, in *instance) (primarylease.Record, error) {
+	var l coordinationv1.Lease
+	if err := k.fresh.Get(ctx, client.ObjectKey{Namespace: in.namespace, Name: dbv1.NamesOf(in.cluster).PrimaryLease()}, &l); err != nil {
+		return primarylease.Record{}, err
+	}
+	k.noteLease(&l)
+	return primarylease.Parse(&l), nil
 }
 
 // peersOf are the instances of in's cluster that stream from it.
@@ -206,7 +231,7 @@ func (k *Kubelet) promoted(in *instance, at time.Time) {
 
 // release gives the Lease up after a clean stop, as a demoted primary's agent does.
 func (k *Kubelet) release(ctx context.Context, in *instance, h primarylease.Handover) error {
-	store := primarylease.ClientStore{Reader: k.client, Writer: k.client, Namespace: in.namespace, Name: dbv1.NamesOf(in.cluster).PrimaryLease()}
+	store := primarylease.ClientStore{Reader: k.fresh, Writer: k.client, Namespace: in.namespace, Name: dbv1.NamesOf(in.cluster).PrimaryLease()}
 	r := in.lease()
 	current, err := store.Get(ctx)
 	if err != nil {
@@ -295,7 +320,7 @@ func (k *Kubelet) renewOne(ctx context.Context, in *instance) {
 	in.mu.Lock()
 	term := in.term
 	in.mu.Unlock()
-	store := primarylease.ClientStore{Reader: k.client, Writer: k.client, Namespace: in.namespace, Name: key.Name}
+	store := primarylease.ClientStore{Reader: k.fresh, Writer: k.client, Namespace: in.namespace, Name: key.Name}
 	_, _ = primarylease.Apply(rctx, store, &l, time.Now, primarylease.Renew(in.pod, term, nil))
 }
 
