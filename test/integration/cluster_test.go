@@ -2,18 +2,22 @@ package integration
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"helm.sh/helm/v3/pkg/release"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -853,6 +857,56 @@ func TestMonitoringRendersAPodMonitor(t *testing.T) {
 		}
 		return nil
 	})
+
+	// The release stores the dashboard in its values, not in its chart, and no schema.
+	rel := storedRelease(t, ns, "mon")
+	if len(rel.Chart.Schema) > 0 {
+		t.Errorf("the release stores the chart's values schema (%d bytes)", len(rel.Chart.Schema))
+	}
+	for _, f := range rel.Chart.Files {
+		if f.Name == plan.DashboardFile {
+			t.Errorf("the release stores %s in its chart", f.Name)
+		}
+	}
+	if p, _ := rel.Config["plan"].(map[string]any); p == nil || !strings.Contains(fmt.Sprint(p["dashboard"]), "PGPILOT_CLUSTER") {
+		t.Error("the release's values carry no dashboard")
+	}
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
+// storedRelease is the last release of cluster name as Helm's Secrets driver stored it.
+func storedRelease(t *testing.T, ns, name string) *release.Release {
+	t.Helper()
+	var list corev1.SecretList
+	if err := k8s.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{"owner": "helm", "name": name}); err != nil {
+		t.Fatal(err)
+	}
+	var last *corev1.Secret
+	for i := range list.Items {
+		if last == nil || atoi(list.Items[i].Labels["version"]) > atoi(last.Labels["version"]) {
+			last = &list.Items[i]
+		}
+	}
+	if last == nil {
+		t.Fatalf("no release Secret of %s", name)
+	}
+	compressed, err := base64.StdEncoding.DecodeString(string(last.Data["release"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(compressed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rel release.Release
+	if err := json.NewDecoder(zr).Decode(&rel); err != nil {
+		t.Fatal(err)
+	}
+	return &rel
 }
 
 // startHealthy creates c, starts its pods and waits until it is Healthy; it returns

@@ -33,13 +33,21 @@ var wholeKinds = []schema.GroupVersionKind{
 // PostgresBackups whole, of Secrets only Helm's release Secrets (label owner=helm), and of
 // every other kind only the objects labelled with a cluster (dbv1.LabelCluster), which
 // every object the chart renders is (internal/tools/chart's TestLabels).
+//
+// No object is cached with its managed fields, and release Secrets with their metadata
+// only (releaseSecretMeta). Besides the memory, the managed fields would make every
+// status write of a rendered object (the StatefulSet controller's, at every pod
+// change) a change the reconciler's dependent watch acts on: its predicate ignores
+// status and resourceVersion, not the timestamp of the status writer's managed fields,
+// so each one cost a full reconcile (a render, a dry-run upgrade, a read of every object
+// of the release).
 func CacheOptions() cache.Options {
 	labelled, err := labels.NewRequirement(dbv1.LabelCluster, selection.Exists, nil)
 	if err != nil {
 		panic(err) // a constant label key cannot be invalid
 	}
 	byObject := map[client.Object]cache.ByObject{
-		&corev1.Secret{}: {Label: helmReleaseLabel},
+		&corev1.Secret{}: {Label: helmReleaseLabel, Transform: releaseSecretMeta},
 	}
 	for _, gvk := range wholeKinds {
 		u := &unstructured.Unstructured{}
@@ -49,7 +57,22 @@ func CacheOptions() cache.Options {
 	return cache.Options{
 		DefaultLabelSelector: labels.NewSelector().Add(*labelled),
 		ByObject:             byObject,
+		DefaultTransform:     cache.TransformStripManagedFields(),
 	}
+}
+
+// releaseSecretMeta keeps of a release Secret what the reconciler's watch of it reads:
+// its metadata, without the managed fields. Helm's storage driver reads and writes the
+// release itself through a client of its own, never the cache, so the cache holds none
+// of the release (about 85 KB a revision, three revisions a cluster: 255 MB at 1,000
+// clusters).
+func releaseSecretMeta(obj any) (any, error) {
+	s, ok := obj.(*corev1.Secret)
+	if !ok {
+		return obj, nil
+	}
+	s.Data, s.StringData, s.ManagedFields = nil, nil, nil
+	return s, nil
 }
 
 // checkCached returns an error when the cache of CacheOptions would hide the custom

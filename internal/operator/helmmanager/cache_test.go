@@ -1,9 +1,14 @@
 package helmmanager
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 )
@@ -24,5 +29,53 @@ func TestCheckCached(t *testing.T) {
 				t.Errorf("checkCached = %v, want ok %t", err, tt.ok)
 			}
 		})
+	}
+}
+
+func TestCachedReleaseSecretKeepsNoRelease(t *testing.T) {
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "sh.helm.release.v1.db.v1", Labels: map[string]string{"owner": "helm"},
+			OwnerReferences: []metav1.OwnerReference{{Name: "db"}}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "helm"}}},
+		Data: map[string][]byte{"release": []byte("H4sI...")},
+	}
+	got, err := releaseSecretMeta(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached := got.(*corev1.Secret)
+	if cached.Data != nil || cached.ManagedFields != nil {
+		t.Errorf("cached release Secret keeps data %v, managed fields %v", cached.Data, cached.ManagedFields)
+	}
+	if len(cached.OwnerReferences) != 1 || cached.Labels["owner"] != "helm" {
+		t.Errorf("cached release Secret lost what the watch reads: %+v", cached.ObjectMeta)
+	}
+}
+
+func TestResyncSlotsSpreadThePeriod(t *testing.T) {
+	s := newSlots(10 * time.Minute)
+	for i := range 1000 {
+		s.add(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: fmt.Sprintf("ns-%d", i%10), Name: fmt.Sprintf("db-%d", i)}})
+	}
+	start := time.Unix(1_800_000_000, 0)
+	seen, busiest := 0, 0
+	for sec := range 600 {
+		n := len(s.due(start.Add(time.Duration(sec) * time.Second)))
+		seen += n
+		busiest = max(busiest, n)
+	}
+	if seen != 1000 {
+		t.Errorf("%d resources resynced in a period, want each of the 1000 once", seen)
+	}
+	// 1000 over 600 s is 1.7 a second; a hash puts a few more in some seconds.
+	if busiest > 10 {
+		t.Errorf("%d resources resynced in the same second", busiest)
+	}
+	s.remove(types.NamespacedName{Namespace: "ns-0", Name: "db-0"})
+	seen = 0
+	for sec := range 600 {
+		seen += len(s.due(start.Add(time.Duration(sec) * time.Second)))
+	}
+	if seen != 999 {
+		t.Errorf("%d resynced after a deletion, want 999", seen)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/operator-framework/helm-operator-plugins/pkg/reconciler"
 	"github.com/operator-framework/helm-operator-plugins/pkg/watches"
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -77,12 +78,14 @@ func Setup(mgr ctrl.Manager, opts Options) ([]watches.Watch, error) {
 			concurrency = *w.MaxConcurrentReconciles
 		}
 		options := []reconciler.Option{
-			reconciler.WithChart(*w.Chart),
+			reconciler.WithChart(*plan.WithoutDashboard(withoutSchema(w.Chart))),
 			reconciler.WithGroupVersionKind(w.GroupVersionKind),
 			reconciler.WithSelector(*w.Selector),
 			reconciler.SkipDependentWatches(!*w.WatchDependentResources),
 			reconciler.WithMaxConcurrentReconciles(concurrency),
-			reconciler.WithReconcilePeriod(period),
+			// The period is kept by spreadResync, not by the reconciler's requeue.
+			reconciler.WithReconcilePeriod(0),
+			reconciler.WithControllerSetupFunc(spreadResync(mgr.GetCache(), w.GroupVersionKind, period)),
 			reconciler.WithMaxReleaseHistory(opts.MaxReleaseHistory),
 			reconciler.WithInstallAnnotations(annotation.DefaultInstallAnnotations...),
 			reconciler.WithUpgradeAnnotations(annotation.DefaultUpgradeAnnotations...),
@@ -107,6 +110,19 @@ func Setup(mgr ctrl.Manager, opts Options) ([]watches.Watch, error) {
 			"maxConcurrentReconciles", concurrency, "reconcilePeriod", period.String())
 	}
 	return ws, nil
+}
+
+// withoutSchema is ch without its values.schema.json, for a kind whose values are its
+// custom resource's spec: the API server validated the spec against the CRD's schema,
+// which values.schema.json is made from (hack/values-schema), and the rest of the values
+// are the operator's own. With the schema, Helm compiled its 108 KB and validated the
+// values at every install, upgrade and dry-run upgrade (every reconcile), and stored it
+// in every revision of every release, about half of each release Secret. The chart in
+// helm-charts/ keeps it for those who install the chart with helm.
+func withoutSchema(ch *chart.Chart) *chart.Chart {
+	out := *ch
+	out.Schema = nil
+	return &out
 }
 
 // planned are the options of the kinds whose chart renders a plan made in Go

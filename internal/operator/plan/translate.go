@@ -65,7 +65,45 @@ func (t Translator) Translate(ctx context.Context, obj *unstructured.Unstructure
 	if err != nil {
 		return nil, err
 	}
-	return withPlan(values, cluster, typed, observed)
+	if values, err = withPlan(values, cluster, typed, observed); err != nil {
+		return nil, err
+	}
+	if typed.Monitoring.Enabled {
+		if p, ok := values["plan"].(map[string]any); ok {
+			p["dashboard"] = string(chartFile(t.Chart, DashboardFile))
+		}
+	}
+	return values, nil
+}
+
+// DashboardFile is the chart's Grafana dashboard, which its grafana-dashboard template
+// renders for a cluster with monitoring enabled: from plan.dashboard when the values
+// carry it, else from the chart's files.
+const DashboardFile = "dashboards/pgpilot.json"
+
+// WithoutDashboard is ch without DashboardFile, for the Helm reconciler: Helm stores the
+// chart in every revision of every release, and the dashboard was 43 KB of each
+// (17 % of a release, most of what is left once the schema is not stored). The
+// Translator, which has the whole chart, passes the dashboard in the values of a
+// cluster with monitoring enabled, so that only its releases store it.
+func WithoutDashboard(ch *helmchart.Chart) *helmchart.Chart {
+	out := *ch
+	out.Files = nil
+	for _, f := range ch.Files {
+		if f.Name != DashboardFile {
+			out.Files = append(out.Files, f)
+		}
+	}
+	return &out
+}
+
+func chartFile(ch *helmchart.Chart, name string) []byte {
+	for _, f := range ch.Files {
+		if f.Name == name {
+			return f.Data
+		}
+	}
+	return nil
 }
 
 // ChartValues are the values the chart renders cluster with: spec coalesced with the
