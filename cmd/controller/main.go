@@ -35,13 +35,18 @@ func main() {
 		log.Error(err, "Failed to build the scheme")
 		os.Exit(1)
 	}
-	cfg := ctrl.GetConfigOrDie()
+	cfg, err := f.Config()
+	if err != nil {
+		log.Error(err, "No API server to talk to")
+		os.Exit(1)
+	}
 	opts, err := f.Options(scheme, cfg)
 	if err != nil {
 		log.Error(err, "Invalid manager settings")
 		os.Exit(1)
 	}
-	opts.Cache.ByObject = controller.CacheOptions().ByObject
+	limited := controller.CacheOptions()
+	opts.Cache.ByObject, opts.Cache.DefaultTransform = limited.ByObject, limited.DefaultTransform
 	mgr, err := ctrl.NewManager(cfg, opts)
 	if err != nil {
 		log.Error(err, "Failed to create the manager")

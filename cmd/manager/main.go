@@ -31,14 +31,18 @@ func main() {
 		log.Error(err, "Failed to build the scheme")
 		os.Exit(1)
 	}
-	cfg := ctrl.GetConfigOrDie()
+	cfg, err := f.Config()
+	if err != nil {
+		log.Error(err, "No API server to talk to")
+		os.Exit(1)
+	}
 	mopts, err := f.Options(scheme, cfg)
 	if err != nil {
 		log.Error(err, "Invalid manager settings")
 		os.Exit(1)
 	}
 	limited := helmmanager.CacheOptions()
-	mopts.Cache.DefaultLabelSelector, mopts.Cache.ByObject = limited.DefaultLabelSelector, limited.ByObject
+	mopts.Cache.DefaultLabelSelector, mopts.Cache.ByObject, mopts.Cache.DefaultTransform = limited.DefaultLabelSelector, limited.ByObject, limited.DefaultTransform
 	mgr, err := ctrl.NewManager(cfg, mopts)
 	if err != nil {
 		log.Error(err, "Failed to create the manager")

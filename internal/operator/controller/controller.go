@@ -51,14 +51,15 @@ func Scheme() (*runtime.Scheme, error) {
 
 // CacheOptions keeps only pgpilot's Pods, Secrets, ConfigMaps, Leases, StatefulSets and
 // volume claims in the cache (those labelled with a cluster), not every one in the
-// cluster.
+// cluster, and none with its managed fields, which no controller reads (a pod's are a
+// third of it).
 func CacheOptions() cache.Options {
 	req, err := labels.NewRequirement(dbv1.LabelCluster, selection.Exists, nil)
 	if err != nil {
 		panic(err) // a constant label key cannot be invalid
 	}
 	labelled := cache.ByObject{Label: labels.NewSelector().Add(*req)}
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+	return cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 		&corev1.Pod{}:                   labelled,
 		&corev1.Secret{}:                labelled,
 		&corev1.ConfigMap{}:             labelled,

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -214,6 +215,18 @@ func setJSON(l *coordinationv1.Lease, key string, v any) error {
 // when its precondition fails). It is applied again to a fresh copy after a conflict,
 // so it must decide from the Lease it is given.
 type Change func(l *coordinationv1.Lease, now time.Time) error
+
+// OnlyRenewed reports whether now differs from before by a renewal alone: its renew
+// time, with the resource version and managed fields any write changes. What watches
+// the Lease for its holder, term or annotations can skip such an update: the holder
+// renews every second.
+func OnlyRenewed(before, now *coordinationv1.Lease) bool {
+	a, b := before.DeepCopy(), now.DeepCopy()
+	a.Spec.RenewTime, b.Spec.RenewTime = nil, nil
+	a.ResourceVersion, b.ResourceVersion = "", ""
+	a.ManagedFields, b.ManagedFields = nil, nil
+	return equality.Semantic.DeepEqual(a, b)
+}
 
 // Renew is the holder's renewal in term: it fails with ErrNotHolder once the Lease
 // names someone else or another term. sync, when not nil, replaces the synchronous set.

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 )
@@ -165,6 +166,26 @@ func TestCleanRelease(t *testing.T) {
 	} {
 		if got := tc.h.CleanRelease(); got != tc.want {
 			t.Errorf("%s: CleanRelease = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestOnlyRenewed(t *testing.T) {
+	before := New("ns", "db-primary", "db", "db-0", time.Unix(100, 0))
+	before.ResourceVersion = "1"
+	renewed := before.DeepCopy()
+	at := metav1.NewMicroTime(time.Unix(101, 0))
+	renewed.Spec.RenewTime, renewed.ResourceVersion = &at, "2"
+	if !OnlyRenewed(before, renewed) {
+		t.Error("a renewal is not seen as one")
+	}
+	moved := renewed.DeepCopy()
+	moved.Spec.HolderIdentity = ptr.To("db-1")
+	annotated := renewed.DeepCopy()
+	annotated.Annotations = map[string]string{AnnotationSynchronous: `{"k":1}`}
+	for name, l := range map[string]*coordinationv1.Lease{"a new holder": moved, "a new annotation": annotated} {
+		if OnlyRenewed(before, l) {
+			t.Errorf("%s is seen as a renewal only", name)
 		}
 	}
 }

@@ -121,7 +121,7 @@ func ReplicationRequest() pki.Request {
 func (r *Reconciler) ensureCA(ctx context.Context, c *dbv1.PostgresCluster, now time.Time) (*pki.KeyPair, error) {
 	name := c.Names().CAKeySecret()
 	var s corev1.Secret
-	err := r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &s)
+	err := secrets.Get(ctx, r.client, r.reader, client.ObjectKey{Namespace: c.Namespace, Name: name}, &s)
 	if err == nil {
 		ca, err := pki.Parse(s.Data[KeyCert], s.Data[KeyKey])
 		if err != nil {
@@ -153,7 +153,7 @@ func (r *Reconciler) ensureCA(ctx context.Context, c *dbv1.PostgresCluster, now 
 // when that certificate is due for renewal.
 func (r *Reconciler) ensureLeaf(ctx context.Context, c *dbv1.PostgresCluster, name string, req pki.Request, ca *pki.KeyPair, now time.Time) (time.Time, error) {
 	var s corev1.Secret
-	err := r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &s)
+	err := secrets.Get(ctx, r.client, r.reader, client.ObjectKey{Namespace: c.Namespace, Name: name}, &s)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return time.Time{}, err
 	}
@@ -211,7 +211,7 @@ func (r *Reconciler) checkUserSecret(ctx context.Context, c *dbv1.PostgresCluste
 		return
 	}
 	var s corev1.Secret
-	err := r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &s)
+	err := secrets.Get(ctx, r.client, r.reader, client.ObjectKey{Namespace: c.Namespace, Name: name}, &s)
 	var problem string
 	switch {
 	case apierrors.IsNotFound(err):
@@ -271,7 +271,7 @@ func (r *Reconciler) create(ctx context.Context, c *dbv1.PostgresCluster, name s
 // ensureSecret creates Secret name with data, or sets its data to data.
 func (r *Reconciler) ensureSecret(ctx context.Context, c *dbv1.PostgresCluster, name string, typ corev1.SecretType, data map[string][]byte) error {
 	var s corev1.Secret
-	err := r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &s)
+	err := secrets.Get(ctx, r.client, r.reader, client.ObjectKey{Namespace: c.Namespace, Name: name}, &s)
 	if apierrors.IsNotFound(err) {
 		return r.create(ctx, c, name, typ, data)
 	}

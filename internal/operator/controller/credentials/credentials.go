@@ -111,7 +111,7 @@ func (r *Reconciler) ensureAgentAuth(ctx context.Context, c *dbv1.PostgresCluste
 	digests := map[string][]byte{}
 	for key, name := range map[string]string{agentapi.FileControlDigest: names.AgentTokenSecret(), agentapi.FileMetricsDigest: names.MetricsTokenSecret()} {
 		var s corev1.Secret
-		if err := r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &s); err != nil {
+		if err := secrets.Get(ctx, r.client, r.reader, client.ObjectKey{Namespace: c.Namespace, Name: name}, &s); err != nil {
 			return err
 		}
 		if len(s.Data[secrets.KeyToken]) == 0 {
@@ -204,7 +204,7 @@ func (r *Reconciler) ensure(ctx context.Context, c *dbv1.PostgresCluster, name, 
 // ensured is ensure returning the Secret as it is now.
 func (r *Reconciler) ensured(ctx context.Context, c *dbv1.PostgresCluster, name, what string, build func() (*corev1.Secret, error)) (*corev1.Secret, error) {
 	var existing corev1.Secret
-	err := r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &existing)
+	err := secrets.Get(ctx, r.client, r.reader, client.ObjectKey{Namespace: c.Namespace, Name: name}, &existing)
 	if err == nil {
 		return &existing, nil
 	}
@@ -217,7 +217,7 @@ func (r *Reconciler) ensured(ctx context.Context, c *dbv1.PostgresCluster, name,
 	}
 	if err := r.client.Create(ctx, secret); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			err = r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &existing)
+			err = secrets.Get(ctx, r.client, r.reader, client.ObjectKey{Namespace: c.Namespace, Name: name}, &existing)
 			return &existing, err
 		}
 		return nil, fmt.Errorf("creating Secret %s: %w", name, err)

@@ -574,3 +574,44 @@ func scaleDown(in Input) Decision {
 	return Decision{Action: ScaleDown, Target: best.Name,
 		Reason: fmt.Sprintf("spec.replicas %d removes the primary %s: switching over to %s first", in.Replicas, in.Lease.Holder, best.Name)}
 }
+
+// Settled reports whether a cluster may be asked less often than every PollPeriod: its
+// Lease names a bootstrapped holder that nothing holds (hibernation, fencing), the
+// decision was to do nothing, and every one of its want instances answered, ready, in
+// the role the Lease gives it: the holder a primary confirmed in the Lease's term whose
+// crash count is zero, the others standbys streaming from it, none frozen, upgrading or
+// being deleted, none reporting an error. Anything else, and the cluster is asked every
+// PollPeriod until it is settled again.
+//
+// A settled cluster is asked every QuietPeriod; what makes it unsettled in between
+// reaches the controller sooner by a watch: a pod's change (deleted, not ready, a new
+// address), a change of the Lease's holder, term or annotations, a change of the
+// cluster, and a renewal of the holder that does not come (the renewal watchdog, which
+// wakes the cluster RenewingWithin after the last renewal seen: a primary that died
+// neither answers nor renews, and is then found failed as before).
+func Settled(lease primarylease.Record, d Decision, instances []Instance, want int) bool {
+	if lease.Holder == "" || !lease.Bootstrapped || lease.Hibernation != nil || len(lease.Fenced) > 0 || d.Action != None {
+		return false
+	}
+	if len(instances) != want {
+		return false
+	}
+	for _, in := range instances {
+		st := in.Status
+		if in.Pod == nil || in.Terminating || !in.Reachable || !st.Running || !st.Ready || st.Error != "" ||
+			st.RecentCrashes > 0 || st.Frozen || st.Fenced || st.Upgrade != nil || st.Term != lease.Term {
+			return false
+		}
+		if in.Name == lease.Holder {
+			if st.Role != agentapi.RolePrimary || st.Gate != agentapi.GateAcking || st.Confirmation == nil || !st.Confirmation.Valid {
+				return false
+			}
+			continue
+		}
+		if st.Role != agentapi.RoleReplica || st.Receiver == nil || st.Receiver.State != agentapi.ReceiverStreaming ||
+			!st.Receiver.Healthy || st.Receiver.Upstream != lease.Holder {
+			return false
+		}
+	}
+	return true
+}

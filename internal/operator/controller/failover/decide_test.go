@@ -377,3 +377,67 @@ func TestNewlyPromoted(t *testing.T) {
 		}
 	}
 }
+
+func TestSettled(t *testing.T) {
+	lease := primarylease.Record{Holder: "db-0", Term: 3, Bootstrapped: true}
+	healthy := func() []Instance {
+		p := primary("db-0")
+		p.Status.Term, p.Status.Gate, p.Status.Confirmation = 3, agentapi.GateAcking, &agentapi.Confirmation{Valid: true, Via: "api"}
+		var out = []Instance{p}
+		for _, name := range []string{"db-1", "db-2"} {
+			s := standby(name, "0/5000000", false)
+			s.Status.Term = 3
+			s.Status.Receiver = &agentapi.ReceiverStatus{State: agentapi.ReceiverStreaming, Upstream: "db-0", Healthy: true}
+			out = append(out, s)
+		}
+		return out
+	}
+	none := Decision{Action: None}
+	tests := []struct {
+		name  string
+		lease func(*primarylease.Record)
+		d     *Decision
+		edit  func([]Instance) []Instance
+		want  bool
+	}{
+		{name: "healthy", want: true},
+		{name: "a failover to wait for", d: &Decision{Action: Wait}},
+		{name: "no holder", lease: func(r *primarylease.Record) { r.Holder = "" }},
+		{name: "not bootstrapped", lease: func(r *primarylease.Record) { r.Bootstrapped = false }},
+		{name: "hibernating", lease: func(r *primarylease.Record) { r.Hibernation = &primarylease.Hibernation{Phase: primarylease.Stopping} }},
+		{name: "an instance fenced by the user", lease: func(r *primarylease.Record) { r.Fenced = []string{"db-2"} }},
+		{name: "an instance missing", edit: func(in []Instance) []Instance { return in[:2] }},
+		{name: "a standby that does not answer", edit: func(in []Instance) []Instance { in[2] = dead("db-2"); return in }},
+		{name: "a pod being deleted", edit: func(in []Instance) []Instance { in[1].Terminating = true; return in }},
+		{name: "a primary that crashed", edit: func(in []Instance) []Instance { in[0].Status.RecentCrashes = 1; return in }},
+		{name: "a primary whose gate withholds", edit: func(in []Instance) []Instance { in[0].Status.Gate = agentapi.GateWithholding; return in }},
+		{name: "a primary not confirmed", edit: func(in []Instance) []Instance { in[0].Status.Confirmation.Valid = false; return in }},
+		{name: "an agent behind the Lease's term", edit: func(in []Instance) []Instance { in[1].Status.Term = 2; return in }},
+		{name: "a frozen standby", edit: func(in []Instance) []Instance { in[1].Status.Frozen = true; return in }},
+		{name: "a standby not streaming", edit: func(in []Instance) []Instance {
+			in[1].Status.Receiver.State = agentapi.ReceiverConnecting
+			return in
+		}},
+		{name: "a standby lagging past its bound", edit: func(in []Instance) []Instance { in[2].Status.Receiver.Healthy = false; return in }},
+		{name: "a standby following another", edit: func(in []Instance) []Instance { in[2].Status.Receiver.Upstream = "db-1"; return in }},
+		{name: "a second primary", edit: func(in []Instance) []Instance { in[1].Status.Role = agentapi.RolePrimary; return in }},
+		{name: "an agent error", edit: func(in []Instance) []Instance { in[1].Status.Error = "cloning"; return in }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, d, in := lease, none, healthy()
+			if tt.lease != nil {
+				tt.lease(&l)
+			}
+			if tt.d != nil {
+				d = *tt.d
+			}
+			if tt.edit != nil {
+				in = tt.edit(in)
+			}
+			if got := Settled(l, d, in, 3); got != tt.want {
+				t.Errorf("Settled = %t, want %t", got, tt.want)
+			}
+		})
+	}
+}

@@ -23,7 +23,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/operator/clusterpods"
@@ -35,8 +37,16 @@ import (
 	"github.com/pgpilot/pgpilot/internal/protocol/report"
 )
 
-// PollPeriod is how often each cluster's agents are asked for their status.
-const PollPeriod = time.Second
+// PollPeriod is how often each cluster's agents are asked for their status while the
+// cluster is not Settled; QuietPeriod while it is.
+const (
+	PollPeriod  = time.Second
+	QuietPeriod = 5 * time.Second
+)
+
+// renewalCheck is how often the renewal watchdog looks for a settled cluster whose
+// holder has not renewed within RenewingWithin.
+const renewalCheck = 100 * time.Millisecond
 
 // Reconciler watches every instance of every cluster and keeps one writer: it
 // creates the primary Lease, revokes it from a failed primary, moves it after a
@@ -83,6 +93,9 @@ type memory struct {
 	// agentErrorSeen is when each instance not ready was first seen reporting an error
 	// (agenterrors.go).
 	agentErrorSeen map[string]time.Time
+	// settled: the last cycle found the cluster Settled and comes back after
+	// QuietPeriod; the renewal watchdog wakes it sooner if its holder stops renewing.
+	settled bool
 }
 
 // NewReconciler returns a Reconciler. reader reads uncached (the
@@ -122,6 +135,9 @@ type cycle struct {
 	// (logged with a move, to explain a failover's duration).
 	started  time.Time
 	observed time.Duration
+	// decision is what Decide decided for a Lease with a holder this cycle; nil when
+	// the Lease had none, or hibernation held it.
+	decision *Decision
 }
 
 // Reconcile observes the cluster's instances, decides, acts, labels, and comes back
@@ -197,10 +213,50 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if herr := c.recordHealth(ctx); herr != nil && err == nil {
 		err = herr
 	}
+	settled := false
 	if requeue <= 0 || requeue > PollPeriod {
 		requeue = PollPeriod
+		if err == nil && c.decision != nil && Settled(primarylease.Parse(c.lease), *c.decision, c.instances, int(cluster.Spec.Replicas)) {
+			requeue, settled = QuietPeriod, true
+		}
 	}
+	r.mu.Lock()
+	c.mem.settled = settled
+	r.mu.Unlock()
 	return ctrl.Result{RequeueAfter: requeue}, err
+}
+
+// watchRenewals wakes a settled cluster whose holder's last renewal was seen more than
+// RenewingWithin ago: one that is asked every QuietPeriod would otherwise find its
+// primary failed up to QuietPeriod late. The woken cycle asks the agents at once and is
+// not settled until the holder renews again.
+func (r *Reconciler) watchRenewals(ctx context.Context, wake chan<- event.TypedGenericEvent[*dbv1.PostgresCluster]) {
+	tick := time.NewTicker(renewalCheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := r.clock.Now()
+		var due []types.NamespacedName
+		r.mu.Lock()
+		for key, m := range r.memory {
+			if m.settled && !m.renewSeen.IsZero() && now.Sub(m.renewSeen) > RenewingWithin {
+				m.settled = false
+				due = append(due, key)
+			}
+		}
+		r.mu.Unlock()
+		for _, key := range due {
+			select {
+			case wake <- event.TypedGenericEvent[*dbv1.PostgresCluster]{Object: &dbv1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
 }
 
 // observe asks the cluster's agents for their status. A primary that is being deleted
@@ -361,6 +417,7 @@ func (c *cycle) decideAndAct(ctx context.Context) (time.Duration, error) {
 	}
 	rec = primarylease.Parse(c.lease)
 	d := Decide(c.input(rec))
+	c.decision = &d
 	c.r.mu.Lock()
 	c.mem.failedSince, c.mem.failedHolder, c.mem.failedTerm = d.FailedSince, rec.Holder, rec.Term
 	c.r.mu.Unlock()
@@ -819,11 +876,19 @@ func equalAnnotations(a, b map[string]string) bool {
 // changes other than by a renewal, and every PollPeriod.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	byLabel := handler.EnqueueRequestsFromMapFunc(clusterpods.ClusterOf)
+	wake := make(chan event.TypedGenericEvent[*dbv1.PostgresCluster], 64)
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		r.watchRenewals(ctx, wake)
+		return nil
+	})); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("failover").
 		For(&dbv1.PostgresCluster{}).
 		Watches(&corev1.Pod{}, byLabel).
 		Watches(&coordinationv1.Lease{}, r.leaseEvents()).
+		WatchesRawSource(source.Channel(wake, &handler.TypedEnqueueRequestForObject[*dbv1.PostgresCluster]{})).
 		// Each reconcile waits up to PollPeriod for the agents: enough workers that a
 		// slow cluster does not hold up the others.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 8}).
