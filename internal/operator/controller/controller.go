@@ -58,15 +58,51 @@ func CacheOptions() cache.Options {
 	if err != nil {
 		panic(err) // a constant label key cannot be invalid
 	}
-	labelled := cache.ByObject{Label: labels.NewSelector().Add(*req)}
+	selector := labels.NewSelector().Add(*req)
+	labelled := cache.ByObject{Label: selector}
 	return cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}:                   labelled,
+		&corev1.Pod{}:                   {Label: selector, Transform: slimPod},
 		&corev1.Secret{}:                labelled,
 		&corev1.ConfigMap{}:             labelled,
 		&coordinationv1.Lease{}:         labelled,
-		&appsv1.StatefulSet{}:           labelled,
+		&appsv1.StatefulSet{}:           {Label: selector, Transform: slimStatefulSet},
 		&corev1.PersistentVolumeClaim{}: labelled,
 	}}
+}
+
+// slimPod keeps of a pod what the controllers read: its metadata, its status, its
+// node, and its containers' names, images and resources (the status controller says
+// which memory limit a container was killed at). The rest of the spec (environment,
+// volumes, probes, security context) was most of each cached pod. No controller
+// updates a pod from the cache: labels are merge-patched.
+func slimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	slim := func(cs []corev1.Container) []corev1.Container {
+		out := make([]corev1.Container, 0, len(cs))
+		for _, c := range cs {
+			out = append(out, corev1.Container{Name: c.Name, Image: c.Image, Resources: c.Resources})
+		}
+		return out
+	}
+	p.ManagedFields = nil
+	p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName, Containers: slim(p.Spec.Containers), InitContainers: slim(p.Spec.InitContainers)}
+	return p, nil
+}
+
+// slimStatefulSet keeps of a StatefulSet what the controllers read: its metadata, its
+// replicas and its status (the revision its pods should run). Its pod and claim
+// templates are the Helm manager's.
+func slimStatefulSet(obj any) (any, error) {
+	s, ok := obj.(*appsv1.StatefulSet)
+	if !ok {
+		return obj, nil
+	}
+	s.ManagedFields = nil
+	s.Spec = appsv1.StatefulSetSpec{Replicas: s.Spec.Replicas, Selector: s.Spec.Selector, ServiceName: s.Spec.ServiceName}
+	return s, nil
 }
 
 // Options are the controllers' settings from the command line.

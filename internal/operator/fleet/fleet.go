@@ -24,9 +24,16 @@ import (
 // Fleet reaches the agents of every cluster. It is safe for concurrent use.
 type Fleet struct {
 	reader   client.Reader
-	clients  agentapi.HTTPClients
+	clients  *agentapi.HTTPClients
 	agentURL func(pod *corev1.Pod) string
 }
+
+// connections are the HTTP clients of every Fleet of the process: one per agent (by its
+// name and the CA that verifies it), whichever controller asks. Each controller had
+// its own, and so its own kept-alive TLS connection to every agent it asks (the
+// failover, restart and roles controllers ask every cluster's): 2,300 connections and
+// 4,700 goroutines for 320 clusters.
+var connections agentapi.HTTPClients
 
 // New returns a Fleet reading Secrets through r. agentURL nil means
 // https://<pod IP>:8008.
@@ -34,7 +41,7 @@ func New(r client.Reader, agentURL func(*corev1.Pod) string) *Fleet {
 	if agentURL == nil {
 		agentURL = func(p *corev1.Pod) string { return agentapi.BaseURL(p.Status.PodIP) }
 	}
-	return &Fleet{reader: r, agentURL: agentURL}
+	return &Fleet{reader: r, agentURL: agentURL, clients: &connections}
 }
 
 // Access is what calling a cluster's agents takes: the operator's token, and the
