@@ -65,6 +65,7 @@ func main() {
 	idle := flag.Duration("idle", time.Minute, "How long the idle figures are measured at each N.")
 	settle := flag.Duration("settle", 30*time.Second, "How long to wait after a wave before the idle figures.")
 	logDir := flag.String("log-dir", "bin/bench-scale", "Where the operator's logs are written.")
+	profile := flag.Bool("profile", false, "Serve each process's Go profiles and save a CPU profile of each, idle and during the wave, into -log-dir.")
 	flag.Parse()
 	// The operator under test logs to its own files; the harness's libraries say nothing.
 	ctrl.SetLogger(logr.Discard())
@@ -78,7 +79,7 @@ func main() {
 		}
 		ns = append(ns, n)
 	}
-	b := &bench{namespaces: *namespaces, failures: *failures, probes: *probes, idle: *idle, settle: *settle, logDir: *logDir}
+	b := &bench{namespaces: *namespaces, failures: *failures, probes: *probes, idle: *idle, settle: *settle, logDir: *logDir, profile: *profile}
 	if err := b.run(ns); err != nil {
 		fmt.Fprintln(os.Stderr, "benchscale:", err)
 		os.Exit(1)
@@ -89,6 +90,7 @@ type bench struct {
 	namespaces, failures, probes int
 	idle, settle                 time.Duration
 	logDir                       string
+	profile                      bool
 
 	root     string
 	client   client.Client
@@ -164,7 +166,7 @@ func (b *bench) run(sizes []int) error {
 	if err != nil {
 		return err
 	}
-	if b.procs, err = startOperator(ctx, root, kubeconfig, filepath.Join(root, b.logDir)); err != nil {
+	if b.procs, err = startOperator(ctx, root, kubeconfig, filepath.Join(root, b.logDir), b.profile); err != nil {
 		return err
 	}
 	defer func() {
@@ -220,7 +222,10 @@ func (b *bench) measure(ctx context.Context, n int) (result, error) {
 
 	fmt.Printf("   settling %s, then measuring idle for %s\n", b.settle, b.idle)
 	sleep(ctx, b.settle)
-	r.idle = b.usage(func() { sleep(ctx, b.idle) })
+	r.idle = b.usage(func() {
+		b.profiles(fmt.Sprintf("idle-%d", n), b.idle)
+		sleep(ctx, b.idle)
+	})
 
 	fmt.Printf("   creating %d clusters one at a time\n", b.probes)
 	var creates []time.Duration
@@ -238,7 +243,10 @@ func (b *bench) measure(ctx context.Context, n int) (result, error) {
 
 	fmt.Printf("   changing a setting of all %d clusters\n", len(b.clusters))
 	var changes []time.Duration
-	r.wave = b.usage(func() { changes, r.changeMissing = b.changeAll(ctx, 32, 10*time.Minute) })
+	r.wave = b.usage(func() {
+		b.profiles(fmt.Sprintf("wave-%d", n), 20*time.Second)
+		changes, r.changeMissing = b.changeAll(ctx, 32, 10*time.Minute)
+	})
 	r.changeP50, r.changeP95 = percentile(changes, 50), percentile(changes, 95)
 	sleep(ctx, 10*time.Second)
 
@@ -262,6 +270,16 @@ func (b *bench) measure(ctx context.Context, n int) (result, error) {
 	}
 	r.releaseSecrets, r.releaseSecretBytes = b.releaseSecrets(ctx)
 	return r, nil
+}
+
+// profiles saves a CPU profile of each process over d, in the background.
+func (b *bench) profiles(what string, d time.Duration) {
+	if !b.profile {
+		return
+	}
+	for _, p := range b.procs {
+		go p.cpuProfile(d, filepath.Join(b.root, b.logDir, p.name+"-"+what+".pprof"))
+	}
 }
 
 // create makes count README-example clusters, concurrently with workers, and returns
@@ -564,11 +582,32 @@ type process struct {
 	name    string
 	cmd     *exec.Cmd
 	metrics string
+	// pprof is the address of its Go profiles; "" when not served.
+	pprof string
+}
+
+// cpuProfile saves a CPU profile of the process over d into file.
+func (p *process) cpuProfile(d time.Duration, file string) {
+	if p.pprof == "" {
+		return
+	}
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprof, int(d.Seconds()))) //nolint:gosec,noctx // the local process's profile
+	if err != nil {
+		fmt.Println("    profiling", p.name, ":", err)
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(file)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = io.Copy(f, resp.Body)
 }
 
 // startOperator starts the manager and the controller with the arguments and the
 // environment of config/default's Deployment.
-func startOperator(ctx context.Context, root, kubeconfig, logDir string) ([]*process, error) {
+func startOperator(ctx context.Context, root, kubeconfig, logDir string, profile bool) ([]*process, error) {
 	objs, err := devenv.BuildKustomization(filepath.Join(root, "config", "default"))
 	if err != nil {
 		return nil, err
@@ -585,10 +624,15 @@ func startOperator(ctx context.Context, root, kubeconfig, logDir string) ([]*pro
 		return nil, errors.New("config/default has no Deployment")
 	}
 	var procs []*process
-	for _, c := range dep.Spec.Template.Spec.Containers {
+	for i, c := range dep.Spec.Template.Spec.Containers {
 		p := &process{name: c.Name}
 		bin := filepath.Join(root, "bin", filepath.Base(c.Command[0]))
-		p.cmd = exec.CommandContext(ctx, bin, c.Args...)
+		args := slices.Clone(c.Args)
+		if profile {
+			p.pprof = fmt.Sprintf("127.0.0.1:%d", 6060+i)
+			args = append(args, "--pprof-bind-address="+p.pprof)
+		}
+		p.cmd = exec.CommandContext(ctx, bin, args...)
 		p.cmd.Dir = root
 		p.cmd.Env = []string{"KUBECONFIG=" + kubeconfig, "PATH=" + os.Getenv("PATH")}
 		for _, e := range c.Env {

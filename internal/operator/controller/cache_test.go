@@ -36,7 +36,7 @@ func TestCachedPodKeepsWhatControllersRead(t *testing.T) {
 
 func TestCachedStatefulSetKeepsReplicasAndStatus(t *testing.T) {
 	sts := &appsv1.StatefulSet{
-		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](3), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres"}}}}},
+		Spec:   appsv1.StatefulSetSpec{Replicas: ptr.To[int32](3), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres"}}}}},
 		Status: appsv1.StatefulSetStatus{UpdateRevision: "r2"},
 	}
 	got, err := slimStatefulSet(sts)

@@ -35,8 +35,10 @@ const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/n
 
 // Flags are the manager settings common to the Helm manager and the controller.
 type Flags struct {
-	MetricsAddr      string
-	ProbeAddr        string
+	MetricsAddr string
+	ProbeAddr   string
+	// PprofAddr serves Go's profiles (net/http/pprof) when set.
+	PprofAddr        string
 	LeaderElect      bool
 	LeaderElectionID string
 	LeaseDuration    time.Duration
@@ -65,6 +67,7 @@ const (
 func (f *Flags) Register(fs *flag.FlagSet, metricsAddr, probeAddr, leaderElectionID string) {
 	fs.StringVar(&f.MetricsAddr, "metrics-bind-address", metricsAddr, "Address of the Prometheus metrics endpoint; 0 disables it.")
 	fs.StringVar(&f.ProbeAddr, "health-probe-bind-address", probeAddr, "Address of the /healthz and /readyz endpoints.")
+	fs.StringVar(&f.PprofAddr, "pprof-bind-address", "", "Address to serve Go's profiles on (/debug/pprof/); empty for none.")
 	fs.BoolVar(&f.LeaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles.")
 	fs.StringVar(&f.LeaderElectionID, "leader-election-id", leaderElectionID, "Name of the leader election Lease.")
 	fs.DurationVar(&f.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "How long a leader's Lease is valid.")
@@ -96,6 +99,7 @@ func (f *Flags) Options(scheme *runtime.Scheme, cfg *rest.Config) (manager.Optio
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: f.MetricsAddr},
 		HealthProbeBindAddress:        f.ProbeAddr,
+		PprofBindAddress:              f.PprofAddr,
 		LeaderElection:                f.LeaderElect,
 		LeaderElectionID:              f.LeaderElectionID,
 		LeaderElectionReleaseOnCancel: true,
