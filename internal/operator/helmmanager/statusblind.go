@@ -72,10 +72,37 @@ type statusBlindHandler struct {
 }
 
 func (h statusBlindHandler) OnUpdate(oldObj, newObj any) {
-	if statusOnly(oldObj, newObj) && !releasesScaleDown(oldObj, newObj) && !movesHibernation(oldObj, newObj) {
+	if (statusOnly(oldObj, newObj) || addsUninstallFinalizer(oldObj, newObj)) && !releasesScaleDown(oldObj, newObj) && !movesHibernation(oldObj, newObj) {
 		return
 	}
 	h.ResourceEventHandler.OnUpdate(oldObj, newObj)
+}
+
+// uninstallFinalizer is the finalizer helm-operator-plugins v0.8.0's reconciler adds to
+// every custom resource before its first install.
+const uninstallFinalizer = "uninstall-helm-release"
+
+// addsUninstallFinalizer reports whether an update only added the reconciler's own
+// finalizer: the reconciler adds it at the start of a resource's first reconcile and
+// goes on to install the release in that same reconcile, so the update's event only
+// queued a second, full reconcile of every new cluster (a thousand of them behind a
+// wave of a thousand clusters created at once, make bench-scale). A change made by
+// anyone else between the reconciler's read and its update makes the update fail
+// instead (its resourceVersion), and the retry reconciles.
+func addsUninstallFinalizer(oldObj, newObj any) bool {
+	o, ok1 := oldObj.(client.Object)
+	n, ok2 := newObj.(client.Object)
+	if !ok1 || !ok2 || o.GetResourceVersion() == n.GetResourceVersion() || n.GetDeletionTimestamp() != nil {
+		return false
+	}
+	was, is := o.GetFinalizers(), n.GetFinalizers()
+	if len(is) != len(was)+1 || is[len(is)-1] != uninstallFinalizer || !equality.Semantic.DeepEqual(append(append([]string{}, was...), uninstallFinalizer), is) {
+		return false
+	}
+	return o.GetGeneration() == n.GetGeneration() &&
+		equality.Semantic.DeepEqual(o.GetLabels(), n.GetLabels()) &&
+		equality.Semantic.DeepEqual(o.GetAnnotations(), n.GetAnnotations()) &&
+		equality.Semantic.DeepEqual(o.GetOwnerReferences(), n.GetOwnerReferences())
 }
 
 // releasesScaleDown reports whether an update moved status.currentPrimary away from an

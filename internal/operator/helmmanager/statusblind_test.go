@@ -114,3 +114,47 @@ func TestMovesHibernation(t *testing.T) {
 		})
 	}
 }
+
+// The reconciler's own finalizer, added as it starts a first install, does not queue a
+// second reconcile; any other change with it does.
+func TestAddsUninstallFinalizer(t *testing.T) {
+	base := func() *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "db.example.com/v1", "kind": "PostgresCluster"}}
+		u.SetName("db")
+		u.SetGeneration(1)
+		u.SetResourceVersion("10")
+		u.SetFinalizers([]string{"other"})
+		return u
+	}
+	now := metav1.Now()
+	for _, tc := range []struct {
+		name   string
+		change func(u *unstructured.Unstructured)
+		want   bool
+	}{
+		{"finalizer added", func(u *unstructured.Unstructured) { u.SetFinalizers([]string{"other", uninstallFinalizer}) }, true},
+		{"another finalizer added", func(u *unstructured.Unstructured) { u.SetFinalizers([]string{"other", "x"}) }, false},
+		{"finalizer added with a spec change", func(u *unstructured.Unstructured) {
+			u.SetFinalizers([]string{"other", uninstallFinalizer})
+			u.SetGeneration(2)
+		}, false},
+		{"finalizer added with a label", func(u *unstructured.Unstructured) {
+			u.SetFinalizers([]string{"other", uninstallFinalizer})
+			u.SetLabels(map[string]string{"a": "b"})
+		}, false},
+		{"finalizer added while deleted", func(u *unstructured.Unstructured) {
+			u.SetFinalizers([]string{"other", uninstallFinalizer})
+			u.SetDeletionTimestamp(&now)
+		}, false},
+		{"nothing but the status", func(u *unstructured.Unstructured) {}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old, next := base(), base()
+			next.SetResourceVersion("11")
+			tc.change(next)
+			if got := addsUninstallFinalizer(old, next); got != tc.want {
+				t.Errorf("addsUninstallFinalizer = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
