@@ -5,6 +5,8 @@
 package controller
 
 import (
+	"context"
+
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/operator/clusterpods"
 	"github.com/pgpilot/pgpilot/internal/operator/controller/backup"
 	"github.com/pgpilot/pgpilot/internal/operator/controller/certificates"
 	"github.com/pgpilot/pgpilot/internal/operator/controller/credentials"
@@ -118,6 +121,9 @@ const DefaultMaxRollingClusters = 3
 
 // Setup adds the controller's controllers to mgr.
 func Setup(mgr ctrl.Manager, clk clock.PassiveClock, opts Options) error {
+	if err := clusterpods.Index(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
 	recorder := mgr.GetEventRecorderFor(EventSource)
 	if err := credentials.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme(), recorder, nil).
 		SetupWithManager(mgr); err != nil {
