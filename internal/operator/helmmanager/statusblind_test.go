@@ -146,7 +146,7 @@ func TestAddsUninstallFinalizer(t *testing.T) {
 			u.SetFinalizers([]string{"other", uninstallFinalizer})
 			u.SetDeletionTimestamp(&now)
 		}, false},
-		{"nothing but the status", func(u *unstructured.Unstructured) {}, false},
+		{"nothing but the status", func(*unstructured.Unstructured) {}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			old, next := base(), base()
