@@ -46,7 +46,8 @@ func main() {
 		os.Exit(1)
 	}
 	limited := controller.CacheOptions()
-	opts.Cache.ByObject, opts.Cache.DefaultTransform = limited.ByObject, limited.DefaultTransform
+	limited.DefaultNamespaces = opts.Cache.DefaultNamespaces // WATCH_NAMESPACE
+	opts.Cache = limited
 	mgr, err := ctrl.NewManager(cfg, opts)
 	if err != nil {
 		log.Error(err, "Failed to create the manager")

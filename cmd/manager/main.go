@@ -42,7 +42,8 @@ func main() {
 		os.Exit(1)
 	}
 	limited := helmmanager.CacheOptions()
-	mopts.Cache.DefaultLabelSelector, mopts.Cache.ByObject, mopts.Cache.DefaultTransform = limited.DefaultLabelSelector, limited.ByObject, limited.DefaultTransform
+	limited.DefaultNamespaces = mopts.Cache.DefaultNamespaces // WATCH_NAMESPACE
+	mopts.Cache = limited
 	mgr, err := ctrl.NewManager(cfg, mopts)
 	if err != nil {
 		log.Error(err, "Failed to create the manager")

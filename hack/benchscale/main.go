@@ -52,6 +52,7 @@ import (
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/tools/devenv"
 	"github.com/pgpilot/pgpilot/internal/tools/hollow"
+	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
 // interrupted is set once the run is interrupted: every wait ends.
@@ -237,7 +238,7 @@ func (b *bench) measure(ctx context.Context, n int) (result, error) {
 		}
 		sleep(ctx, 200*time.Millisecond)
 	}
-	r.createP50, r.createP95 = percentile(creates, 50), percentile(creates, 95)
+	r.createP50, r.createP95 = testutil.Percentile(creates, 0.50), testutil.Percentile(creates, 0.95)
 	// The probes are part of the fleet from now on; wait until they run.
 	b.waitAll(b.clusters[len(b.clusters)-b.probes:], b.seen.healthy, 5*time.Minute)
 
@@ -247,7 +248,7 @@ func (b *bench) measure(ctx context.Context, n int) (result, error) {
 		b.profiles(fmt.Sprintf("wave-%d", n), 20*time.Second)
 		changes, r.changeMissing = b.changeAll(ctx, 32, 10*time.Minute)
 	})
-	r.changeP50, r.changeP95 = percentile(changes, 50), percentile(changes, 95)
+	r.changeP50, r.changeP95 = testutil.Percentile(changes, 0.50), testutil.Percentile(changes, 0.95)
 	sleep(ctx, 10*time.Second)
 
 	fmt.Printf("   failing %d primaries one after another\n", b.failures)
@@ -264,7 +265,7 @@ func (b *bench) measure(ctx context.Context, n int) (result, error) {
 		}
 		promotions = append(promotions, d)
 	}
-	r.promoteP50, r.promoteP95 = percentile(promotions, 50), percentile(promotions, 95)
+	r.promoteP50, r.promoteP95 = testutil.Percentile(promotions, 0.50), testutil.Percentile(promotions, 0.95)
 	if len(promotions) > 0 {
 		r.promoteMax = slices.Max(promotions)
 	}
@@ -291,6 +292,25 @@ func (b *bench) create(ctx context.Context, count, workers int) []types.Namespac
 		idx := first + i
 		keys[i] = types.NamespacedName{Namespace: namespaceName(idx % b.namespaces), Name: fmt.Sprintf("db-%d", idx)}
 	}
+	forEach(keys, workers, func(key types.NamespacedName) {
+		pgc := &dbv1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace},
+			Spec: dbv1.PostgresClusterSpec{Replicas: 3, Version: "16"}}
+		b.seen.created(key, time.Now())
+		for {
+			err := b.client.Create(ctx, pgc)
+			if err == nil || apierrors.IsAlreadyExists(err) || ctx.Err() != nil {
+				break
+			}
+			fmt.Println("    creating", key, ":", err)
+			time.Sleep(time.Second)
+		}
+	})
+	b.clusters = append(b.clusters, keys...)
+	return keys
+}
+
+// forEach calls do for every key, from workers goroutines, and returns when all are done.
+func forEach(keys []types.NamespacedName, workers int, do func(types.NamespacedName)) {
 	work := make(chan types.NamespacedName)
 	var wg sync.WaitGroup
 	for range workers {
@@ -298,17 +318,7 @@ func (b *bench) create(ctx context.Context, count, workers int) []types.Namespac
 		go func() {
 			defer wg.Done()
 			for key := range work {
-				pgc := &dbv1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace},
-					Spec: dbv1.PostgresClusterSpec{Replicas: 3, Version: "16"}}
-				b.seen.created(key, time.Now())
-				for {
-					err := b.client.Create(ctx, pgc)
-					if err == nil || apierrors.IsAlreadyExists(err) || ctx.Err() != nil {
-						break
-					}
-					fmt.Println("    creating", key, ":", err)
-					time.Sleep(time.Second)
-				}
+				do(key)
 			}
 		}()
 	}
@@ -317,8 +327,6 @@ func (b *bench) create(ctx context.Context, count, workers int) []types.Namespac
 	}
 	close(work)
 	wg.Wait()
-	b.clusters = append(b.clusters, keys...)
-	return keys
 }
 
 // waitAll waits until at(key) is known for every key or timeout passes; it returns the
@@ -348,27 +356,14 @@ func (b *bench) waitAll(keys []types.NamespacedName, at func(types.NamespacedNam
 func (b *bench) changeAll(ctx context.Context, workers int, timeout time.Duration) ([]time.Duration, int) {
 	value := fmt.Sprintf("%dkB", 4096+rand.IntN(4096))
 	b.seen.expect(value)
-	work := make(chan types.NamespacedName)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for key := range work {
-				patch := []byte(`{"spec":{"postgresql":{"parameters":{"work_mem":"` + value + `"}}}}`)
-				pgc := &dbv1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}
-				b.seen.changed(key, time.Now())
-				if err := b.client.Patch(ctx, pgc, client.RawPatch(types.MergePatchType, patch)); err != nil {
-					fmt.Println("    changing", key, ":", err)
-				}
-			}
-		}()
-	}
-	for _, k := range b.clusters {
-		work <- k
-	}
-	close(work)
-	wg.Wait()
+	forEach(b.clusters, workers, func(key types.NamespacedName) {
+		patch := []byte(`{"spec":{"postgresql":{"parameters":{"work_mem":"` + value + `"}}}}`)
+		pgc := &dbv1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}
+		b.seen.changed(key, time.Now())
+		if err := b.client.Patch(ctx, pgc, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			fmt.Println("    changing", key, ":", err)
+		}
+	})
 	b.waitAll(b.clusters, b.seen.changeRendered, timeout)
 	var ds []time.Duration
 	missing := 0
@@ -462,16 +457,6 @@ func (b *bench) usage(during func()) usage {
 		u.requests = append(u.requests, rps)
 	}
 	return u
-}
-
-func percentile(ds []time.Duration, p int) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := (len(s)*p + 99) / 100
-	return s[max(0, min(len(s)-1, i-1))]
 }
 
 func (b *bench) print(w io.Writer) {

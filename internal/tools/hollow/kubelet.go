@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/operator/clusterpods"
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
 )
@@ -382,7 +384,7 @@ func (k *Kubelet) reconcile(ctx context.Context, req reconcile.Request) (reconci
 				return reconcile.Result{}, err
 			}
 		}
-		if p.Status.PodIP != in.ip || !isReady(p) {
+		if p.Status.PodIP != in.ip || !clusterpods.IsReady(p) {
 			if err := k.setRunning(ctx, p, in.ip); err != nil {
 				return reconcile.Result{}, err
 			}
@@ -407,15 +409,6 @@ func templateRevision(sts *appsv1.StatefulSet) string {
 	b, _ := json.Marshal(sts.Spec.Template)
 	sum := sha256.Sum256(b)
 	return sts.Name + "-" + hex.EncodeToString(sum[:5])
-}
-
-func isReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func (k *Kubelet) createPod(ctx context.Context, sts *appsv1.StatefulSet, name, revision string) (*corev1.Pod, error) {
@@ -461,15 +454,13 @@ func (k *Kubelet) setRunning(ctx context.Context, p *corev1.Pod, ip string) erro
 		pod.Status.ContainerStatuses = nil
 		for _, c := range pod.Spec.Containers {
 			pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{
-				Name: c.Name, Image: c.Image, Ready: true, Started: ptrTo(true),
+				Name: c.Name, Image: c.Image, Ready: true, Started: ptr.To(true),
 				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
 			})
 		}
 		return k.client.Status().Update(ctx, &pod)
 	})
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // instanceFor is the hollow instance of pod, made and served on its own address the
 // first time (once the operator made the cluster's certificate and token).
