@@ -273,13 +273,15 @@ func (b *bench) measure(ctx context.Context, n int) (result, error) {
 	return r, nil
 }
 
-// profiles saves a CPU profile of each process over d, in the background.
+// profiles saves a CPU profile of each process over d, in the background, and a heap
+// profile of each as it starts.
 func (b *bench) profiles(what string, d time.Duration) {
 	if !b.profile {
 		return
 	}
 	for _, p := range b.procs {
-		go p.cpuProfile(d, filepath.Join(b.root, b.logDir, p.name+"-"+what+".pprof"))
+		p.save("heap", filepath.Join(b.root, b.logDir, p.name+"-"+what+"-heap.pprof"))
+		go p.save(fmt.Sprintf("profile?seconds=%d", int(d.Seconds())), filepath.Join(b.root, b.logDir, p.name+"-"+what+".pprof"))
 	}
 }
 
@@ -571,12 +573,12 @@ type process struct {
 	pprof string
 }
 
-// cpuProfile saves a CPU profile of the process over d into file.
-func (p *process) cpuProfile(d time.Duration, file string) {
+// save saves the process's profile /debug/pprof/<which> into file.
+func (p *process) save(which, file string) {
 	if p.pprof == "" {
 		return
 	}
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprof, int(d.Seconds()))) //nolint:gosec,noctx // the local process's profile
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/%s", p.pprof, which)) //nolint:gosec,noctx // the local process's profile
 	if err != nil {
 		fmt.Println("    profiling", p.name, ":", err)
 		return

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -32,6 +33,13 @@ func gateBenchSeconds() int {
 //   - commit: pgbench -N (the simple update, one commit per transaction), 8 clients;
 //   - read: pgbench -S (select only), 8 clients.
 //
+// A third server, the floor, is the bare one with the cheapest synchronous standby
+// PostgreSQL has: its own pg_receivewal (a C client of the same protocol), writing into
+// memory (tmpfs, where its flush after every message costs nothing) and reporting each
+// message as flushed at once (--synchronous). Any commit gate built on
+// synchronous replication pays at least that round trip; floor/bare is the best ratio
+// such a gate can reach on this machine, and pgpilot/floor what the gate adds to it.
+//
 // It asserts nothing about the figures (make bench runs it 3 times).
 func BenchmarkCommitGate(b *testing.B) {
 	c := newCluster(b, 1)
@@ -39,10 +47,16 @@ func BenchmarkCommitGate(b *testing.B) {
 	in := c.instances[0]
 	in.mustExec("SELECT 1")
 	pgpilot := pgbenchTarget{socket: filepath.Join(in.dir, "run"), port: 5432}
-	bare := startBare(b, in, filepath.Join(c.dir, "bare"))
+	bare := startBare(b, in, filepath.Join(c.dir, "bare"), 5433, "")
+	floor := startBare(b, in, filepath.Join(c.dir, "floor"), 5434, floorStandby)
+	startFloorStandby(b, floor)
 
-	for _, t := range []pgbenchTarget{pgpilot, bare} {
-		t.run(b, "-i", "-q", "-s", "10")
+	targets := []struct {
+		name string
+		t    pgbenchTarget
+	}{{"pgpilot", pgpilot}, {"bare", bare}, {"floor", floor}}
+	for _, t := range targets {
+		t.t.run(b, "-i", "-q", "-s", "10")
 	}
 	seconds := strconv.Itoa(gateBenchSeconds())
 	workloads := []struct {
@@ -56,10 +70,7 @@ func BenchmarkCommitGate(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		for _, w := range workloads {
-			order := []struct {
-				name string
-				t    pgbenchTarget
-			}{{"pgpilot", pgpilot}, {"bare", bare}}
+			order := slices.Clone(targets)
 			if i%2 == 1 {
 				slices.Reverse(order)
 			}
@@ -72,11 +83,14 @@ func BenchmarkCommitGate(b *testing.B) {
 	}
 	b.StopTimer()
 	for _, w := range workloads {
-		p, r := median(tps[w.name+"/pgpilot"]), median(tps[w.name+"/bare"])
+		p, r, f := median(tps[w.name+"/pgpilot"]), median(tps[w.name+"/bare"]), median(tps[w.name+"/floor"])
 		b.ReportMetric(p, w.name+"-pgpilot-tps")
 		b.ReportMetric(r, w.name+"-bare-tps")
+		b.ReportMetric(f, w.name+"-floor-tps")
 		b.ReportMetric(p/r, w.name+"-ratio")
-		b.Logf("%s: pgpilot %.0f tps, bare %.0f tps (medians of %d pairs of %s s): ratio %.3f", w.name, p, r, b.N, seconds, p/r)
+		b.ReportMetric(f/r, w.name+"-floor-ratio")
+		b.Logf("%s: pgpilot %.0f tps, bare %.0f tps, floor %.0f tps (medians of %d rounds of %s s): pgpilot/bare %.3f, floor/bare %.3f, pgpilot/floor %.3f",
+			w.name, p, r, f, b.N, seconds, p/r, f/r, p/f)
 	}
 	b.ReportMetric(0, "ns/op")
 }
@@ -115,10 +129,14 @@ func (t pgbenchTarget) run(b *testing.B, args ...string) string {
 	return out.String()
 }
 
+// floorStandby is the application_name of the floor's synchronous standby.
+const floorStandby = "pg_receivewal"
+
 // startBare initialises and starts, in dir, a postgres of the same programs as in's
 // with in's postgresql.conf, less the commit gate and in's addresses: no TCP, its own
-// socket directory and port. It is stopped when the benchmark ends.
-func startBare(b *testing.B, in *instance, dir string) pgbenchTarget {
+// socket directory and port, and synchronousStandby as its synchronous_standby_names
+// (none when empty). It is stopped when the benchmark ends.
+func startBare(b *testing.B, in *instance, dir string, port int, synchronousStandby string) pgbenchTarget {
 	b.Helper()
 	mustMkdir(b, dir, 0o755)
 	if err := os.Chown(dir, int(pgUID), int(pgGID)); err != nil {
@@ -139,11 +157,11 @@ func startBare(b *testing.B, in *instance, dir string) pgbenchTarget {
 	if err := os.Chown(run, int(pgUID), int(pgGID)); err != nil {
 		b.Fatal(err)
 	}
-	t := pgbenchTarget{socket: run, port: 5433}
+	t := pgbenchTarget{socket: run, port: port}
 	cmd := asPostgres("postgres", "-D", data, "-c", "config_file="+filepath.Join(in.pgdata, "postgresql.conf"),
 		"-c", "hba_file="+filepath.Join(data, "pg_hba.conf"), "-c", "ident_file="+filepath.Join(data, "pg_ident.conf"),
 		"-c", "listen_addresses=", "-c", "unix_socket_directories="+run, "-c", "port="+strconv.Itoa(t.port),
-		"-c", "synchronous_standby_names=")
+		"-c", "synchronous_standby_names="+synchronousStandby)
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
@@ -161,4 +179,48 @@ func startBare(b *testing.B, in *instance, dir string) pgbenchTarget {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return t
+}
+
+// startFloorStandby streams t's WAL into a directory in memory (/dev/shm) with
+// pg_receivewal as t's synchronous standby, and waits until t counts it as such. It is
+// stopped, and its directory removed, when the benchmark ends.
+func startFloorStandby(b *testing.B, t pgbenchTarget) {
+	b.Helper()
+	dir, err := os.MkdirTemp("/dev/shm", "pgpilot-floor-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chown(dir, int(pgUID), int(pgGID)); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(PGBin, "pg_receivewal"), "-D", dir, "-h", t.socket, "-p", strconv.Itoa(t.port),
+		"-U", "postgres", "--synchronous", "--no-loop")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: pgUID, Gid: pgGID}}
+	cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8")
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		_ = cmd.Wait()
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for !t.hasSyncStandby() {
+		if time.Now().After(deadline) {
+			b.Fatalf("pg_receivewal did not become the floor's synchronous standby:\n%s", log.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// hasSyncStandby reports whether t has a synchronous standby streaming.
+func (t pgbenchTarget) hasSyncStandby() bool {
+	cmd := exec.Command(filepath.Join(PGBin, "psql"), "-X", "-At", "-h", t.socket, "-p", strconv.Itoa(t.port), "-U", "postgres",
+		"-c", "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'", "postgres")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: pgUID, Gid: pgGID}}
+	out, err := cmd.Output()
+	return err == nil && strings.TrimSpace(string(out)) == "1"
 }

@@ -192,16 +192,30 @@ type gateStream struct {
 	sentAt  time.Time
 }
 
+// run receives and replies until the stream or ctx ends. Each wait for a message ends at
+// the next periodic report, by a read deadline on the socket rather than a context: a
+// receive with a context that can end starts and stops a goroutine to watch it, and
+// every commit costs at least one receive, so the gate would pay that on the path of
+// every commit (docs/failover.md, "What the gate costs").
 func (s *gateStream) run(ctx context.Context) error {
+	var deadline time.Time
 	for {
 		if err := s.report(ctx, false); err != nil {
 			return err
 		}
-		rctx, cancel := context.WithTimeout(ctx, gateStatusEvery)
-		msg, err := s.conn.ReceiveMessage(rctx)
-		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if next := s.sentAt.Add(gateStatusEvery); !next.Equal(deadline) {
+			deadline = next
+			if err := s.conn.Conn().SetReadDeadline(deadline); err != nil {
+				return err
+			}
+		}
+		// context.Background, exactly: pgconn watches any other context.
+		msg, err := s.conn.ReceiveMessage(context.Background())
 		if err != nil {
-			if pgconn.Timeout(err) && ctx.Err() == nil {
+			if pgconn.Timeout(err) {
 				continue
 			}
 			return err
@@ -214,6 +228,11 @@ func (s *gateStream) run(ctx context.Context) error {
 		case *pgproto3.ErrorResponse:
 			return pgconn.ErrorResponseToPgError(m)
 		case *pgproto3.CopyDone:
+			// The switch to the next timeline waits for its replies by ctx alone.
+			deadline = time.Time{}
+			if err := s.conn.Conn().SetReadDeadline(deadline); err != nil {
+				return err
+			}
 			if err := s.nextTimeline(ctx); err != nil {
 				return err
 			}

@@ -18,12 +18,14 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -61,6 +63,51 @@ type Reconciler struct {
 
 	mu     sync.Mutex
 	memory map[types.NamespacedName]*memory
+
+	// lanes are the two queues cycles are taken from (SetupWithManager): a cluster
+	// with something to decide is never queued behind the routine polls of settled ones.
+	lanes lanes
+}
+
+// lanes holds the queues of the failover controller's two lanes, each set once its
+// controller starts.
+type lanes struct {
+	mu sync.Mutex
+	// urgent takes every cycle of an unsettled cluster, and every wake-up by a pod, a
+	// Lease change or the renewal watchdog.
+	urgent workqueue.TypedRateLimitingInterface[reconcile.Request]
+	// routine takes the QuietPeriod polls of settled clusters and the clusters' own events.
+	routine workqueue.TypedRateLimitingInterface[reconcile.Request]
+}
+
+// add queues req in the urgent or the routine lane after d; false when that lane's
+// controller has not started.
+func (l *lanes) add(urgent bool, req reconcile.Request, d time.Duration) bool {
+	l.mu.Lock()
+	q := l.routine
+	if urgent {
+		q = l.urgent
+	}
+	l.mu.Unlock()
+	if q == nil {
+		return false
+	}
+	if d <= 0 {
+		q.Add(req)
+	} else {
+		q.AddAfter(req, d)
+	}
+	return true
+}
+
+// capture is a source that only records its controller's queue into *into.
+func (l *lanes) capture(into *workqueue.TypedRateLimitingInterface[reconcile.Request]) source.Source {
+	return source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		*into = q
+		return nil
+	})
 }
 
 // memory is what decisions need from earlier observations. It is lost on a restart,
@@ -96,6 +143,9 @@ type memory struct {
 	// settled: the last cycle found the cluster Settled and comes back after
 	// QuietPeriod; the renewal watchdog wakes it sooner if its holder stops renewing.
 	settled bool
+	// cycling is held for the length of a cycle: the two lanes may both hold the
+	// cluster, and its cycles run one at a time.
+	cycling sync.Mutex
 }
 
 // NewReconciler returns a Reconciler. reader reads uncached (the
@@ -140,9 +190,41 @@ type cycle struct {
 	decision *Decision
 }
 
+// lane is the reconciler of one of the two lanes: it runs a cycle and queues the
+// cluster's next one in the lane its state calls for.
+type lane struct {
+	r      *Reconciler
+	urgent bool
+}
+
+// Reconcile runs one cycle of the cluster, then queues the next: in the routine lane
+// after QuietPeriod once the cluster is settled, in the urgent lane otherwise.
+func (l lane) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	res, err := l.r.Reconcile(ctx, req)
+	if err != nil || res.RequeueAfter <= 0 {
+		return res, err
+	}
+	l.r.mu.Lock()
+	m, known := l.r.memory[req.NamespacedName]
+	urgent := known && !m.settled
+	l.r.mu.Unlock()
+	if urgent != l.urgent && l.r.lanes.add(urgent, req, res.RequeueAfter) {
+		return ctrl.Result{}, nil
+	}
+	return res, nil
+}
+
 // Reconcile observes the cluster's instances, decides, acts, labels, and comes back
-// after PollPeriod at the latest.
+// after PollPeriod at the latest (QuietPeriod once it is settled). Cycles of one
+// cluster never overlap.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	m := r.remember(req.NamespacedName)
+	m.cycling.Lock()
+	defer m.cycling.Unlock()
+	return r.reconcile(ctx, req)
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var cluster dbv1.PostgresCluster
 	if err := r.client.Get(ctx, req.NamespacedName, &cluster); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -230,7 +312,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // RenewingWithin ago: one that is asked every QuietPeriod would otherwise find its
 // primary failed up to QuietPeriod late. The woken cycle asks the agents at once and is
 // not settled until the holder renews again.
-func (r *Reconciler) watchRenewals(ctx context.Context, wake chan<- event.TypedGenericEvent[*dbv1.PostgresCluster]) {
+func (r *Reconciler) watchRenewals(ctx context.Context) {
 	tick := time.NewTicker(renewalCheck)
 	defer tick.Stop()
 	for {
@@ -250,10 +332,12 @@ func (r *Reconciler) watchRenewals(ctx context.Context, wake chan<- event.TypedG
 		}
 		r.mu.Unlock()
 		for _, key := range due {
-			select {
-			case wake <- event.TypedGenericEvent[*dbv1.PostgresCluster]{Object: &dbv1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}:
-			case <-ctx.Done():
-				return
+			if !r.lanes.add(true, reconcile.Request{NamespacedName: key}, 0) {
+				r.mu.Lock()
+				if m, ok := r.memory[key]; ok {
+					m.settled = true // not started yet: look again at the next check
+				}
+				r.mu.Unlock()
 			}
 		}
 	}
@@ -872,27 +956,45 @@ func equalAnnotations(a, b map[string]string) bool {
 	return true
 }
 
-// SetupWithManager reconciles each cluster when it or its pods change, when its Lease
-// changes other than by a renewal, and every PollPeriod.
+// SetupWithManager runs the cycles in two lanes, two controllers over one Reconciler,
+// because a workqueue serves in order: at a thousand clusters, a cluster whose primary
+// just failed would otherwise wait behind every settled cluster's routine poll that
+// came due before it (about 200 a second).
+//   - "failover" (routine) takes the QuietPeriod polls of settled clusters, and every
+//     change of a PostgresCluster;
+//   - "failover-urgent" takes every cycle of a cluster that is not settled, and every
+//     wake-up that may mean a failure: a pod changed, the Lease changed other than by
+//     a renewal, the renewal watchdog, a change of a cluster's spec or annotations.
+//
+// A cycle queues the cluster's next one in the lane its state calls for (lane).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	byLabel := handler.EnqueueRequestsFromMapFunc(clusterpods.ClusterOf)
-	wake := make(chan event.TypedGenericEvent[*dbv1.PostgresCluster], 64)
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		r.watchRenewals(ctx, wake)
+		r.watchRenewals(ctx)
 		return nil
 	})); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("failover").
 		For(&dbv1.PostgresCluster{}).
-		Watches(&corev1.Pod{}, byLabel).
-		Watches(&coordinationv1.Lease{}, r.leaseEvents()).
-		WatchesRawSource(source.Channel(wake, &handler.TypedEnqueueRequestForObject[*dbv1.PostgresCluster]{})).
+		WatchesRawSource(r.lanes.capture(&r.lanes.routine)).
 		// Each reconcile waits up to PollPeriod for the agents: enough workers that a
 		// slow cluster does not hold up the others.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 8}).
-		Complete(r)
+		Complete(lane{r: r}); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("failover-urgent").
+		WatchesRawSource(r.lanes.capture(&r.lanes.urgent)).
+		Watches(&dbv1.PostgresCluster{}, &handler.EnqueueRequestForObject{},
+			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(clusterpods.ClusterOf)).
+		Watches(&coordinationv1.Lease{}, r.leaseEvents()).
+		// As many workers: a wave of new clusters (unsettled until their instances
+		// run) is served here.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 8}).
+		Complete(lane{r: r, urgent: true})
 }
 
 // durations are the time spans messages carry: 2.5s, 1.023s, 14ms, 1m30s.
