@@ -2,11 +2,13 @@ package helmmanager
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -77,5 +79,56 @@ func TestResyncSlotsSpreadThePeriod(t *testing.T) {
 	}
 	if seen != 999 {
 		t.Errorf("%d resynced after a deletion, want 999", seen)
+	}
+}
+
+func TestRenderedDigestKeepsWhatTheDependentWatchReads(t *testing.T) {
+	statefulSet := func(replicas int64, ready int64, rv string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "apps/v1", "kind": "StatefulSet",
+			"metadata": map[string]any{
+				"name": "db", "namespace": "ns", "resourceVersion": rv,
+				"labels":          map[string]any{dbv1.LabelCluster: "db"},
+				"ownerReferences": []any{map[string]any{"apiVersion": "db.example.com/v1", "kind": "PostgresCluster", "name": "db", "uid": "u1", "controller": true}},
+				"managedFields":   []any{map[string]any{"manager": "helm"}},
+			},
+			"spec":   map[string]any{"replicas": replicas, "template": map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "postgres"}}}}},
+			"status": map[string]any{"readyReplicas": ready},
+		}}
+	}
+	cached := func(u *unstructured.Unstructured) *unstructured.Unstructured {
+		t.Helper()
+		got, err := renderedDigest(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.(*unstructured.Unstructured)
+	}
+	// What the dependent predicate compares: everything but status and resourceVersion.
+	compared := func(u *unstructured.Unstructured) map[string]any {
+		c := u.DeepCopy()
+		delete(c.Object, "status")
+		c.SetResourceVersion("")
+		return c.Object
+	}
+
+	base := cached(statefulSet(3, 3, "1"))
+	if _, ok := base.Object["spec"]; ok {
+		t.Errorf("cached object keeps its spec: %v", base.Object)
+	}
+	if base.GetManagedFields() != nil {
+		t.Error("cached object keeps its managed fields")
+	}
+	if refs := base.GetOwnerReferences(); len(refs) != 1 || refs[0].Name != "db" || base.GetLabels()[dbv1.LabelCluster] != "db" {
+		t.Errorf("cached object lost its owner or labels: %v", base.Object["metadata"])
+	}
+	if !reflect.DeepEqual(compared(base), compared(cached(statefulSet(3, 1, "2")))) {
+		t.Error("a status-only update looks like a change")
+	}
+	if reflect.DeepEqual(compared(base), compared(cached(statefulSet(2, 3, "3")))) {
+		t.Error("a spec change looks like no change")
+	}
+	if again := cached(statefulSet(3, 3, "4")); again.Object[digestField] != base.Object[digestField] {
+		t.Error("the same content digests differently")
 	}
 }

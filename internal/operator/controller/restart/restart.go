@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -276,5 +277,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&dbv1.PostgresCluster{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(clusterpods.ClusterOf)).
 		Watches(&corev1.ConfigMap{}, r.configChanges()).
+		// Clusters are independent, and each reconcile waits for the agents.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r)
 }

@@ -20,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -275,7 +276,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.ConfigMap{}, byLabel).
 		Watches(&corev1.Secret{}, byLabel).
 		Watches(&dbv1.PostgresBackup{}, byLabel).
-		Watches(&corev1.PersistentVolumeClaim{}, byLabel)
+		Watches(&corev1.PersistentVolumeClaim{}, byLabel).
+		// Clusters are independent: one worker left 1,000 new clusters' status
+		// minutes behind.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4})
 	if r.roles != nil {
 		b = b.WatchesRawSource(source.Channel(r.roles.Changes(), &handler.EnqueueRequestForObject{}))
 	}
