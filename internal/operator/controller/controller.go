@@ -124,6 +124,9 @@ func Setup(mgr ctrl.Manager, clk clock.PassiveClock, opts Options) error {
 	if err := clusterpods.Index(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
+	if err := roles.Index(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
 	recorder := mgr.GetEventRecorderFor(EventSource)
 	if err := credentials.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme(), recorder, nil).
 		SetupWithManager(mgr); err != nil {

@@ -255,28 +255,48 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 // clustersNaming are the clusters of the Secret's namespace that read it.
 func (r *Reconciler) clustersNaming(ctx context.Context, o client.Object) []reconcile.Request {
 	var list dbv1.PostgresClusterList
-	if err := r.client.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
+	if err := r.client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{IndexSecrets: o.GetName()}); err != nil {
 		log.FromContext(ctx).Error(err, "Failed to list the clusters a Secret may belong to", "secret", o.GetName())
 		return nil
 	}
-	var out []reconcile.Request
+	out := make([]reconcile.Request, 0, len(list.Items))
 	for i := range list.Items {
-		if Names(&list.Items[i], o.GetName()) {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-		}
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 	}
 	return out
 }
 
-// Names reports whether the cluster reads the Secret: a role's password Secret, or one
-// of its credentials Secrets.
-func Names(c *dbv1.PostgresCluster, secret string) bool {
+// IndexSecrets is the cache's index of clusters by the Secrets they read (SecretsRead),
+// through which a Secret's change finds its clusters. Listing every cluster of the
+// namespace instead copied each one at every Secret event: at 1,000 clusters, a fifth of
+// the controller's CPU while idle, working off the create wave's events.
+const IndexSecrets = "db.example.com/secrets"
+
+// Index adds IndexSecrets to the cache whose indexer this is; before it starts.
+func Index(ctx context.Context, indexer client.FieldIndexer) error {
+	return indexer.IndexField(ctx, &dbv1.PostgresCluster{}, IndexSecrets, func(o client.Object) []string {
+		c, ok := o.(*dbv1.PostgresCluster)
+		if !ok {
+			return nil
+		}
+		return SecretsRead(c)
+	})
+}
+
+// SecretsRead are the Secrets the cluster reads: its roles' password Secrets and its
+// credentials Secrets.
+func SecretsRead(c *dbv1.PostgresCluster) []string {
+	var names []string
 	for _, r := range c.Spec.Roles {
-		if r.PasswordSecret != nil && r.PasswordSecret.Name == secret {
-			return true
+		if r.PasswordSecret != nil {
+			names = append(names, r.PasswordSecret.Name)
 		}
 	}
-	return slices.ContainsFunc(secrets.Wanted(c), func(w secrets.Credential) bool { return w.Name == secret })
+	for _, w := range secrets.Wanted(c) {
+		names = append(names, w.Name)
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 // holderChanged passes a Lease's creation and the updates that change its holder, not
