@@ -66,6 +66,7 @@ func main() {
 	idle := flag.Duration("idle", time.Minute, "How long the idle figures are measured at each N.")
 	settle := flag.Duration("settle", 30*time.Second, "How long to wait after a wave before the idle figures.")
 	logDir := flag.String("log-dir", "bin/bench-scale", "Where the operator's logs are written.")
+	wave := flag.Bool("wave", true, "Measure a wave of spec changes at each N (false: skip it, for the failures' figures sooner).")
 	profile := flag.Bool("profile", false, "Serve each process's Go profiles and save a CPU profile of each, idle and during the wave, into -log-dir.")
 	flag.Parse()
 	// The operator under test logs to its own files; the harness's libraries say nothing.
@@ -80,7 +81,7 @@ func main() {
 		}
 		ns = append(ns, n)
 	}
-	b := &bench{namespaces: *namespaces, failures: *failures, probes: *probes, idle: *idle, settle: *settle, logDir: *logDir, profile: *profile}
+	b := &bench{namespaces: *namespaces, failures: *failures, probes: *probes, idle: *idle, settle: *settle, logDir: *logDir, profile: *profile, wave: *wave}
 	if err := b.run(ns); err != nil {
 		fmt.Fprintln(os.Stderr, "benchscale:", err)
 		os.Exit(1)
@@ -92,6 +93,7 @@ type bench struct {
 	idle, settle                 time.Duration
 	logDir                       string
 	profile                      bool
+	wave                         bool
 
 	root     string
 	client   client.Client
@@ -227,6 +229,9 @@ func (b *bench) measure(ctx context.Context, n int) (result, error) {
 		b.profiles(fmt.Sprintf("idle-%d", n), b.idle)
 		sleep(ctx, b.idle)
 	})
+	for i, p := range b.procs {
+		fmt.Printf("    idle: %s RSS %.0f MB, CPU %.2f cores\n", p.name, r.idle.rss[i]/1e6, r.idle.cpu[i])
+	}
 
 	fmt.Printf("   creating %d clusters one at a time\n", b.probes)
 	var creates []time.Duration
@@ -242,14 +247,16 @@ func (b *bench) measure(ctx context.Context, n int) (result, error) {
 	// The probes are part of the fleet from now on; wait until they run.
 	b.waitAll(b.clusters[len(b.clusters)-b.probes:], b.seen.healthy, 5*time.Minute)
 
-	fmt.Printf("   changing a setting of all %d clusters\n", len(b.clusters))
-	var changes []time.Duration
-	r.wave = b.usage(func() {
-		b.profiles(fmt.Sprintf("wave-%d", n), 20*time.Second)
-		changes, r.changeMissing = b.changeAll(ctx, 32, 10*time.Minute)
-	})
-	r.changeP50, r.changeP95 = testutil.Percentile(changes, 0.50), testutil.Percentile(changes, 0.95)
-	sleep(ctx, 10*time.Second)
+	if b.wave {
+		fmt.Printf("   changing a setting of all %d clusters\n", len(b.clusters))
+		var changes []time.Duration
+		r.wave = b.usage(func() {
+			b.profiles(fmt.Sprintf("wave-%d", n), 20*time.Second)
+			changes, r.changeMissing = b.changeAll(ctx, 32, 10*time.Minute)
+		})
+		r.changeP50, r.changeP95 = testutil.Percentile(changes, 0.50), testutil.Percentile(changes, 0.95)
+		sleep(ctx, 10*time.Second)
+	}
 
 	fmt.Printf("   failing %d primaries one after another\n", b.failures)
 	var promotions []time.Duration
@@ -263,6 +270,7 @@ func (b *bench) measure(ctx context.Context, n int) (result, error) {
 			r.promoteMissing++
 			continue
 		}
+		fmt.Printf("    failure → promotion %s\n", d.Round(10*time.Millisecond))
 		promotions = append(promotions, d)
 	}
 	r.promoteP50, r.promoteP95 = testutil.Percentile(promotions, 0.50), testutil.Percentile(promotions, 0.95)
