@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 )
@@ -130,5 +132,34 @@ func TestRenderedDigestKeepsWhatTheDependentWatchReads(t *testing.T) {
 	}
 	if again := cached(statefulSet(3, 3, "4")); again.Object[digestField] != base.Object[digestField] {
 		t.Error("the same content digests differently")
+	}
+}
+
+func TestResyncGivesWayToABusyQueue(t *testing.T) {
+	s := newSlots(time.Second) // one slot: every resource is due every second
+	for i := range 3 {
+		s.add(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("db-%d", i)}})
+	}
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	s.enqueue(q, time.Unix(1_800_000_000, 0))
+	if q.Len() != 3 {
+		t.Fatalf("idle queue: %d queued, want the 3 resources due", q.Len())
+	}
+	for i := range resyncYieldsAt {
+		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "other", Name: fmt.Sprintf("new-%d", i)}})
+	}
+	before := q.Len()
+	// The three are still queued (a queue holds a key once); take them out first.
+	for range before {
+		item, _ := q.Get()
+		q.Done(item)
+		if item.Namespace == "other" {
+			q.Add(item)
+		}
+	}
+	s.enqueue(q, time.Unix(1_800_000_001, 0))
+	if q.Len() != resyncYieldsAt {
+		t.Errorf("busy queue: %d queued, want the resync to give way (%d)", q.Len(), resyncYieldsAt)
 	}
 }

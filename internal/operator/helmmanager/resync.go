@@ -113,10 +113,27 @@ func (s *slots) run(ctx context.Context, q workqueue.TypedRateLimitingInterface[
 		case at := <-tick.C:
 			// Every second since the last tick: a late tick skips none.
 			for ; last < at.Unix(); last++ {
-				for _, k := range s.due(time.Unix(last+1, 0)) {
-					q.Add(reconcile.Request{NamespacedName: k})
-				}
+				s.enqueue(q, time.Unix(last+1, 0))
 			}
 		}
+	}
+}
+
+// resyncYieldsAt is the queue length at which the resync gives way: the resources of
+// that second are not queued, and come back a period later. A resync is a backstop (the
+// dependent watches repair drift as it happens), and at 1,000 clusters on a loaded API
+// server it brought more work than the manager could do (1.7 reconciles a second against
+// 1.25 done): the queue never emptied, and a new cluster waited behind a thousand
+// resyncs.
+const resyncYieldsAt = 8
+
+// enqueue queues the resources of the second at, unless the queue is busy with other
+// work.
+func (s *slots) enqueue(q workqueue.TypedRateLimitingInterface[reconcile.Request], at time.Time) {
+	if q.Len() >= resyncYieldsAt {
+		return
+	}
+	for _, k := range s.due(at) {
+		q.Add(reconcile.Request{NamespacedName: k})
 	}
 }
