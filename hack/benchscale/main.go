@@ -493,11 +493,22 @@ func (b *bench) print(w io.Writer) {
 		}
 		return fmt.Sprintf("%.1f s", d.Seconds())
 	}
+	// waved is a wave figure, "-" where no wave was measured (-wave=false).
+	waved := func(r result, f func(u usage) string) string {
+		if len(r.wave.rss) == 0 {
+			return "-"
+		}
+		return f(r.wave)
+	}
 	for i, p := range b.procs {
-		row(p.name+" RSS idle / wave", func(r result) string { return mb(r.idle.rss[i]) + " / " + mb(r.wave.rss[i]) })
-		row(p.name+" CPU idle / wave (cores)", func(r result) string { return fmt.Sprintf("%.2f / %.2f", r.idle.cpu[i], r.wave.cpu[i]) })
+		row(p.name+" RSS idle / wave", func(r result) string {
+			return mb(r.idle.rss[i]) + " / " + waved(r, func(u usage) string { return mb(u.rss[i]) })
+		})
+		row(p.name+" CPU idle / wave (cores)", func(r result) string {
+			return fmt.Sprintf("%.2f / ", r.idle.cpu[i]) + waved(r, func(u usage) string { return fmt.Sprintf("%.2f", u.cpu[i]) })
+		})
 		row(p.name+" API req/s idle", func(r result) string { return verbs(r.idle.requests[i]) })
-		row(p.name+" API req/s wave", func(r result) string { return verbs(r.wave.requests[i]) })
+		row(p.name+" API req/s wave", func(r result) string { return waved(r, func(u usage) string { return verbs(u.requests[i]) }) })
 	}
 	row("both RSS idle", func(r result) string {
 		var sum float64
