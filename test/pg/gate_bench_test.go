@@ -162,6 +162,16 @@ func startBare(b *testing.B, in *instance, dir string, port int, synchronousStan
 		"-c", "hba_file="+filepath.Join(data, "pg_hba.conf"), "-c", "ident_file="+filepath.Join(data, "pg_ident.conf"),
 		"-c", "listen_addresses=", "-c", "unix_socket_directories="+run, "-c", "port="+strconv.Itoa(t.port),
 		"-c", "synchronous_standby_names="+synchronousStandby)
+	startUntil(b, cmd, "the bare postgres did not start", func() bool {
+		return asPostgres("pg_isready", "-h", run, "-p", strconv.Itoa(t.port)).Run() == nil
+	})
+	return t
+}
+
+// startUntil starts cmd, stopped by SIGINT when the benchmark ends, and waits up to 30 s
+// until ready; failing, it prints failure and cmd's output.
+func startUntil(b *testing.B, cmd *exec.Cmd, failure string, ready func() bool) {
+	b.Helper()
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
@@ -172,13 +182,12 @@ func startBare(b *testing.B, in *instance, dir string, port int, synchronousStan
 		_ = cmd.Wait()
 	})
 	deadline := time.Now().Add(30 * time.Second)
-	for asPostgres("pg_isready", "-h", run, "-p", strconv.Itoa(t.port)).Run() != nil {
+	for !ready() {
 		if time.Now().After(deadline) {
-			b.Fatalf("the bare postgres did not start:\n%s", log.String())
+			b.Fatalf("%s:\n%s", failure, log.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return t
 }
 
 // startFloorStandby streams t's WAL into a directory in memory (/dev/shm) with
@@ -198,22 +207,7 @@ func startFloorStandby(b *testing.B, t pgbenchTarget) {
 		"-U", "postgres", "--synchronous", "--no-loop")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: pgUID, Gid: pgGID}}
 	cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8")
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		_ = cmd.Wait()
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for !t.hasSyncStandby() {
-		if time.Now().After(deadline) {
-			b.Fatalf("pg_receivewal did not become the floor's synchronous standby:\n%s", log.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	startUntil(b, cmd, "pg_receivewal did not become the floor's synchronous standby", t.hasSyncStandby)
 }
 
 // hasSyncStandby reports whether t has a synchronous standby streaming.
