@@ -751,25 +751,48 @@ func TestDeleteKeepsVolumes(t *testing.T) {
 	}
 }
 
-// The Helm manager watches what it rendered and puts back a hand-edited object.
+// The Helm manager watches what it rendered and puts back a hand-edited or deleted
+// object, each time: a release it remembers as unchanged is read back after any change
+// its watches see.
 func TestDriftIsReverted(t *testing.T) {
 	ns := newNamespace(t)
 	create(t, newCluster(ns, "drift"))
 	var svc corev1.Service
 	testutil.Eventually(t, timeout, func() error { return get(ns, "drift-rw", &svc) })
-	svc.Spec.Selector[dbv1.LabelRole] = dbv1.RoleReplica
-	if err := k8s.Update(context.Background(), &svc); err != nil {
-		t.Fatal(err)
+	for round := range 2 {
+		testutil.Eventually(t, timeout, func() error {
+			if err := get(ns, "drift-rw", &svc); err != nil {
+				return err
+			}
+			svc.Spec.Selector[dbv1.LabelRole] = dbv1.RoleReplica
+			return k8s.Update(context.Background(), &svc)
+		})
+		testutil.Eventually(t, timeout, func() error {
+			if err := get(ns, "drift-rw", &svc); err != nil {
+				return err
+			}
+			if got := svc.Spec.Selector[dbv1.LabelRole]; got != dbv1.RolePrimary {
+				return fmt.Errorf("edit %d: drift-rw still selects role %q", round+1, got)
+			}
+			return nil
+		})
+
+		var ro corev1.Service
+		testutil.Eventually(t, timeout, func() error { return get(ns, "drift-ro", &ro) })
+		if err := k8s.Delete(context.Background(), &ro); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, timeout, func() error {
+			var again corev1.Service
+			if err := get(ns, "drift-ro", &again); err != nil {
+				return err
+			}
+			if again.UID == ro.UID {
+				return fmt.Errorf("deletion %d: drift-ro not deleted yet", round+1)
+			}
+			return nil
+		})
 	}
-	testutil.Eventually(t, timeout, func() error {
-		if err := get(ns, "drift-rw", &svc); err != nil {
-			return err
-		}
-		if got := svc.Spec.Selector[dbv1.LabelRole]; got != dbv1.RolePrimary {
-			return fmt.Errorf("drift-rw still selects role %q", got)
-		}
-		return nil
-	})
 }
 
 // A Secret the user created beforehand is used as it is; one without a password is

@@ -77,6 +77,7 @@ func Setup(mgr ctrl.Manager, opts Options) ([]watches.Watch, error) {
 		if w.MaxConcurrentReconciles != nil {
 			concurrency = *w.MaxConcurrentReconciles
 		}
+		released := newReleases()
 		options := []reconciler.Option{
 			reconciler.WithChart(*plan.WithoutDashboard(withoutSchema(w.Chart))),
 			reconciler.WithGroupVersionKind(w.GroupVersionKind),
@@ -91,7 +92,7 @@ func Setup(mgr ctrl.Manager, opts Options) ([]watches.Watch, error) {
 			reconciler.WithUpgradeAnnotations(annotation.DefaultUpgradeAnnotations...),
 			reconciler.WithUninstallAnnotations(annotation.DefaultUninstallAnnotations...),
 			reconciler.WithLog(log.WithValues("gvk", w.GroupVersionKind.String())),
-			reconciler.WithActionClientGetter(actions),
+			reconciler.WithActionClientGetter(remembering(actions, released)),
 			reconciler.WithClient(keepStatus(mgr.GetClient(), mgr.GetAPIReader(), w.GroupVersionKind)),
 		}
 		if p := planned(mgr, w); p != nil {
@@ -103,7 +104,7 @@ func Setup(mgr ctrl.Manager, opts Options) ([]watches.Watch, error) {
 		if err != nil {
 			return nil, fmt.Errorf("creating the Helm reconciler for %s: %w", w.GroupVersionKind, err)
 		}
-		if err := r.SetupWithManager(statusBlind(mgr, w.GroupVersionKind)); err != nil {
+		if err := r.SetupWithManager(statusBlind(mgr, w.GroupVersionKind, released)); err != nil {
 			return nil, fmt.Errorf("setting up the Helm reconciler for %s: %w", w.GroupVersionKind, err)
 		}
 		log.Info("Configured watch", "gvk", w.GroupVersionKind.String(), "chart", w.ChartPath,

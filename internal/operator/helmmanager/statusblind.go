@@ -27,8 +27,11 @@ import (
 // was a reconcile every 400 ms, on the same CPUs as the promotion. A spec change
 // still reconciles at once, a change of labels, annotations, finalizers, owners or
 // the deletion timestamp too, and the reconcile period repairs drift as before.
-func statusBlind(mgr ctrl.Manager, gvk schema.GroupVersionKind) ctrl.Manager {
-	return statusBlindManager{Manager: mgr, cache: statusBlindCache{Cache: mgr.GetCache(), gvk: gvk}}
+//
+// The same cache counts, in r, the changes its watches see to the objects the
+// reconciler rendered (releases.changed), before the reconciler's handlers see them.
+func statusBlind(mgr ctrl.Manager, gvk schema.GroupVersionKind, r *releases) ctrl.Manager {
+	return statusBlindManager{Manager: mgr, cache: statusBlindCache{Cache: mgr.GetCache(), gvk: gvk, releases: r}}
 }
 
 type statusBlindManager struct {
@@ -40,7 +43,8 @@ func (m statusBlindManager) GetCache() cache.Cache { return m.cache }
 
 type statusBlindCache struct {
 	cache.Cache
-	gvk schema.GroupVersionKind
+	gvk      schema.GroupVersionKind
+	releases *releases
 }
 
 func (c statusBlindCache) GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error) {
@@ -50,7 +54,7 @@ func (c statusBlindCache) GetInformer(ctx context.Context, obj client.Object, op
 	}
 	// The reconciler watches its kind as unstructured, which carries its kind.
 	if obj.GetObjectKind().GroupVersionKind() != c.gvk {
-		return i, nil
+		return changeCountingInformer{Informer: i, releases: c.releases}, nil
 	}
 	return statusBlindInformer{Informer: i}, nil
 }
@@ -169,4 +173,62 @@ func statusOnly(oldObj, newObj any) bool {
 		equality.Semantic.DeepEqual(o.GetFinalizers(), n.GetFinalizers()) &&
 		equality.Semantic.DeepEqual(o.GetOwnerReferences(), n.GetOwnerReferences()) &&
 		equality.Semantic.DeepEqual(o.GetDeletionTimestamp(), n.GetDeletionTimestamp())
+}
+
+// changeCountingInformer is an informer of objects the reconciler renders, whose
+// handlers first count each change to an object in releases.
+type changeCountingInformer struct {
+	cache.Informer
+	releases *releases
+}
+
+func (i changeCountingInformer) AddEventHandler(h toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error) {
+	return i.Informer.AddEventHandler(changeCountingHandler{ResourceEventHandler: h, releases: i.releases})
+}
+
+func (i changeCountingInformer) AddEventHandlerWithResyncPeriod(h toolscache.ResourceEventHandler, resync time.Duration) (toolscache.ResourceEventHandlerRegistration, error) {
+	return i.Informer.AddEventHandlerWithResyncPeriod(changeCountingHandler{ResourceEventHandler: h, releases: i.releases}, resync)
+}
+
+type changeCountingHandler struct {
+	toolscache.ResourceEventHandler
+	releases *releases
+}
+
+// OnUpdate counts an update of anything but the status, which the dependent watches'
+// predicate reconciles on.
+func (h changeCountingHandler) OnUpdate(oldObj, newObj any) {
+	if key, ok := changeOf(newObj); ok && !sameButStatus(oldObj, newObj) {
+		h.releases.changed(key)
+	}
+	h.ResourceEventHandler.OnUpdate(oldObj, newObj)
+}
+
+// OnDelete counts a deletion (a tombstone's object too).
+func (h changeCountingHandler) OnDelete(obj any) {
+	o := obj
+	if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		o = tombstone.Obj
+	}
+	if key, ok := changeOf(o); ok {
+		h.releases.changed(key)
+	}
+	h.ResourceEventHandler.OnDelete(obj)
+}
+
+// sameButStatus reports whether two versions of an object differ in their status and
+// resourceVersion only: the test of helm-operator-plugins' dependent predicate. An object
+// it cannot compare differs.
+func sameButStatus(oldObj, newObj any) bool {
+	o, ok1 := oldObj.(*unstructured.Unstructured)
+	n, ok2 := newObj.(*unstructured.Unstructured)
+	if !ok1 || !ok2 {
+		return false
+	}
+	o, n = o.DeepCopy(), n.DeepCopy()
+	delete(o.Object, "status")
+	delete(n.Object, "status")
+	o.SetResourceVersion("")
+	n.SetResourceVersion("")
+	return equality.Semantic.DeepEqual(o.Object, n.Object)
 }
