@@ -521,8 +521,9 @@ type DeployedRelease struct {
 	// name of the Helm release.
 	// +optional
 	Name string `json:"name,omitempty"`
-	// manifest is the rendered chart. It never contains a password: the chart only
-	// names the credentials Secrets.
+	// manifest is not written: the rendered chart is kept in the Helm release (helm get
+	// manifest <name>), not copied into every cluster's status, its cache and its
+	// watch events. A status written by an earlier version loses it at the next write.
 	// +optional
 	Manifest string `json:"manifest,omitempty"`
 }

@@ -137,9 +137,15 @@ func TestExampleRendersTheTopology(t *testing.T) {
 		if err := get(ns, "my-db", u); err != nil {
 			return err
 		}
-		manifest, _, _ := unstructured.NestedString(u.Object, "status", "deployedRelease", "manifest")
+		if name, _, _ := unstructured.NestedString(u.Object, "status", "deployedRelease", "name"); name != "my-db" {
+			return fmt.Errorf("status.deployedRelease.name = %q, want my-db", name)
+		}
+		manifest, err := deployedManifest(ns, "my-db")
+		if err != nil {
+			return err
+		}
 		if !strings.Contains(manifest, "kind: StatefulSet") {
-			return fmt.Errorf("status.deployedRelease.manifest has no StatefulSet yet")
+			return fmt.Errorf("the deployed release has no StatefulSet yet")
 		}
 		raw, err := json.Marshal(u.Object)
 		if err != nil {
@@ -149,12 +155,43 @@ func TestExampleRendersTheTopology(t *testing.T) {
 			if bytes.Contains(raw, []byte(pw)) {
 				t.Fatalf("the password of %s appears in the PostgresCluster object", name)
 			}
+			if strings.Contains(manifest, pw) {
+				t.Fatalf("the password of %s appears in the rendered release", name)
+			}
 		}
 		if strings.Contains(manifest, "kind: Secret") {
 			t.Fatalf("the chart rendered a Secret")
 		}
 		return nil
 	})
+}
+
+// deployedManifest is the manifest of release's deployed revision, read from its Helm
+// release Secret (the release's JSON, gzipped and base64-encoded).
+func deployedManifest(ns, release string) (string, error) {
+	var secrets corev1.SecretList
+	if err := k8s.List(context.Background(), &secrets, client.InNamespace(ns),
+		client.MatchingLabels{"owner": "helm", "name": release, "status": "deployed"}); err != nil {
+		return "", err
+	}
+	if len(secrets.Items) != 1 {
+		return "", fmt.Errorf("%d deployed revisions of release %s, want 1", len(secrets.Items), release)
+	}
+	gz, err := base64.StdEncoding.DecodeString(string(secrets.Items[0].Data["release"]))
+	if err != nil {
+		return "", err
+	}
+	r, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		return "", err
+	}
+	var rel struct {
+		Manifest string `json:"manifest"`
+	}
+	if err := json.NewDecoder(r).Decode(&rel); err != nil {
+		return "", err
+	}
+	return rel.Manifest, nil
 }
 
 // With the instance pods running, the controller labels them by role, fills the status,
@@ -266,6 +303,9 @@ func TestSpecChangeRollsAndStatusSurvivesHelm(t *testing.T) {
 		deployed := dbv1.FindCondition(c.Status.Conditions, dbv1.ConditionDeployed)
 		if deployed == nil || deployed.Reason != "UpgradeSuccessful" {
 			return fmt.Errorf("no Deployed/UpgradeSuccessful condition yet: %+v", c.Status.Conditions)
+		}
+		if r := c.Status.DeployedRelease; r == nil || r.Name != "grow" || r.Manifest != "" {
+			return fmt.Errorf("status.deployedRelease = %+v, want the release's name and no manifest", r)
 		}
 		if c.Status.Phase != dbv1.PhaseDegraded || c.Status.ReadyInstances != 3 || c.Status.CurrentPrimary != "grow-0" ||
 			c.Status.ObservedGeneration != c.Generation {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -32,6 +33,10 @@ var helmConditions = map[string]bool{
 // empty columns, and anything watching the cluster saw it lose its primary for a moment.
 // The update still carries the resourceVersion the reconciler read: a status that
 // changed since is a conflict, as it was, and the reconciler tries again.
+//
+// status.deployedRelease is written with the release's name only, not its manifest
+// (see mergeHelmStatus), and an update that would leave the status as the cache has it
+// is not sent.
 func keepStatus(c client.Client, reader client.Reader, gvk schema.GroupVersionKind) client.Client {
 	return statusKeepingClient{Client: c, reader: reader, gvk: gvk}
 }
@@ -43,13 +48,28 @@ type statusKeepingClient struct {
 }
 
 func (c statusKeepingClient) Status() client.SubResourceWriter {
-	return statusKeepingWriter{SubResourceWriter: c.Client.Status(), reader: c.reader, gvk: c.gvk}
+	return statusKeepingWriter{SubResourceWriter: c.Client.Status(), cached: c.Client, reader: c.reader, gvk: c.gvk}
 }
 
 type statusKeepingWriter struct {
 	client.SubResourceWriter
+	cached client.Reader
 	reader client.Reader
 	gvk    schema.GroupVersionKind
+}
+
+// unchanged reports whether the status helm would merge into u's is the one the cache
+// holds at u's resourceVersion. helm-operator-plugins compares its status with the
+// release it reads, manifest included, so without the manifest in the status it asks
+// for an update at every reconcile; one that changes nothing is not sent.
+func (w statusKeepingWriter) unchanged(ctx context.Context, u *unstructured.Unstructured, helm map[string]any) bool {
+	cached := &unstructured.Unstructured{}
+	cached.SetGroupVersionKind(w.gvk)
+	if err := w.cached.Get(ctx, client.ObjectKeyFromObject(u), cached); err != nil || cached.GetResourceVersion() != u.GetResourceVersion() {
+		return false
+	}
+	server, _ := cached.Object["status"].(map[string]any)
+	return equality.Semantic.DeepEqual(mergeHelmStatus(server, helm), server)
 }
 
 func (w statusKeepingWriter) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
@@ -57,19 +77,26 @@ func (w statusKeepingWriter) Update(ctx context.Context, obj client.Object, opts
 	if !ok || u.GroupVersionKind() != w.gvk {
 		return w.SubResourceWriter.Update(ctx, obj, opts...)
 	}
+	helm, _ := u.Object["status"].(map[string]any)
+	if w.unchanged(ctx, u, helm) {
+		return nil
+	}
 	current := &unstructured.Unstructured{}
 	current.SetGroupVersionKind(w.gvk)
 	if err := w.reader.Get(ctx, client.ObjectKeyFromObject(u), current); err != nil {
 		return err
 	}
 	if current.GetResourceVersion() != u.GetResourceVersion() {
-		return apierrors.NewConflict(schema.GroupResource{Group: w.gvk.Group, Resource: u.GetKind()}, u.GetName(),
-			fmt.Errorf("the object has been modified since resourceVersion %s; please apply your changes to the latest version and try again", u.GetResourceVersion()))
+		return conflict(w.gvk, u)
 	}
 	server, _ := current.Object["status"].(map[string]any)
-	helm, _ := u.Object["status"].(map[string]any)
 	u.Object["status"] = mergeHelmStatus(server, helm)
 	return w.SubResourceWriter.Update(ctx, u, opts...)
+}
+
+func conflict(gvk schema.GroupVersionKind, u *unstructured.Unstructured) error {
+	return apierrors.NewConflict(schema.GroupResource{Group: gvk.Group, Resource: u.GetKind()}, u.GetName(),
+		fmt.Errorf("the object has been modified since resourceVersion %s; please apply your changes to the latest version and try again", u.GetResourceVersion()))
 }
 
 // mergeHelmStatus is the status on the server with what the Helm reconciler owns taken
@@ -80,8 +107,8 @@ func mergeHelmStatus(server, helm map[string]any) map[string]any {
 	if out == nil {
 		out = map[string]any{}
 	}
-	if r, ok := helm["deployedRelease"]; ok {
-		out["deployedRelease"] = runtime.DeepCopyJSONValue(r)
+	if r, ok := helm["deployedRelease"].(map[string]any); ok {
+		out["deployedRelease"] = withoutManifest(r)
 	} else {
 		delete(out, "deployedRelease")
 	}
@@ -119,6 +146,17 @@ func mergeHelmStatus(server, helm map[string]any) map[string]any {
 	} else {
 		out["conditions"] = conditions
 	}
+	return out
+}
+
+// withoutManifest is a deployedRelease without its manifest: the rendered chart, about
+// 15 KB a cluster, which the release Secret already holds (helm get manifest), and which
+// in the status was stored again in etcd, held in every cache of the custom resource
+// (the Helm manager's, the controller's, every client's) and sent with every watch
+// event of it: every status write of the controller.
+func withoutManifest(r map[string]any) map[string]any {
+	out := runtime.DeepCopyJSON(r)
+	delete(out, "manifest")
 	return out
 }
 
