@@ -108,6 +108,7 @@ type bench struct {
 type result struct {
 	n                                  int
 	waveRendered, waveHealthy          time.Duration
+	drained                            time.Duration
 	waveUnrendered, waveUnhealthy      int
 	idle, wave                         usage
 	createP50, createP95               time.Duration
@@ -223,6 +224,11 @@ func (b *bench) measure(ctx context.Context, n int) (result, error) {
 	r.waveHealthy, r.waveUnhealthy = b.waitAll(created, b.seen.healthy, 30*time.Minute)
 	fmt.Printf("   every cluster Healthy after %s (%d not)\n", r.waveHealthy.Round(time.Second), r.waveUnhealthy)
 
+	// Idle is idle: the Helm manager's queue holds the wave's follow-up reconciles
+	// (each install's release Secret queues one) for a while after the last cluster is
+	// Healthy, and a probe created before it empties waits behind them.
+	r.drained = b.drain(ctx, 30*time.Minute)
+	fmt.Printf("   every queue of the manager empty after %s more\n", r.drained.Round(time.Second))
 	fmt.Printf("   settling %s, then measuring idle for %s\n", b.settle, b.idle)
 	sleep(ctx, b.settle)
 	r.idle = b.usage(func() {
@@ -524,6 +530,7 @@ func (b *bench) print(w io.Writer) {
 		}
 		return s
 	})
+	row("create wave: manager's queue empty after Healthy", func(r result) string { return ms(r.drained) })
 	row("create → rendered p50 / p95", func(r result) string { return ms(r.createP50) + " / " + ms(r.createP95) })
 	row("spec change → rendered p50 / p95", func(r result) string {
 		s := ms(r.changeP50) + " / " + ms(r.changeP95)
@@ -709,6 +716,45 @@ func (p *process) rss() float64 {
 		}
 	}
 	return 0
+}
+
+// drain waits until the first process (the Helm manager) has nothing queued, within
+// limit, and returns how long it waited.
+func (b *bench) drain(ctx context.Context, limit time.Duration) time.Duration {
+	start := time.Now()
+	for time.Since(start) < limit && ctx.Err() == nil {
+		if depth, ok := b.procs[0].queued(); ok && depth == 0 {
+			break
+		}
+		sleep(ctx, time.Second)
+	}
+	return time.Since(start)
+}
+
+// queued is how many requests the process's controllers have queued
+// (controller-runtime's workqueue_depth, summed); false when it cannot be read.
+func (p *process) queued() (float64, bool) {
+	if p.metrics == "" {
+		return 0, false
+	}
+	resp, err := http.Get(p.metrics) //nolint:gosec,noctx // the local process's metrics
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	var depth float64
+	for s.Scan() {
+		if line := s.Text(); strings.HasPrefix(line, "workqueue_depth{") {
+			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			if err != nil {
+				return 0, false
+			}
+			depth += v
+		}
+	}
+	return depth, s.Err() == nil
 }
 
 // requests are the process's API requests so far by verb (client-go's

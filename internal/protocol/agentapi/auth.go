@@ -159,23 +159,43 @@ func ClientTLS(serverName string, roots func() (*x509.CertPool, error)) *tls.Con
 }
 
 // HTTPClients keeps one HTTP client per agent, each verifying its agent's name, so that
-// connections to it are reused.
+// connections to it are reused. A client not asked for in unusedAfter is dropped, its
+// idle connections closed: the agents of deleted pods and clusters, or of a CA since
+// replaced, are not kept for the life of the process.
 type HTTPClients struct {
 	mu      sync.Mutex
-	clients map[string]*http.Client
+	clients map[string]*keptClient
+	swept   time.Time
+	// now is time.Now but in tests.
+	now func() time.Time
 }
+
+type keptClient struct {
+	client *http.Client
+	used   time.Time
+}
+
+// unusedAfter is how long a client is kept without being asked for: well above every
+// poll period, so that a client in use is never dropped.
+const unusedAfter = 10 * time.Minute
 
 // For returns the client of the agent named serverName, verified with roots; key tells
 // clients with other roots apart (a digest of them).
 func (h *HTTPClients) For(serverName, key string, roots func() (*x509.CertPool, error)) *http.Client {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.clients == nil {
-		h.clients = map[string]*http.Client{}
+	now := time.Now()
+	if h.now != nil {
+		now = h.now()
 	}
+	if h.clients == nil {
+		h.clients = map[string]*keptClient{}
+	}
+	h.sweep(now)
 	k := serverName + "|" + key
 	if c, ok := h.clients[k]; ok {
-		return c
+		c.used = now
+		return c.client
 	}
 	c := &http.Client{Transport: &http.Transport{
 		TLSClientConfig:     ClientTLS(serverName, roots),
@@ -183,6 +203,27 @@ func (h *HTTPClients) For(serverName, key string, roots func() (*x509.CertPool, 
 		IdleConnTimeout:     time.Minute,
 		TLSHandshakeTimeout: 5 * time.Second,
 	}}
-	h.clients[k] = c
+	h.clients[k] = &keptClient{client: c, used: now}
 	return c
+}
+
+// Len is how many clients are kept.
+func (h *HTTPClients) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.clients)
+}
+
+// sweep drops the clients unused for unusedAfter, once a minute at most; h.mu held.
+func (h *HTTPClients) sweep(now time.Time) {
+	if now.Sub(h.swept) < time.Minute {
+		return
+	}
+	h.swept = now
+	for k, c := range h.clients {
+		if now.Sub(c.used) >= unusedAfter {
+			c.client.CloseIdleConnections()
+			delete(h.clients, k)
+		}
+	}
 }
