@@ -54,7 +54,7 @@ func (c statusBlindCache) GetInformer(ctx context.Context, obj client.Object, op
 	}
 	// The reconciler watches its kind as unstructured, which carries its kind.
 	if obj.GetObjectKind().GroupVersionKind() != c.gvk {
-		return changeCountingInformer{Informer: i, releases: c.releases}, nil
+		return changeCountingInformer{Informer: i, releases: c.releases, kind: c.gvk.GroupKind()}, nil
 	}
 	return statusBlindInformer{Informer: i}, nil
 }
@@ -180,25 +180,27 @@ func statusOnly(oldObj, newObj any) bool {
 type changeCountingInformer struct {
 	cache.Informer
 	releases *releases
+	kind     schema.GroupKind
 }
 
 func (i changeCountingInformer) AddEventHandler(h toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error) {
-	return i.Informer.AddEventHandler(changeCountingHandler{ResourceEventHandler: h, releases: i.releases})
+	return i.Informer.AddEventHandler(changeCountingHandler{ResourceEventHandler: h, releases: i.releases, kind: i.kind})
 }
 
 func (i changeCountingInformer) AddEventHandlerWithResyncPeriod(h toolscache.ResourceEventHandler, resync time.Duration) (toolscache.ResourceEventHandlerRegistration, error) {
-	return i.Informer.AddEventHandlerWithResyncPeriod(changeCountingHandler{ResourceEventHandler: h, releases: i.releases}, resync)
+	return i.Informer.AddEventHandlerWithResyncPeriod(changeCountingHandler{ResourceEventHandler: h, releases: i.releases, kind: i.kind}, resync)
 }
 
 type changeCountingHandler struct {
 	toolscache.ResourceEventHandler
 	releases *releases
+	kind     schema.GroupKind
 }
 
 // OnUpdate counts an update of anything but the status, which the dependent watches'
 // predicate reconciles on.
 func (h changeCountingHandler) OnUpdate(oldObj, newObj any) {
-	if key, ok := changeOf(newObj); ok && !sameButStatus(oldObj, newObj) {
+	if key, ok := changeOf(h.kind, newObj); ok && !sameButStatus(oldObj, newObj) {
 		h.releases.changed(key)
 	}
 	h.ResourceEventHandler.OnUpdate(oldObj, newObj)
@@ -210,7 +212,7 @@ func (h changeCountingHandler) OnDelete(obj any) {
 	if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		o = tombstone.Obj
 	}
-	if key, ok := changeOf(o); ok {
+	if key, ok := changeOf(h.kind, o); ok {
 		h.releases.changed(key)
 	}
 	h.ResourceEventHandler.OnDelete(obj)

@@ -6,17 +6,19 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	helmclient "github.com/operator-framework/helm-operator-plugins/pkg/client"
+	sdkhandler "github.com/operator-framework/operator-lib/handler"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/release"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 )
 
 // trustFor is how long a release is taken to be what its values render, and its objects
@@ -54,12 +56,9 @@ type releases struct {
 	mu sync.Mutex
 	// byKey are the resources' memories.
 	byKey map[types.NamespacedName]*memory
-	// changes counts the changes seen to rendered objects of each resource, and
-	// unattributed those of objects that name no resource (a cluster-scoped one): they
-	// count against every resource.
-	changes      map[types.NamespacedName]uint64
-	unattributed uint64
-	now          func() time.Time
+	// changes counts the changes seen to rendered objects of each resource.
+	changes map[types.NamespacedName]uint64
+	now     func() time.Time
 }
 
 // memory is what one resource's release was last seen to be.
@@ -80,15 +79,10 @@ func newReleases() *releases {
 	return &releases{byKey: map[types.NamespacedName]*memory{}, changes: map[types.NamespacedName]uint64{}, now: time.Now}
 }
 
-// changed records a change to a rendered object of key's release; a zero key is an
-// object of no resource in particular.
+// changed records a change to a rendered object of key's release.
 func (r *releases) changed(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if key == (types.NamespacedName{}) {
-		r.unattributed++
-		return
-	}
 	r.changes[key]++
 }
 
@@ -102,7 +96,7 @@ func (r *releases) forget(key types.NamespacedName) {
 
 // counted is key's count of changes; r.mu held.
 func (r *releases) counted(key types.NamespacedName) uint64 {
-	return r.changes[key] + r.unattributed
+	return r.changes[key]
 }
 
 // rendered reports whether values would render rel again: rel is the deployed revision
@@ -291,21 +285,30 @@ func (c *rememberingClient) Uninstall(name string, opts ...helmclient.UninstallO
 	return c.ActionInterface.Uninstall(name, opts...)
 }
 
-// changeOf is the resource whose release rendered obj, for releases.changed: its
-// namespace and its cluster label (every object the chart renders carries it); zero
-// for an object of no namespace or label, which counts against every resource.
-func changeOf(obj any) (types.NamespacedName, bool) {
+// changeOf is the resource of kind gk whose release rendered obj, as the reconciler's
+// dependent watches find it: its controller owner of that kind, or, for an object that
+// cannot have one, the operator-sdk/primary-resource annotations. false for anything
+// else (a report ConfigMap the controller writes, a release Secret): the reconciler
+// repairs nothing for it either.
+func changeOf(gk schema.GroupKind, obj any) (types.NamespacedName, bool) {
 	o, ok := obj.(client.Object)
 	if !ok {
 		return types.NamespacedName{}, false
 	}
-	if o.GetLabels()["owner"] == "helm" {
-		// A release Secret: Helm's storage, not a rendered object.
+	if ref := metav1.GetControllerOf(o); ref != nil {
+		gv, err := schema.ParseGroupVersion(ref.APIVersion)
+		if err != nil || ref.Kind != gk.Kind || gv.Group != gk.Group {
+			return types.NamespacedName{}, false
+		}
+		return types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}, true
+	}
+	a := o.GetAnnotations()
+	if a[sdkhandler.TypeAnnotation] != gk.String() {
 		return types.NamespacedName{}, false
 	}
-	cluster := o.GetLabels()[dbv1.LabelCluster]
-	if cluster == "" || o.GetNamespace() == "" {
-		return types.NamespacedName{}, true
+	ns, name, found := strings.Cut(a[sdkhandler.NamespacedNameAnnotation], "/")
+	if !found {
+		return types.NamespacedName{Name: ns}, ns != ""
 	}
-	return types.NamespacedName{Namespace: o.GetNamespace(), Name: cluster}, true
+	return types.NamespacedName{Namespace: ns, Name: name}, true
 }
