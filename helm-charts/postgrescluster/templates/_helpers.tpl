@@ -22,12 +22,28 @@ app.kubernetes.io/name: postgresql
 {{- end -}}
 
 {{/*
-postgrescluster.labels go on every rendered object (and on the pods and volumes).
+postgrescluster.labels go on the pods and volumes.
 */}}
 {{- define "postgrescluster.labels" -}}
 {{ include "postgrescluster.selectorLabels" . }}
 app.kubernetes.io/instance: {{ include "postgrescluster.name" . | quote }}
 app.kubernetes.io/component: database
 app.kubernetes.io/managed-by: pgpilot
+app.kubernetes.io/part-of: pgpilot
+{{- end -}}
+
+{{/*
+postgrescluster.objectLabels go on every rendered object: the pods' labels, but
+managed-by is what Helm itself sets on every object it installs or upgrades
+(app.kubernetes.io/managed-by: Helm, whatever the manifest says). With "pgpilot" here
+the live objects and the release disagreed after each install and upgrade, and the
+operator's read-back patched every object of the release back, each patch an event
+that queued the cluster again.
+*/}}
+{{- define "postgrescluster.objectLabels" -}}
+{{ include "postgrescluster.selectorLabels" . }}
+app.kubernetes.io/instance: {{ include "postgrescluster.name" . | quote }}
+app.kubernetes.io/component: database
+app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: pgpilot
 {{- end -}}

@@ -12,13 +12,16 @@ import (
 
 	helmclient "github.com/operator-framework/helm-operator-plugins/pkg/client"
 	sdkhandler "github.com/operator-framework/operator-lib/handler"
+	"github.com/prometheus/client_golang/prometheus"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/release"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // trustFor is how long a release is taken to be what its values render, and its objects
@@ -29,6 +32,23 @@ import (
 // renders by the API server's capabilities (the PodMonitor and PrometheusRule, once
 // their CRDs are installed).
 const trustFor = time.Hour
+
+// The manager's own metrics of what reconciles cost: renders (dry-run upgrades) and
+// read-backs of a release's objects, done or skipped because nothing changed.
+var (
+	renders = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pgpilot_manager_release_renders_total",
+		Help: "Dry-run upgrades a reconcile asked for, by result: rendered (sent to the API server) or skipped (the values that rendered the deployed revision again, within an hour).",
+	}, []string{"result"})
+	readBacks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pgpilot_manager_release_readbacks_total",
+		Help: "Read-backs of every object of a release a reconcile asked for, by result: read (each object read and patched back) or skipped (no change to any of them seen since the last, within an hour).",
+	}, []string{"result"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(renders, readBacks)
+}
 
 // releases remembers, for each custom resource of one kind, the values its release was
 // last rendered from and when its objects were last read back and found as rendered,
@@ -241,8 +261,10 @@ func (c *rememberingClient) Upgrade(name, namespace string, ch *chart.Chart, val
 	}
 	current := c.last
 	if c.releases.rendered(c.key, values, current) {
+		renders.WithLabelValues("skipped").Inc()
 		return current, nil
 	}
+	renders.WithLabelValues("rendered").Inc()
 	rel, err := c.ActionInterface.Upgrade(name, namespace, ch, vals, opts...)
 	if err == nil && deployed(current) && rel.Manifest == current.Manifest {
 		c.releases.remember(c.key, values, current, false, 0)
@@ -268,8 +290,10 @@ func (c *rememberingClient) write(ch *chart.Chart, vals map[string]any, do func(
 // rendered.
 func (c *rememberingClient) Reconcile(rel *release.Release) error {
 	if c.releases.asRendered(c.key, rel) {
+		readBacks.WithLabelValues("skipped").Inc()
 		return nil
 	}
+	readBacks.WithLabelValues("read").Inc()
 	seen := c.releases.begin(c.key)
 	if err := c.ActionInterface.Reconcile(rel); err != nil {
 		return err
@@ -288,11 +312,13 @@ func (c *rememberingClient) Uninstall(name string, opts ...helmclient.UninstallO
 // changeOf is the resource of kind gk whose release rendered obj, as the reconciler's
 // dependent watches find it: its controller owner of that kind, or, for an object that
 // cannot have one, the operator-sdk/primary-resource annotations. false for anything
-// else (a report ConfigMap the controller writes, a release Secret): the reconciler
-// repairs nothing for it either.
+// else (a report ConfigMap the controller writes): the reconciler repairs nothing for
+// it either. Nor for a release Secret, which the cluster owns.
 func changeOf(gk schema.GroupKind, obj any) (types.NamespacedName, bool) {
 	o, ok := obj.(client.Object)
-	if !ok {
+	if !ok || helmReleaseLabel.Matches(labels.Set(o.GetLabels())) {
+		// A release Secret is Helm's storage, which the reconciler writes at every
+		// install and upgrade, not an object of the release.
 		return types.NamespacedName{}, false
 	}
 	if ref := metav1.GetControllerOf(o); ref != nil {

@@ -10,6 +10,7 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/release"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -209,8 +210,16 @@ func TestChangesAreCountedByCluster(t *testing.T) {
 	h.OnDelete(annotated)
 	count("a deletion of an object that names its cluster by annotation", 3)
 
-	if passed != 5 {
-		t.Errorf("the reconciler's handler saw %d events, want all 5", passed)
+	release := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "sh.helm.release.v1.db.v1", ResourceVersion: "6",
+		Labels: map[string]string{"owner": "helm", "status": "deployed"}, OwnerReferences: annotated.GetOwnerReferences()}}
+	release.OwnerReferences = []metav1.OwnerReference{{APIVersion: dbv1.GroupVersion.String(), Kind: "PostgresCluster", Name: "db", Controller: ptr.To(true)}}
+	pending := release.DeepCopy()
+	pending.Labels["status"], pending.ResourceVersion = "pending-install", "5"
+	h.OnUpdate(pending, release)
+	count("an update of the release Secret", 3)
+
+	if passed != 6 {
+		t.Errorf("the reconciler's handler saw %d events, want all 6", passed)
 	}
 }
 

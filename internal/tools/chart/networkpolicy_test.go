@@ -45,7 +45,7 @@ func tcp(port int) networkingv1.NetworkPolicyPort {
 func wantNetworkPolicy() *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: commonLabels(name)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: objectLabels(name)},
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: selectorLabels(name)},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},

@@ -234,6 +234,14 @@ func commonLabels(cluster string) map[string]string {
 	}
 }
 
+// objectLabels are the labels of every rendered object: the pods' labels, with the
+// managed-by label Helm sets on every object it installs.
+func objectLabels(cluster string) map[string]string {
+	labels := commonLabels(cluster)
+	labels["app.kubernetes.io/managed-by"] = "Helm"
+	return labels
+}
+
 func roleSelector(cluster, role string) map[string]string {
 	labels := selectorLabels(cluster)
 	labels["db.example.com/role"] = role
@@ -275,7 +283,7 @@ func wantStatefulSet() *appsv1.StatefulSet {
 	labels := commonLabels(name)
 	return &appsv1.StatefulSet{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: objectLabels(name)},
 		Spec: appsv1.StatefulSetSpec{
 			Replicas:            ptr.To[int32](3),
 			ServiceName:         dbv1.NamesOf(name).HeadlessService(),
@@ -436,7 +444,7 @@ func TestReadmeExample(t *testing.T) {
 	binding := decode[rbacv1.RoleBinding](t, m, "RoleBinding", name+"-instance")
 	wantBinding := rbacv1.RoleBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-instance", Namespace: namespace, Labels: commonLabels(name)},
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-instance", Namespace: namespace, Labels: objectLabels(name)},
 		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name + "-instance"},
 		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: name + "-instance", Namespace: namespace}},
 	}
@@ -1378,7 +1386,7 @@ func TestLabels(t *testing.T) {
 		if err := yaml.Unmarshal([]byte(obj.YAML), &meta); err != nil {
 			t.Fatal(err)
 		}
-		want := commonLabels(name)
+		want := objectLabels(name)
 		if obj.Kind == "ConfigMap" && obj.Name == name+"-dashboard" {
 			want["grafana_dashboard"] = "1" // what Grafana's dashboard sidecar looks for
 		}
