@@ -114,11 +114,6 @@ func (r *releases) forget(key types.NamespacedName) {
 	delete(r.changes, key)
 }
 
-// counted is key's count of changes; r.mu held.
-func (r *releases) counted(key types.NamespacedName) uint64 {
-	return r.changes[key]
-}
-
 // rendered reports whether values would render rel again: rel is the deployed revision
 // the same values rendered, within trustFor.
 func (r *releases) rendered(key types.NamespacedName, values string, rel *release.Release) bool {
@@ -149,7 +144,7 @@ func (r *releases) remember(key types.NamespacedName, values string, rel *releas
 func (r *releases) begin(key types.NamespacedName) uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.counted(key)
+	return r.changes[key]
 }
 
 // read records that rel's objects were read back and repaired in a read that began with
@@ -169,7 +164,7 @@ func (r *releases) asRendered(key types.NamespacedName, rel *release.Release) bo
 	defer r.mu.Unlock()
 	m := r.byKey[key]
 	return m != nil && deployed(rel) && !m.readAt.IsZero() && m.revision == rel.Version && m.manifest == manifestDigest(rel) &&
-		m.seen == r.counted(key) && r.now().Sub(m.readAt) < trustFor
+		m.seen == r.changes[key] && r.now().Sub(m.readAt) < trustFor
 }
 
 // deployed reports whether rel is a revision Helm deployed (not failed, pending or
