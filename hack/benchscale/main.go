@@ -449,15 +449,20 @@ type usage struct {
 	cpu, rss []float64
 	// requests per second by process and verb.
 	requests []map[string]float64
+	// observations per second of the failover controller's, by kind (full, quiet,
+	// unvouched), by process.
+	observations []map[string]float64
 }
 
 func (b *bench) usage(during func()) usage {
 	u := usage{}
 	cpu0 := make([]float64, len(b.procs))
 	req0 := make([]map[string]float64, len(b.procs))
+	obs0 := make([]map[string]float64, len(b.procs))
 	for i, p := range b.procs {
 		cpu0[i] = p.cpuSeconds()
 		req0[i] = p.requests()
+		obs0[i] = p.counters("pgpilot_failover_observations_total", "kind")
 	}
 	start := time.Now()
 	during()
@@ -471,6 +476,11 @@ func (b *bench) usage(during func()) usage {
 			rps[verb] = (v - req0[i][verb]) / u.seconds
 		}
 		u.requests = append(u.requests, rps)
+		ops := map[string]float64{}
+		for kind, v := range p.counters("pgpilot_failover_observations_total", "kind") {
+			ops[kind] = (v - obs0[i][kind]) / u.seconds
+		}
+		u.observations = append(u.observations, ops)
 	}
 	return u
 }
@@ -515,6 +525,9 @@ func (b *bench) print(w io.Writer) {
 		})
 		row(p.name+" API req/s idle", func(r result) string { return verbs(r.idle.requests[i]) })
 		row(p.name+" API req/s wave", func(r result) string { return waved(r, func(u usage) string { return verbs(u.requests[i]) }) })
+		if len(b.results) > 0 && len(b.results[0].idle.observations[i]) > 0 {
+			row(p.name+" agent observations/s idle", func(r result) string { return verbs(r.idle.observations[i]) })
+		}
 	}
 	row("both RSS idle", func(r result) string {
 		var sum float64
@@ -760,6 +773,12 @@ func (p *process) queued() (float64, bool) {
 // requests are the process's API requests so far by verb (client-go's
 // rest_client_requests_total).
 func (p *process) requests() map[string]float64 {
+	return p.counters("rest_client_requests_total", "method")
+}
+
+// counters are the process's counter series named name so far, summed by the value of
+// their label.
+func (p *process) counters(name, label string) map[string]float64 {
 	out := map[string]float64{}
 	if p.metrics == "" {
 		return out
@@ -773,14 +792,14 @@ func (p *process) requests() map[string]float64 {
 	s.Buffer(make([]byte, 1<<20), 1<<20)
 	for s.Scan() {
 		line := s.Text()
-		if !strings.HasPrefix(line, "rest_client_requests_total{") {
+		if !strings.HasPrefix(line, name+"{") {
 			continue
 		}
-		i := strings.Index(line, `method="`)
+		i := strings.Index(line, label+`="`)
 		if i < 0 {
 			continue
 		}
-		verb := line[i+len(`method="`):]
+		verb := line[i+len(label+`="`):]
 		verb = verb[:strings.IndexByte(verb, '"')]
 		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
 		if err == nil {

@@ -36,9 +36,22 @@ func Index(ctx context.Context, indexer client.FieldIndexer) error {
 // was a quarter of the controller's CPU at 1,000 clusters in 10 namespaces (make
 // bench-scale -profile), where every cluster lists its pods at each of its reconciles.
 func List(ctx context.Context, c client.Reader, cluster *dbv1.PostgresCluster) ([]corev1.Pod, error) {
+	return list(ctx, c, cluster)
+}
+
+// View is List without the copies: each pod's maps and slices are the cache's own, to
+// be read and never changed (DeepCopy a pod before changing it, or before a client call
+// that decodes into it). For the failover controller, which lists every cluster's pods
+// at each of its cycles: copying them was a fifth of what it allocated at 1,000
+// clusters.
+func View(ctx context.Context, c client.Reader, cluster *dbv1.PostgresCluster) ([]corev1.Pod, error) {
+	return list(ctx, c, cluster, client.UnsafeDisableDeepCopy)
+}
+
+func list(ctx context.Context, c client.Reader, cluster *dbv1.PostgresCluster, opts ...client.ListOption) ([]corev1.Pod, error) {
 	var pods corev1.PodList
-	if err := c.List(ctx, &pods, client.InNamespace(cluster.Namespace),
-		client.MatchingFields{IndexCluster: cluster.Name}); err != nil {
+	opts = append(opts, client.InNamespace(cluster.Namespace), client.MatchingFields{IndexCluster: cluster.Name})
+	if err := c.List(ctx, &pods, opts...); err != nil {
 		return nil, err
 	}
 	sort.Slice(pods.Items, func(i, j int) bool { return pods.Items[i].Name < pods.Items[j].Name })

@@ -33,6 +33,10 @@ var (
 		Help:    "How long the primary's move took: for a failover from the first observation of the failure, for a switchover from the old primary's release of the Lease, to the Lease naming the new primary.",
 		Buckets: moveBuckets,
 	}, []string{"namespace", "cluster", "kind"})
+	observations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pgpilot_failover_observations_total",
+		Help: "The failover controller's observations of a cluster's agents, by what was asked: every agent (full), the holder alone for a settled cluster (quiet), or the holder first and then the standbys it did not vouch for (unvouched). docs/failover.md, \"Quiet cycles\".",
+	}, []string{"kind"})
 
 	registerOnce sync.Once
 )
@@ -41,7 +45,7 @@ var (
 // and backups' state (read from c, the manager's cache) to reg, once per process.
 func Register(reg prometheus.Registerer, c client.Reader, log logr.Logger) {
 	registerOnce.Do(func() {
-		reg.MustRegister(failovers, switchovers, moveSeconds, &clusterCollector{reader: c, log: log})
+		reg.MustRegister(failovers, switchovers, moveSeconds, observations, &clusterCollector{reader: c, log: log})
 	})
 }
 
@@ -64,6 +68,16 @@ func RecordMove(cluster client.Object, kind string, took time.Duration) {
 	}
 	moveSeconds.WithLabelValues(ns, name, kind).Observe(took.Seconds())
 }
+
+// Observation kinds, the kind label of pgpilot_failover_observations_total.
+const (
+	ObservedFull      = "full"
+	ObservedQuiet     = "quiet"
+	ObservedUnvouched = "unvouched"
+)
+
+// CountObservation counts one observation of a cluster's agents of kind.
+func CountObservation(kind string) { observations.WithLabelValues(kind).Inc() }
 
 // Forget drops a deleted cluster's series.
 func Forget(namespace, cluster string) {

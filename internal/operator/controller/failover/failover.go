@@ -140,6 +140,9 @@ type memory struct {
 	// agentErrorSeen is when each instance not ready was first seen reporting an error
 	// (agenterrors.go).
 	agentErrorSeen map[string]time.Time
+	// full is the last observation of every agent that found the cluster Settled, while
+	// it stays settled: what a quiet cycle compares with and carries (quiet.go).
+	full *fullObservation
 	// settled: the last cycle found the cluster Settled and comes back after
 	// QuietPeriod; the renewal watchdog wakes it sooner if its holder stops renewing.
 	settled bool
@@ -185,6 +188,9 @@ type cycle struct {
 	// (logged with a move, to explain a failover's duration).
 	started  time.Time
 	observed time.Duration
+	// quiet: this cycle asked the holder alone, which vouched for the standbys; their
+	// statuses are the last full observation's (quiet.go).
+	quiet bool
 	// decision is what Decide decided for a Lease with a holder this cycle; nil when
 	// the Lease had none, or hibernation held it.
 	decision *Decision
@@ -250,7 +256,8 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: PollPeriod}, client.IgnoreNotFound(err)
 	}
 	c.access = access
-	if c.pods, err = clusterpods.List(ctx, r.client, &cluster); err != nil {
+	// The cache's own pods, never changed here (label copies the one it changes).
+	if c.pods, err = clusterpods.View(ctx, r.client, &cluster); err != nil {
 		return ctrl.Result{}, err
 	}
 	if lease == nil {
@@ -304,6 +311,12 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	r.mu.Lock()
 	c.mem.settled = settled
+	switch {
+	case !settled:
+		c.mem.full = nil
+	case !c.quiet:
+		c.recordFull(r.clock.Now())
+	}
 	r.mu.Unlock()
 	return ctrl.Result{RequeueAfter: requeue}, err
 }
@@ -359,8 +372,38 @@ func (c *cycle) observe(ctx context.Context) {
 		}
 	}
 	start := time.Now()
-	c.instances = c.r.fleet.Observe(ctx, c.pods, c.access, PollPeriod, except...)
-	c.observed = time.Since(start)
+	defer func() { c.observed = time.Since(start) }()
+	c.r.mu.Lock()
+	full := c.mem.full
+	holder := quietHolder(full, c.mem.settled, c.r.clock.Now(), c.cluster, c.lease, c.pods)
+	c.r.mu.Unlock()
+	if holder == "" {
+		c.instances = c.r.fleet.Observe(ctx, c.pods, c.access, PollPeriod, except...)
+		opmetrics.CountObservation(opmetrics.ObservedFull)
+		return
+	}
+	var standbys []string
+	for i := range c.pods {
+		if c.pods[i].Name != holder {
+			standbys = append(standbys, c.pods[i].Name)
+		}
+	}
+	asked := c.r.fleet.Observe(ctx, c.pods, c.access, PollPeriod, standbys...)
+	if v := vouched(asked, holder, primarylease.Parse(c.lease).Term, full); v != nil {
+		c.instances, c.quiet = v, true
+		opmetrics.CountObservation(opmetrics.ObservedQuiet)
+		return
+	}
+	// The holder did not vouch for every standby: ask them now, before anything is
+	// decided.
+	rest := c.r.fleet.Observe(ctx, c.pods, c.access, PollPeriod, append(except, holder)...)
+	for i := range rest {
+		if rest[i].Name == holder {
+			rest[i] = asked[i]
+		}
+	}
+	c.instances = rest
+	opmetrics.CountObservation(opmetrics.ObservedUnvouched)
 }
 
 // createLease creates the missing primary Lease (DecideMissingLease): naming instance 0
@@ -867,6 +910,8 @@ func (c *cycle) label(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
+		// p is the cache's (clusterpods.View): change and patch a copy.
+		p = p.DeepCopy()
 		patch := client.MergeFrom(p.DeepCopy())
 		if p.Labels == nil {
 			p.Labels = map[string]string{}
