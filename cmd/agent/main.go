@@ -171,7 +171,8 @@ func run(args []string) error {
 	zopts := logging.Options()
 	zopts.BindFlags(fs)
 	_ = fs.Parse(args)
-	log := zap.New(zap.UseFlagOptions(&zopts)).WithValues("pod", cfg.PodName)
+	// The pod is on every line: given to zap once, here, not kept by Deferred for each logger.
+	log := logging.Deferred(zap.New(zap.UseFlagOptions(&zopts)).WithValues("pod", cfg.PodName))
 	ctrl.SetLogger(log)
 
 	if cfg.PodName == "" || cfg.Namespace == "" {

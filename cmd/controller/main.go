@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/pgpilot/pgpilot/internal/logging"
 	"github.com/pgpilot/pgpilot/internal/operator/controller"
 	"github.com/pgpilot/pgpilot/internal/operator/managerflags"
 )
@@ -27,7 +28,7 @@ func main() {
 	flag.IntVar(&copts.MaxRollingClusters, "max-rolling-clusters", controller.DefaultMaxRollingClusters,
 		"The most clusters whose pods are restarted for a new template at once (a new agent image after an operator upgrade rolls them all); 0 for no limit.")
 	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&f.Zap)))
+	ctrl.SetLogger(logging.Deferred(zap.New(zap.UseFlagOptions(&f.Zap))))
 	log := ctrl.Log.WithName("setup")
 
 	scheme, err := controller.Scheme()

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/pgpilot/pgpilot/internal/logging"
 	"github.com/pgpilot/pgpilot/internal/operator/helmmanager"
 	"github.com/pgpilot/pgpilot/internal/operator/managerflags"
 )
@@ -23,7 +24,7 @@ func main() {
 	flag.DurationVar(&opts.ReconcilePeriod, "reconcile-period", opts.ReconcilePeriod, "Resync period, where watches.yaml does not set reconcilePeriod.")
 	flag.IntVar(&opts.MaxReleaseHistory, "max-release-history", opts.MaxReleaseHistory, "Helm release revisions kept per cluster.")
 	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&f.Zap)))
+	ctrl.SetLogger(logging.Deferred(zap.New(zap.UseFlagOptions(&f.Zap))))
 	log := ctrl.Log.WithName("setup")
 
 	scheme, err := helmmanager.Scheme()

@@ -1,4 +1,5 @@
-// Package logging holds the log options every pgpilot binary starts from.
+// Package logging holds the log options every pgpilot binary starts from, and Deferred,
+// which puts off the cost of WithValues until a line is logged.
 package logging
 
 import (
