@@ -305,7 +305,8 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	settled := false
 	if requeue <= 0 || requeue > PollPeriod {
 		requeue = PollPeriod
-		if err == nil && c.decision != nil && Settled(primarylease.Parse(c.lease), *c.decision, c.instances, int(cluster.Spec.Replicas)) {
+		if err == nil && c.decision != nil && Settled(primarylease.Parse(c.lease), *c.decision, c.instances, int(cluster.Spec.Replicas)) &&
+			c.renewing() {
 			requeue, settled = QuietPeriod, true
 		}
 	}
@@ -354,6 +355,16 @@ func (r *Reconciler) watchRenewals(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// renewing reports whether the holder's last renewal was seen within RenewingWithin. A
+// cluster whose holder answers but does not renew (a slow API server, a primary cut off
+// from it) is not settled until it renews again: settled, the renewal watchdog would
+// wake it at every check (every 100 ms) until the renewal came.
+func (c *cycle) renewing() bool {
+	c.r.mu.Lock()
+	defer c.r.mu.Unlock()
+	return !c.mem.renewSeen.IsZero() && c.r.clock.Now().Sub(c.mem.renewSeen) <= RenewingWithin
 }
 
 // observe asks the cluster's agents for their status. A primary that is being deleted

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
@@ -148,5 +149,26 @@ func TestVouched(t *testing.T) {
 	delete(full.statuses, "db-2")
 	if got := vouched(asked(nil), "db-0", 3, full); got != nil {
 		t.Errorf("a standby the full observation did not see was vouched for: %+v", got)
+	}
+}
+
+// TestNotSettledWhileTheHolderDoesNotRenew: a holder that answers but whose renewal was
+// last seen more than RenewingWithin ago keeps its cluster unsettled; settled, the
+// renewal watchdog would wake it at every check until the renewal came.
+func TestNotSettledWhileTheHolderDoesNotRenew(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(t0)
+	c := &cycle{r: &Reconciler{clock: clk}, mem: &memory{}}
+	if c.renewing() {
+		t.Error("renewing before any renewal was seen")
+	}
+	c.mem.sawRenewal(t0.Add(-time.Second), t0)
+	for _, tt := range []struct {
+		after time.Duration
+		want  bool
+	}{{0, true}, {RenewingWithin, true}, {RenewingWithin + time.Millisecond, false}, {time.Minute, false}} {
+		clk.SetTime(t0.Add(tt.after))
+		if got := c.renewing(); got != tt.want {
+			t.Errorf("renewal seen %s ago: renewing = %t, want %t", tt.after, got, tt.want)
+		}
 	}
 }
