@@ -1,6 +1,7 @@
 package hollow
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -308,7 +309,7 @@ func (k *Kubelet) renew(ctx context.Context) {
 		// The same order every period: an agent renews every RenewPeriod, not at a
 		// random moment of each.
 		slices.SortFunc(all, func(a, b *instance) int {
-			return strings.Compare(a.namespace+"/"+a.pod, b.namespace+"/"+b.pod)
+			return cmp.Or(strings.Compare(a.namespace, b.namespace), strings.Compare(a.pod, b.pod))
 		})
 		start := time.Now()
 		gap := RenewPeriod / time.Duration(max(len(all), 1))
