@@ -280,8 +280,7 @@ const renewers = 32
 // renew renews every primary's Lease each RenewPeriod, as its agent would. Agents renew
 // each on its own clock: the renewals are spread over the period, in the same order
 // every period. Sent together at each tick in map order, a Lease was renewed at a random
-// moment of each period, and gaps over 2 s made the controller's renewal watchdog find
-// clusters late that were not.
+// moment of each period, up to two periods apart: later than an agent renews it.
 func (k *Kubelet) renew(ctx context.Context) {
 	tick := time.NewTicker(RenewPeriod)
 	defer tick.Stop()
