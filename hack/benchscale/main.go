@@ -452,6 +452,8 @@ type usage struct {
 	// observations per second of the failover controller's, by kind (full, quiet,
 	// unvouched), by process.
 	observations []map[string]float64
+	// unsettled cycles per second of the failover controller's, by reason, by process.
+	unsettled []map[string]float64
 }
 
 func (b *bench) usage(during func()) usage {
@@ -459,10 +461,19 @@ func (b *bench) usage(during func()) usage {
 	cpu0 := make([]float64, len(b.procs))
 	req0 := make([]map[string]float64, len(b.procs))
 	obs0 := make([]map[string]float64, len(b.procs))
+	uns0 := make([]map[string]float64, len(b.procs))
 	for i, p := range b.procs {
 		cpu0[i] = p.cpuSeconds()
 		req0[i] = p.requests()
 		obs0[i] = p.counters("pgpilot_failover_observations_total", "kind")
+		uns0[i] = p.counters("pgpilot_failover_unsettled_cycles_total", "reason")
+	}
+	rates := func(now, before map[string]float64) map[string]float64 {
+		per := map[string]float64{}
+		for k, v := range now {
+			per[k] = (v - before[k]) / u.seconds
+		}
+		return per
 	}
 	start := time.Now()
 	during()
@@ -470,17 +481,9 @@ func (b *bench) usage(during func()) usage {
 	for i, p := range b.procs {
 		u.cpu = append(u.cpu, (p.cpuSeconds()-cpu0[i])/u.seconds)
 		u.rss = append(u.rss, p.rss())
-		now := p.requests()
-		rps := map[string]float64{}
-		for verb, v := range now {
-			rps[verb] = (v - req0[i][verb]) / u.seconds
-		}
-		u.requests = append(u.requests, rps)
-		ops := map[string]float64{}
-		for kind, v := range p.counters("pgpilot_failover_observations_total", "kind") {
-			ops[kind] = (v - obs0[i][kind]) / u.seconds
-		}
-		u.observations = append(u.observations, ops)
+		u.requests = append(u.requests, rates(p.requests(), req0[i]))
+		u.observations = append(u.observations, rates(p.counters("pgpilot_failover_observations_total", "kind"), obs0[i]))
+		u.unsettled = append(u.unsettled, rates(p.counters("pgpilot_failover_unsettled_cycles_total", "reason"), uns0[i]))
 	}
 	return u
 }
@@ -527,6 +530,7 @@ func (b *bench) print(w io.Writer) {
 		row(p.name+" API req/s wave", func(r result) string { return waved(r, func(u usage) string { return verbs(u.requests[i]) }) })
 		if len(b.results) > 0 && len(b.results[0].idle.observations[i]) > 0 {
 			row(p.name+" agent observations/s idle", func(r result) string { return verbs(r.idle.observations[i]) })
+			row(p.name+" unsettled cycles/s idle", func(r result) string { return verbs(r.idle.unsettled[i]) })
 		}
 	}
 	row("both RSS idle", func(r result) string {

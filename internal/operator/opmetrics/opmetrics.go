@@ -37,6 +37,10 @@ var (
 		Name: "pgpilot_failover_observations_total",
 		Help: "The failover controller's observations of a cluster's agents, by what was asked: every agent (full), the holder alone for a settled cluster (quiet), or the holder first and then the standbys it did not vouch for (unvouched). docs/failover.md, \"Quiet cycles\".",
 	}, []string{"kind"})
+	unsettled = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pgpilot_failover_unsettled_cycles_total",
+		Help: "The failover controller's cycles that found a cluster not settled, by the first reason (lease, deciding, instances, pod, unreachable, not-ready, agent, term, primary, standby, renewal, error); such a cluster is asked again within a second. docs/failover.md, \"Quiet cycles\".",
+	}, []string{"reason"})
 
 	registerOnce sync.Once
 )
@@ -45,7 +49,7 @@ var (
 // and backups' state (read from c, the manager's cache) to reg, once per process.
 func Register(reg prometheus.Registerer, c client.Reader, log logr.Logger) {
 	registerOnce.Do(func() {
-		reg.MustRegister(failovers, switchovers, moveSeconds, observations, &clusterCollector{reader: c, log: log})
+		reg.MustRegister(failovers, switchovers, moveSeconds, observations, unsettled, &clusterCollector{reader: c, log: log})
 	})
 }
 
@@ -78,6 +82,9 @@ const (
 
 // CountObservation counts one observation of a cluster's agents of kind.
 func CountObservation(kind string) { observations.WithLabelValues(kind).Inc() }
+
+// CountUnsettled counts one cycle that found a cluster not settled, for reason.
+func CountUnsettled(reason string) { unsettled.WithLabelValues(reason).Inc() }
 
 // Forget drops a deleted cluster's series.
 func Forget(namespace, cluster string) {

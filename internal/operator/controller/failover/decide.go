@@ -590,28 +590,61 @@ func scaleDown(in Input) Decision {
 // wakes the cluster RenewingWithin after the last renewal seen: a primary that died
 // neither answers nor renews, and is then found failed as before).
 func Settled(lease primarylease.Record, d Decision, instances []Instance, want int) bool {
-	if lease.Holder == "" || !lease.Bootstrapped || lease.Hibernation != nil || len(lease.Fenced) > 0 || d.Action != None {
-		return false
-	}
-	if len(instances) != want {
-		return false
+	return Unsettled(lease, d, instances, want) == ""
+}
+
+// Why a cluster is not settled: the reason label of
+// pgpilot_failover_unsettled_cycles_total, the first that applies.
+const (
+	UnsettledLease       = "lease"       // no holder yet, not bootstrapped, hibernating or fencing
+	UnsettledDeciding    = "deciding"    // the decision was to act
+	UnsettledInstances   = "instances"   // fewer or more instances than spec.replicas
+	UnsettledPod         = "pod"         // a pod missing or being deleted
+	UnsettledUnreachable = "unreachable" // an agent did not answer
+	UnsettledNotReady    = "not-ready"   // postgres not running or not ready, or restarting after crashes
+	UnsettledAgent       = "agent"       // an agent reports an error, a freeze, a fence or an upgrade
+	UnsettledTerm        = "term"        // an instance is in another term than the Lease's
+	UnsettledPrimary     = "primary"     // the holder is not an acknowledging primary confirmed in its term
+	UnsettledStandby     = "standby"     // a standby is not streaming healthily from the holder
+	UnsettledRenewal     = "renewal"     // the holder answered but its renewal was not seen within RenewingWithin
+	UnsettledError       = "error"       // the cycle failed
+)
+
+// Unsettled returns why the cluster is not Settled (one of the Unsettled reasons), or
+// "" when it is.
+func Unsettled(lease primarylease.Record, d Decision, instances []Instance, want int) string {
+	switch {
+	case lease.Holder == "" || !lease.Bootstrapped || lease.Hibernation != nil || len(lease.Fenced) > 0:
+		return UnsettledLease
+	case d.Action != None:
+		return UnsettledDeciding
+	case len(instances) != want:
+		return UnsettledInstances
 	}
 	for _, in := range instances {
 		st := in.Status
-		if in.Pod == nil || in.Terminating || !in.Reachable || !st.Running || !st.Ready || st.Error != "" ||
-			st.RecentCrashes > 0 || st.Frozen || st.Fenced || st.Upgrade != nil || st.Term != lease.Term {
-			return false
+		switch {
+		case in.Pod == nil || in.Terminating:
+			return UnsettledPod
+		case !in.Reachable:
+			return UnsettledUnreachable
+		case !st.Running || !st.Ready || st.RecentCrashes > 0:
+			return UnsettledNotReady
+		case st.Error != "" || st.Frozen || st.Fenced || st.Upgrade != nil:
+			return UnsettledAgent
+		case st.Term != lease.Term:
+			return UnsettledTerm
 		}
 		if in.Name == lease.Holder {
 			if st.Role != agentapi.RolePrimary || st.Gate != agentapi.GateAcking || st.Confirmation == nil || !st.Confirmation.Valid {
-				return false
+				return UnsettledPrimary
 			}
 			continue
 		}
 		if st.Role != agentapi.RoleReplica || st.Receiver == nil || st.Receiver.State != agentapi.ReceiverStreaming ||
 			!st.Receiver.Healthy || st.Receiver.Upstream != lease.Holder {
-			return false
+			return UnsettledStandby
 		}
 	}
-	return true
+	return ""
 }

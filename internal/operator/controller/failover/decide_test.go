@@ -398,30 +398,30 @@ func TestSettled(t *testing.T) {
 		lease func(*primarylease.Record)
 		d     *Decision
 		edit  func([]Instance) []Instance
-		want  bool
+		want  string // the reason, "" for settled
 	}{
-		{name: "healthy", want: true},
-		{name: "a failover to wait for", d: &Decision{Action: Wait}},
-		{name: "no holder", lease: func(r *primarylease.Record) { r.Holder = "" }},
-		{name: "not bootstrapped", lease: func(r *primarylease.Record) { r.Bootstrapped = false }},
-		{name: "hibernating", lease: func(r *primarylease.Record) { r.Hibernation = &primarylease.Hibernation{Phase: primarylease.Stopping} }},
-		{name: "an instance fenced by the user", lease: func(r *primarylease.Record) { r.Fenced = []string{"db-2"} }},
-		{name: "an instance missing", edit: func(in []Instance) []Instance { return in[:2] }},
-		{name: "a standby that does not answer", edit: func(in []Instance) []Instance { in[2] = dead("db-2"); return in }},
-		{name: "a pod being deleted", edit: func(in []Instance) []Instance { in[1].Terminating = true; return in }},
-		{name: "a primary that crashed", edit: func(in []Instance) []Instance { in[0].Status.RecentCrashes = 1; return in }},
-		{name: "a primary whose gate withholds", edit: func(in []Instance) []Instance { in[0].Status.Gate = agentapi.GateWithholding; return in }},
-		{name: "a primary not confirmed", edit: func(in []Instance) []Instance { in[0].Status.Confirmation.Valid = false; return in }},
-		{name: "an agent behind the Lease's term", edit: func(in []Instance) []Instance { in[1].Status.Term = 2; return in }},
-		{name: "a frozen standby", edit: func(in []Instance) []Instance { in[1].Status.Frozen = true; return in }},
+		{name: "healthy"},
+		{name: "a failover to wait for", d: &Decision{Action: Wait}, want: UnsettledDeciding},
+		{name: "no holder", lease: func(r *primarylease.Record) { r.Holder = "" }, want: UnsettledLease},
+		{name: "not bootstrapped", lease: func(r *primarylease.Record) { r.Bootstrapped = false }, want: UnsettledLease},
+		{name: "hibernating", lease: func(r *primarylease.Record) { r.Hibernation = &primarylease.Hibernation{Phase: primarylease.Stopping} }, want: UnsettledLease},
+		{name: "an instance fenced by the user", lease: func(r *primarylease.Record) { r.Fenced = []string{"db-2"} }, want: UnsettledLease},
+		{name: "an instance missing", edit: func(in []Instance) []Instance { return in[:2] }, want: UnsettledInstances},
+		{name: "a standby that does not answer", edit: func(in []Instance) []Instance { in[2] = dead("db-2"); return in }, want: UnsettledUnreachable},
+		{name: "a pod being deleted", edit: func(in []Instance) []Instance { in[1].Terminating = true; return in }, want: UnsettledPod},
+		{name: "a primary that crashed", edit: func(in []Instance) []Instance { in[0].Status.RecentCrashes = 1; return in }, want: UnsettledNotReady},
+		{name: "a primary whose gate withholds", edit: func(in []Instance) []Instance { in[0].Status.Gate = agentapi.GateWithholding; return in }, want: UnsettledPrimary},
+		{name: "a primary not confirmed", edit: func(in []Instance) []Instance { in[0].Status.Confirmation.Valid = false; return in }, want: UnsettledPrimary},
+		{name: "an agent behind the Lease's term", edit: func(in []Instance) []Instance { in[1].Status.Term = 2; return in }, want: UnsettledTerm},
+		{name: "a frozen standby", edit: func(in []Instance) []Instance { in[1].Status.Frozen = true; return in }, want: UnsettledAgent},
 		{name: "a standby not streaming", edit: func(in []Instance) []Instance {
 			in[1].Status.Receiver.State = agentapi.ReceiverConnecting
 			return in
-		}},
-		{name: "a standby lagging past its bound", edit: func(in []Instance) []Instance { in[2].Status.Receiver.Healthy = false; return in }},
-		{name: "a standby following another", edit: func(in []Instance) []Instance { in[2].Status.Receiver.Upstream = "db-1"; return in }},
-		{name: "a second primary", edit: func(in []Instance) []Instance { in[1].Status.Role = agentapi.RolePrimary; return in }},
-		{name: "an agent error", edit: func(in []Instance) []Instance { in[1].Status.Error = "cloning"; return in }},
+		}, want: UnsettledStandby},
+		{name: "a standby lagging past its bound", edit: func(in []Instance) []Instance { in[2].Status.Receiver.Healthy = false; return in }, want: UnsettledStandby},
+		{name: "a standby following another", edit: func(in []Instance) []Instance { in[2].Status.Receiver.Upstream = "db-1"; return in }, want: UnsettledStandby},
+		{name: "a second primary", edit: func(in []Instance) []Instance { in[1].Status.Role = agentapi.RolePrimary; return in }, want: UnsettledStandby},
+		{name: "an agent error", edit: func(in []Instance) []Instance { in[1].Status.Error = "cloning"; return in }, want: UnsettledAgent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -435,8 +435,11 @@ func TestSettled(t *testing.T) {
 			if tt.edit != nil {
 				in = tt.edit(in)
 			}
-			if got := Settled(l, d, in, 3); got != tt.want {
-				t.Errorf("Settled = %t, want %t", got, tt.want)
+			if got := Unsettled(l, d, in, 3); got != tt.want {
+				t.Errorf("Unsettled = %q, want %q", got, tt.want)
+			}
+			if got := Settled(l, d, in, 3); got != (tt.want == "") {
+				t.Errorf("Settled = %t, want %t", got, tt.want == "")
 			}
 		})
 	}

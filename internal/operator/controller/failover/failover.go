@@ -305,9 +305,17 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	settled := false
 	if requeue <= 0 || requeue > PollPeriod {
 		requeue = PollPeriod
-		if err == nil && c.decision != nil && Settled(primarylease.Parse(c.lease), *c.decision, c.instances, int(cluster.Spec.Replicas)) &&
-			c.renewing() {
+		why := UnsettledError
+		if err == nil && c.decision != nil {
+			why = Unsettled(primarylease.Parse(c.lease), *c.decision, c.instances, int(cluster.Spec.Replicas))
+			if why == "" && !c.renewing() {
+				why = UnsettledRenewal
+			}
+		}
+		if why == "" {
 			requeue, settled = QuietPeriod, true
+		} else {
+			opmetrics.CountUnsettled(why)
 		}
 	}
 	r.mu.Lock()
