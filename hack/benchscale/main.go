@@ -148,8 +148,13 @@ func (b *bench) run(sizes []int) error {
 	}
 	defer env.Stop() //nolint:errcheck // best effort on the way out
 	// Interrupted, it still stops the control plane and the operator on its way out.
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	sigCtx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	// A process of the operator that exits in the middle (the manager losing its
+	// leader Lease to an overloaded API server, a crash) ends the run with that said:
+	// its figures would be nobody's.
+	ctx, fail := context.WithCancelCause(sigCtx)
+	defer fail(nil)
 	go func() { <-ctx.Done(); interrupted.Store(true) }()
 	if _, err := devenv.InstallOperator(ctx, env.Config, root); err != nil {
 		return err
@@ -170,7 +175,7 @@ func (b *bench) run(sizes []int) error {
 	if err != nil {
 		return err
 	}
-	if b.procs, err = startOperator(ctx, root, kubeconfig, filepath.Join(root, b.logDir), b.profile); err != nil {
+	if b.procs, err = startOperator(ctx, fail, root, kubeconfig, filepath.Join(root, b.logDir), b.profile); err != nil {
 		return err
 	}
 	defer func() {
@@ -192,11 +197,11 @@ func (b *bench) run(sizes []int) error {
 	}
 	for _, n := range sizes {
 		r, err := b.measure(ctx, n)
+		if cause := context.Cause(ctx); cause != nil {
+			return cause
+		}
 		if err != nil {
 			return err
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
 		}
 		b.results = append(b.results, r)
 		b.print(os.Stdout)
@@ -614,6 +619,9 @@ type process struct {
 	metrics string
 	// pprof is the address of its Go profiles; "" when not served.
 	pprof string
+	// exited is closed once the process has exited; stopping is set by stop.
+	exited   chan struct{}
+	stopping atomic.Bool
 }
 
 // save saves the process's profile /debug/pprof/<which> into file.
@@ -637,7 +645,8 @@ func (p *process) save(which, file string) {
 
 // startOperator starts the manager and the controller with the arguments and the
 // environment of config/default's Deployment.
-func startOperator(ctx context.Context, root, kubeconfig, logDir string, profile bool) ([]*process, error) {
+// fail is called with what happened when one exits before it is stopped.
+func startOperator(ctx context.Context, fail context.CancelCauseFunc, root, kubeconfig, logDir string, profile bool) ([]*process, error) {
 	objs, err := devenv.BuildKustomization(filepath.Join(root, "config", "default"))
 	if err != nil {
 		return nil, err
@@ -655,7 +664,7 @@ func startOperator(ctx context.Context, root, kubeconfig, logDir string, profile
 	}
 	var procs []*process
 	for i, c := range dep.Spec.Template.Spec.Containers {
-		p := &process{name: c.Name}
+		p := &process{name: c.Name, exited: make(chan struct{})}
 		bin := filepath.Join(root, "bin", filepath.Base(c.Command[0]))
 		args := slices.Clone(c.Args)
 		if profile {
@@ -685,7 +694,8 @@ func startOperator(ctx context.Context, root, kubeconfig, logDir string, profile
 				p.metrics = "http://127.0.0.1" + v[strings.LastIndex(v, ":"):] + "/metrics"
 			}
 		}
-		logFile, err := os.Create(filepath.Join(logDir, c.Name+".log"))
+		logPath := filepath.Join(logDir, c.Name+".log")
+		logFile, err := os.Create(logPath)
 		if err != nil {
 			return nil, err
 		}
@@ -693,16 +703,22 @@ func startOperator(ctx context.Context, root, kubeconfig, logDir string, profile
 		if err := p.cmd.Start(); err != nil {
 			return nil, err
 		}
+		go func() {
+			err := p.cmd.Wait()
+			close(p.exited)
+			if !p.stopping.Load() {
+				fail(fmt.Errorf("the %s exited during the run (%v); the last lines of %s say why", p.name, err, logPath))
+			}
+		}()
 		procs = append(procs, p)
 	}
 	return procs, nil
 }
 
 func (p *process) stop() {
-	if p.cmd.Process != nil {
-		_ = p.cmd.Process.Signal(os.Interrupt)
-		_ = p.cmd.Wait()
-	}
+	p.stopping.Store(true)
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	<-p.exited
 }
 
 // cpuSeconds is the CPU time the process used so far (user and system).

@@ -179,6 +179,9 @@ func TestOnlyRenewed(t *testing.T) {
 	if !OnlyRenewed(before, renewed) {
 		t.Error("a renewal is not seen as one")
 	}
+	if renewed.Spec.RenewTime == nil || renewed.ResourceVersion != "2" || before.ResourceVersion != "1" {
+		t.Error("OnlyRenewed changed the Leases it compared")
+	}
 	moved := renewed.DeepCopy()
 	moved.Spec.HolderIdentity = ptr.To("db-1")
 	annotated := renewed.DeepCopy()

@@ -146,6 +146,12 @@ type memory struct {
 	// settled: the last cycle found the cluster Settled and comes back after
 	// QuietPeriod; the renewal watchdog wakes it sooner if its holder stops renewing.
 	settled bool
+	// renewalLate: the last cycle found the cluster settled but for its holder's
+	// renewal, not seen within RenewingWithin (a slow API server or watch, a primary
+	// cut off from it). It comes back after PollPeriod, as any unsettled cluster, but
+	// its full observation is kept: the holder, asked alone, may still vouch for its
+	// standbys, so a slow API server does not triple what the agents are asked.
+	renewalLate bool
 	// cycling is held for the length of a cycle: the two lanes may both hold the
 	// cluster, and its cycles run one at a time.
 	cycling sync.Mutex
@@ -191,6 +197,8 @@ type cycle struct {
 	// quiet: this cycle asked the holder alone, which vouched for the standbys; their
 	// statuses are the last full observation's (quiet.go).
 	quiet bool
+	// noQuiet: every observation of this cycle asks every agent.
+	noQuiet bool
 	// decision is what Decide decided for a Lease with a holder this cycle; nil when
 	// the Lease had none, or hibernation held it.
 	decision *Decision
@@ -302,7 +310,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if herr := c.recordHealth(ctx); herr != nil && err == nil {
 		err = herr
 	}
-	settled := false
+	settled, renewalLate := false, false
 	if requeue <= 0 || requeue > PollPeriod {
 		requeue = PollPeriod
 		why := UnsettledError
@@ -312,16 +320,20 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 				why = UnsettledRenewal
 			}
 		}
-		if why == "" {
+		switch why {
+		case "":
 			requeue, settled = QuietPeriod, true
-		} else {
+		case UnsettledRenewal:
+			renewalLate = true
+			fallthrough
+		default:
 			opmetrics.CountUnsettled(why)
 		}
 	}
 	r.mu.Lock()
-	c.mem.settled = settled
+	c.mem.settled, c.mem.renewalLate = settled, renewalLate
 	switch {
-	case !settled:
+	case !settled && !renewalLate:
 		c.mem.full = nil
 	case !c.quiet:
 		c.recordFull(r.clock.Now())
@@ -348,7 +360,7 @@ func (r *Reconciler) watchRenewals(ctx context.Context) {
 		r.mu.Lock()
 		for key, m := range r.memory {
 			if m.settled && !m.renewSeen.IsZero() && now.Sub(m.renewSeen) > RenewingWithin {
-				m.settled = false
+				m.settled, m.renewalLate = false, true
 				due = append(due, key)
 			}
 		}
@@ -357,7 +369,7 @@ func (r *Reconciler) watchRenewals(ctx context.Context) {
 			if !r.lanes.add(true, reconcile.Request{NamespacedName: key}, 0) {
 				r.mu.Lock()
 				if m, ok := r.memory[key]; ok {
-					m.settled = true // not started yet: look again at the next check
+					m.settled, m.renewalLate = true, false // not started yet: look again at the next check
 				}
 				r.mu.Unlock()
 			}
@@ -394,7 +406,10 @@ func (c *cycle) observe(ctx context.Context) {
 	defer func() { c.observed = time.Since(start) }()
 	c.r.mu.Lock()
 	full := c.mem.full
-	holder := quietHolder(full, c.mem.settled, c.r.clock.Now(), c.cluster, c.lease, c.pods)
+	holder := ""
+	if !c.noQuiet {
+		holder = quietHolder(full, c.mem.settled || c.mem.renewalLate, c.r.clock.Now(), c.cluster, c.lease, c.pods)
+	}
 	c.r.mu.Unlock()
 	if holder == "" {
 		c.instances = c.r.fleet.Observe(ctx, c.pods, c.access, PollPeriod, except...)
@@ -563,6 +578,13 @@ func (c *cycle) decideAndAct(ctx context.Context) (time.Duration, error) {
 	}
 	rec = primarylease.Parse(c.lease)
 	d := Decide(c.input(rec))
+	if c.quiet && d.Action != None {
+		// Nothing is ever done on a carried status: the standbys are asked, and the
+		// decision made again on what every agent answers now.
+		c.quiet, c.noQuiet = false, true
+		c.observe(ctx)
+		d = Decide(c.input(rec))
+	}
 	c.decision = &d
 	c.r.mu.Lock()
 	c.mem.failedSince, c.mem.failedHolder, c.mem.failedTerm = d.FailedSince, rec.Holder, rec.Term
