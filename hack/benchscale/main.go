@@ -117,6 +117,9 @@ type result struct {
 	promoteP50, promoteP95, promoteMax time.Duration
 	promoteMissing                     int
 	releaseSecretBytes, releaseSecrets int64
+	// renewalGaps are the times between two renewals of a Lease by the hollow
+	// primaries while idle, sorted: agents renew every second.
+	renewalGaps []time.Duration
 }
 
 func (b *bench) run(sizes []int) error {
@@ -236,10 +239,12 @@ func (b *bench) measure(ctx context.Context, n int) (result, error) {
 	fmt.Printf("   every queue of the manager empty after %s more\n", r.drained.Round(time.Second))
 	fmt.Printf("   settling %s, then measuring idle for %s\n", b.settle, b.idle)
 	sleep(ctx, b.settle)
+	b.kubelet.RenewalGaps() // from the idle span alone
 	r.idle = b.usage(func() {
 		b.profiles(fmt.Sprintf("idle-%d", n), b.idle)
 		sleep(ctx, b.idle)
 	})
+	r.renewalGaps = b.kubelet.RenewalGaps()
 	for i, p := range b.procs {
 		fmt.Printf("    idle: %s RSS %.0f MB, CPU %.2f cores\n", p.name, r.idle.rss[i]/1e6, r.idle.cpu[i])
 	}
@@ -538,6 +543,13 @@ func (b *bench) print(w io.Writer) {
 			row(p.name+" unsettled cycles/s idle", func(r result) string { return verbs(r.idle.unsettled[i]) })
 		}
 	}
+	row("harness: Lease renewal gap idle p50 / p95 / max", func(r result) string {
+		g := r.renewalGaps
+		if len(g) == 0 {
+			return "-"
+		}
+		return ms(g[len(g)/2]) + " / " + ms(g[len(g)*95/100]) + " / " + ms(g[len(g)-1])
+	})
 	row("both RSS idle", func(r result) string {
 		var sum float64
 		for _, v := range r.idle.rss {

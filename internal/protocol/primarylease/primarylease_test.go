@@ -179,6 +179,10 @@ func TestOnlyRenewed(t *testing.T) {
 	if !OnlyRenewed(before, renewed) {
 		t.Error("a renewal is not seen as one")
 	}
+	renewed.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "agent"}}
+	if !OnlyRenewed(before, renewed) {
+		t.Error("a renewal with other managed fields is not seen as one")
+	}
 	if renewed.Spec.RenewTime == nil || renewed.ResourceVersion != "2" || before.ResourceVersion != "1" {
 		t.Error("OnlyRenewed changed the Leases it compared")
 	}
@@ -186,7 +190,14 @@ func TestOnlyRenewed(t *testing.T) {
 	moved.Spec.HolderIdentity = ptr.To("db-1")
 	annotated := renewed.DeepCopy()
 	annotated.Annotations = map[string]string{AnnotationSynchronous: `{"k":1}`}
-	for name, l := range map[string]*coordinationv1.Lease{"a new holder": moved, "a new annotation": annotated} {
+	remade := renewed.DeepCopy()
+	remade.UID = "another"
+	relabelled := renewed.DeepCopy()
+	relabelled.Labels = map[string]string{"k": "v"}
+	longer := renewed.DeepCopy()
+	longer.Spec.LeaseDurationSeconds = ptr.To[int32](99)
+	for name, l := range map[string]*coordinationv1.Lease{"a new holder": moved, "a new annotation": annotated,
+		"a Lease made again": remade, "a new label": relabelled, "a new duration": longer} {
 		if OnlyRenewed(before, l) {
 			t.Errorf("%s is seen as a renewal only", name)
 		}

@@ -51,6 +51,8 @@ type instance struct {
 	// dead: killed; it answers nothing and renews nothing.
 	dead    bool
 	started time.Time
+	// renewed is when its last renewal succeeded.
+	renewed time.Time
 }
 
 var _ agentapi.Instance = (*instance)(nil)
