@@ -464,6 +464,8 @@ type usage struct {
 	observations []map[string]float64
 	// unsettled cycles per second of the failover controller's, by reason, by process.
 	unsettled []map[string]float64
+	// heap (in use) and stacks in bytes, and goroutines, at the end, by process.
+	heap, stacks, goroutines []float64
 }
 
 func (b *bench) usage(during func()) usage {
@@ -494,6 +496,8 @@ func (b *bench) usage(during func()) usage {
 		u.requests = append(u.requests, rates(p.requests(), req0[i]))
 		u.observations = append(u.observations, rates(p.counters("pgpilot_failover_observations_total", "kind"), obs0[i]))
 		u.unsettled = append(u.unsettled, rates(p.counters("pgpilot_failover_unsettled_cycles_total", "reason"), uns0[i]))
+		g := p.gauges("go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_goroutines")
+		u.heap, u.stacks, u.goroutines = append(u.heap, g[0]), append(u.stacks, g[1]), append(u.goroutines, g[2])
 	}
 	return u
 }
@@ -532,6 +536,9 @@ func (b *bench) print(w io.Writer) {
 	for i, p := range b.procs {
 		row(p.name+" RSS idle / wave", func(r result) string {
 			return mb(r.idle.rss[i]) + " / " + waved(r, func(u usage) string { return mb(u.rss[i]) })
+		})
+		row(p.name+" heap in use / stacks / goroutines idle", func(r result) string {
+			return fmt.Sprintf("%s / %s / %.0f", mb(r.idle.heap[i]), mb(r.idle.stacks[i]), r.idle.goroutines[i])
 		})
 		row(p.name+" CPU idle / wave (cores)", func(r result) string {
 			return fmt.Sprintf("%.2f / ", r.idle.cpu[i]) + waved(r, func(u usage) string { return fmt.Sprintf("%.2f", u.cpu[i]) })
@@ -810,6 +817,31 @@ func (p *process) requests() map[string]float64 {
 
 // counters are the process's counter series named name so far, summed by the value of
 // their label.
+// gauges are the values of the unlabelled series names of the process's metrics, 0
+// for one not found.
+func (p *process) gauges(names ...string) []float64 {
+	out := make([]float64, len(names))
+	if p.metrics == "" {
+		return out
+	}
+	resp, err := http.Get(p.metrics) //nolint:gosec,noctx // the local process's metrics
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		line := s.Text()
+		for i, name := range names {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				out[i], _ = strconv.ParseFloat(v, 64)
+			}
+		}
+	}
+	return out
+}
+
 func (p *process) counters(name, label string) map[string]float64 {
 	out := map[string]float64{}
 	if p.metrics == "" {
