@@ -313,8 +313,13 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	settled, renewalLate := false, false
 	if requeue <= 0 || requeue > PollPeriod {
 		requeue = PollPeriod
-		why := UnsettledError
-		if err == nil && c.decision != nil {
+		var why string
+		switch {
+		case err != nil:
+			why = UnsettledError
+		case c.decision == nil: // no holder, or hibernating: nothing was decided
+			why = UnsettledLease
+		default:
 			why = Unsettled(primarylease.Parse(c.lease), *c.decision, c.instances, int(cluster.Spec.Replicas))
 			if why == "" && !c.renewing() {
 				why = UnsettledRenewal
