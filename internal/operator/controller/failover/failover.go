@@ -146,12 +146,6 @@ type memory struct {
 	// settled: the last cycle found the cluster Settled and comes back after
 	// QuietPeriod; the renewal watchdog wakes it sooner if its holder stops renewing.
 	settled bool
-	// renewalLate: the last cycle found the cluster settled but for its holder's
-	// renewal, not seen within RenewingWithin (a slow API server or watch, a primary
-	// cut off from it). It comes back after PollPeriod, as any unsettled cluster, but
-	// its full observation is kept: the holder, asked alone, may still vouch for its
-	// standbys, so a slow API server does not triple what the agents are asked.
-	renewalLate bool
 	// cycling is held for the length of a cycle: the two lanes may both hold the
 	// cluster, and its cycles run one at a time.
 	cycling sync.Mutex
@@ -310,7 +304,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if herr := c.recordHealth(ctx); herr != nil && err == nil {
 		err = herr
 	}
-	settled, renewalLate := false, false
+	settled := false
 	if requeue <= 0 || requeue > PollPeriod {
 		requeue = PollPeriod
 		var why string
@@ -325,20 +319,16 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 				why = UnsettledRenewal
 			}
 		}
-		switch why {
-		case "":
+		if why == "" {
 			requeue, settled = QuietPeriod, true
-		case UnsettledRenewal:
-			renewalLate = true
-			fallthrough
-		default:
+		} else {
 			opmetrics.CountUnsettled(why)
 		}
 	}
 	r.mu.Lock()
-	c.mem.settled, c.mem.renewalLate = settled, renewalLate
+	c.mem.settled = settled
 	switch {
-	case !settled && !renewalLate:
+	case !settled:
 		c.mem.full = nil
 	case !c.quiet:
 		c.recordFull(r.clock.Now())
@@ -350,7 +340,9 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // watchRenewals wakes a settled cluster whose holder's last renewal was seen more than
 // RenewingWithin ago: one that is asked every QuietPeriod would otherwise find its
 // primary failed up to QuietPeriod late. The woken cycle asks the agents at once and is
-// not settled until the holder renews again.
+// not settled until the holder renews again. It asks every agent together, never the
+// holder alone: it suspects the holder, and a holder that does not answer would cost its
+// whole timeout before the standbys were asked (docs/failover.md, "Quiet cycles").
 func (r *Reconciler) watchRenewals(ctx context.Context) {
 	tick := time.NewTicker(renewalCheck)
 	defer tick.Stop()
@@ -365,7 +357,7 @@ func (r *Reconciler) watchRenewals(ctx context.Context) {
 		r.mu.Lock()
 		for key, m := range r.memory {
 			if m.settled && !m.renewSeen.IsZero() && now.Sub(m.renewSeen) > RenewingWithin {
-				m.settled, m.renewalLate = false, true
+				m.settled = false
 				due = append(due, key)
 			}
 		}
@@ -374,7 +366,7 @@ func (r *Reconciler) watchRenewals(ctx context.Context) {
 			if !r.lanes.add(true, reconcile.Request{NamespacedName: key}, 0) {
 				r.mu.Lock()
 				if m, ok := r.memory[key]; ok {
-					m.settled, m.renewalLate = true, false // not started yet: look again at the next check
+					m.settled = true // not started yet: look again at the next check
 				}
 				r.mu.Unlock()
 			}
@@ -413,7 +405,7 @@ func (c *cycle) observe(ctx context.Context) {
 	full := c.mem.full
 	holder := ""
 	if !c.noQuiet {
-		holder = quietHolder(full, c.mem.settled || c.mem.renewalLate, c.r.clock.Now(), c.cluster, c.lease, c.pods)
+		holder = quietHolder(full, c.mem.settled, c.r.clock.Now(), c.cluster, c.lease, c.pods)
 	}
 	c.r.mu.Unlock()
 	if holder == "" {
