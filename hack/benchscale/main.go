@@ -7,7 +7,9 @@
 // as they would against real instances. For each N it prints the processes' memory and
 // CPU (idle and during a wave of spec changes), their API requests per second by verb,
 // create → rendered and spec change → rendered, and failure → promotion when one
-// primary fails.
+// primary fails; and, to read those by, why the controller found clusters unsettled, its
+// heap and goroutines, and how far apart the hollow primaries renewed their Leases
+// (agents renew every second; a harness that cannot keeps every cluster unsettled).
 package main
 
 import (
