@@ -478,9 +478,10 @@ func (b *bench) usage(during func()) usage {
 	uns0 := make([]map[string]float64, len(b.procs))
 	for i, p := range b.procs {
 		cpu0[i] = p.cpuSeconds()
-		req0[i] = p.requests()
-		obs0[i] = p.counters("pgpilot_failover_observations_total", "kind")
-		uns0[i] = p.counters("pgpilot_failover_unsettled_cycles_total", "reason")
+		m := p.scrape()
+		req0[i] = m.requests()
+		obs0[i] = m.counters("pgpilot_failover_observations_total", "kind")
+		uns0[i] = m.counters("pgpilot_failover_unsettled_cycles_total", "reason")
 	}
 	rates := func(now, before map[string]float64) map[string]float64 {
 		per := map[string]float64{}
@@ -495,10 +496,11 @@ func (b *bench) usage(during func()) usage {
 	for i, p := range b.procs {
 		u.cpu = append(u.cpu, (p.cpuSeconds()-cpu0[i])/u.seconds)
 		u.rss = append(u.rss, p.rss())
-		u.requests = append(u.requests, rates(p.requests(), req0[i]))
-		u.observations = append(u.observations, rates(p.counters("pgpilot_failover_observations_total", "kind"), obs0[i]))
-		u.unsettled = append(u.unsettled, rates(p.counters("pgpilot_failover_unsettled_cycles_total", "reason"), uns0[i]))
-		g := p.gauges("go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_goroutines")
+		m := p.scrape()
+		u.requests = append(u.requests, rates(m.requests(), req0[i]))
+		u.observations = append(u.observations, rates(m.counters("pgpilot_failover_observations_total", "kind"), obs0[i]))
+		u.unsettled = append(u.unsettled, rates(m.counters("pgpilot_failover_unsettled_cycles_total", "reason"), uns0[i]))
+		g := m.gauges("go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_goroutines")
 		u.heap, u.stacks, u.goroutines = append(u.heap, g[0]), append(u.stacks, g[1]), append(u.goroutines, g[2])
 	}
 	return u
@@ -788,19 +790,13 @@ func (b *bench) drain(ctx context.Context, limit time.Duration) time.Duration {
 // queued is how many requests the process's controllers have queued
 // (controller-runtime's workqueue_depth, summed); false when it cannot be read.
 func (p *process) queued() (float64, bool) {
-	if p.metrics == "" {
+	m := p.scrape()
+	if m == nil {
 		return 0, false
 	}
-	resp, err := http.Get(p.metrics) //nolint:gosec,noctx // the local process's metrics
-	if err != nil {
-		return 0, false
-	}
-	defer resp.Body.Close()
-	s := bufio.NewScanner(resp.Body)
-	s.Buffer(make([]byte, 1<<20), 1<<20)
 	var depth float64
-	for s.Scan() {
-		if line := s.Text(); strings.HasPrefix(line, "workqueue_depth{") {
+	for _, line := range m {
+		if strings.HasPrefix(line, "workqueue_depth{") {
 			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
 			if err != nil {
 				return 0, false
@@ -808,56 +804,44 @@ func (p *process) queued() (float64, bool) {
 			depth += v
 		}
 	}
-	return depth, s.Err() == nil
+	return depth, true
 }
 
-// requests are the process's API requests so far by verb (client-go's
-// rest_client_requests_total).
-func (p *process) requests() map[string]float64 {
-	return p.counters("rest_client_requests_total", "method")
-}
+// scrape is one reading of a process's metrics, a line each; nil when it serves none
+// or could not be read whole.
+type scrape []string
 
-// counters are the process's counter series named name so far, summed by the value of
-// their label.
-// gauges are the values of the unlabelled series names of the process's metrics, 0
-// for one not found.
-func (p *process) gauges(names ...string) []float64 {
-	out := make([]float64, len(names))
+func (p *process) scrape() scrape {
 	if p.metrics == "" {
-		return out
+		return nil
 	}
 	resp, err := http.Get(p.metrics) //nolint:gosec,noctx // the local process's metrics
 	if err != nil {
-		return out
+		return nil
 	}
 	defer resp.Body.Close()
+	var lines scrape
 	s := bufio.NewScanner(resp.Body)
 	s.Buffer(make([]byte, 1<<20), 1<<20)
 	for s.Scan() {
-		line := s.Text()
-		for i, name := range names {
-			if v, ok := strings.CutPrefix(line, name+" "); ok {
-				out[i], _ = strconv.ParseFloat(v, 64)
-			}
-		}
+		lines = append(lines, s.Text())
 	}
-	return out
+	if s.Err() != nil {
+		return nil
+	}
+	return lines
 }
 
-func (p *process) counters(name, label string) map[string]float64 {
+// requests are the API requests so far by verb (client-go's rest_client_requests_total).
+func (m scrape) requests() map[string]float64 {
+	return m.counters("rest_client_requests_total", "method")
+}
+
+// counters are the counter series named name so far, summed by the value of their
+// label.
+func (m scrape) counters(name, label string) map[string]float64 {
 	out := map[string]float64{}
-	if p.metrics == "" {
-		return out
-	}
-	resp, err := http.Get(p.metrics) //nolint:gosec,noctx // the local process's metrics
-	if err != nil {
-		return out
-	}
-	defer resp.Body.Close()
-	s := bufio.NewScanner(resp.Body)
-	s.Buffer(make([]byte, 1<<20), 1<<20)
-	for s.Scan() {
-		line := s.Text()
+	for _, line := range m {
 		if !strings.HasPrefix(line, name+"{") {
 			continue
 		}
@@ -870,6 +854,19 @@ func (p *process) counters(name, label string) map[string]float64 {
 		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
 		if err == nil {
 			out[verb] += v
+		}
+	}
+	return out
+}
+
+// gauges are the values of the unlabelled series names, 0 for one not found.
+func (m scrape) gauges(names ...string) []float64 {
+	out := make([]float64, len(names))
+	for _, line := range m {
+		for i, name := range names {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				out[i], _ = strconv.ParseFloat(v, 64)
+			}
 		}
 	}
 	return out
