@@ -23,7 +23,7 @@ func main() {
 	// The leader-election Lease keeps the name of when this process was called the
 	// sidecar: during an upgrade the old pod and the new one must contend for the same
 	// Lease, or two would run failovers at once.
-	f.Register(flag.CommandLine, ":8083", ":8082", "pgpilot-sidecar.db.example.com")
+	f.Register(flag.CommandLine, ":8083", ":8082", "pgpilot-sidecar.db.example.com", managerflags.FailoverElection)
 	var copts controller.Options
 	flag.IntVar(&copts.MaxRollingClusters, "max-rolling-clusters", controller.DefaultMaxRollingClusters,
 		"The most clusters whose pods are restarted for a new template at once (a new agent image after an operator upgrade rolls them all); 0 for no limit.")

@@ -17,7 +17,7 @@ import (
 
 func main() {
 	var f managerflags.Flags
-	f.Register(flag.CommandLine, ":8080", ":8081", "pgpilot-manager.db.example.com")
+	f.Register(flag.CommandLine, ":8080", ":8081", "pgpilot-manager.db.example.com", managerflags.HelmElection)
 	opts := helmmanager.DefaultOptions()
 	flag.StringVar(&opts.WatchesFile, "watches-file", opts.WatchesFile, "Path of watches.yaml.")
 	flag.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", opts.MaxConcurrentReconciles, "Concurrent reconciles per watch, where watches.yaml does not set maxConcurrentReconciles.")

@@ -15,11 +15,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
@@ -226,7 +228,7 @@ func restarts(p corev1.Pod) int32 {
 	return n
 }
 
-// renewBackOff recreates, one at a time, each pod of c and the operator's pod whose
+// renewBackOff recreates, one at a time, each pod of c and each operator pod whose
 // containers restarted restartLimit times or more, and waits until the cluster is
 // recovered after each. Writers are not running: nothing here is measured. It returns
 // the names of the pods it recreated.
@@ -235,12 +237,12 @@ func (c *cluster) renewBackOff(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	op, err := operatorPod(ctx)
+	ops, err := operatorPods(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var renewed []string
-	for _, p := range append(pods, op) {
+	for _, p := range append(pods, ops...) {
 		if restarts(p) < restartLimit {
 			continue
 		}
@@ -521,6 +523,7 @@ func (c *cluster) readIDs() (map[int64]bool, map[int64]int, error) {
 // status is the part of the agent's GET /status the suite reads.
 type status struct {
 	Role     string `json:"role"`
+	Frozen   bool   `json:"frozen"`
 	Replicas []struct {
 		Name  string `json:"name"`
 		State string `json:"state"`
@@ -605,10 +608,12 @@ func (c *cluster) dump(t testing.TB, since time.Time, sections ...string) {
 		fmt.Fprintf(&b, "lease %s: holder %q transitions %v renewed %v annotations %v\n", lease.Name,
 			deref(lease.Spec.HolderIdentity), deref(lease.Spec.LeaseTransitions), lease.Spec.RenewTime, lease.Annotations)
 	}
-	if op, err := operatorPod(ctx); err == nil {
-		containerLogs(ctx, &b, op, 60)
+	if ops, err := operatorPods(ctx); err == nil {
+		for _, op := range ops {
+			containerLogs(ctx, &b, op, 60)
+		}
 	} else {
-		fmt.Fprintf(&b, "operator pod: %v\n", err)
+		fmt.Fprintf(&b, "operator pods: %v\n", err)
 	}
 	var events corev1.EventList
 	if err := k8s.List(ctx, &events, client.InNamespace(c.ns)); err == nil {
@@ -694,35 +699,76 @@ func deref[T any](p *T) any {
 	return *p
 }
 
-// operatorPod returns the running operator pod (namespace pgpilot-system).
-func operatorPod(ctx context.Context) (corev1.Pod, error) {
+// operatorPods returns the running operator pods (namespace pgpilot-system).
+func operatorPods(ctx context.Context) ([]corev1.Pod, error) {
 	var pods corev1.PodList
 	if err := k8s.List(ctx, &pods, client.InNamespace(operatorNamespace),
 		client.MatchingLabels{"control-plane": "controller-manager"}); err != nil {
-		return corev1.Pod{}, err
+		return nil, err
 	}
+	var running []corev1.Pod
 	for _, p := range pods.Items {
 		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			running = append(running, p)
+		}
+	}
+	if len(running) == 0 {
+		return nil, fmt.Errorf("no running operator pod among %d in %s", len(pods.Items), operatorNamespace)
+	}
+	return running, nil
+}
+
+// operatorPod returns the operator pod whose controller leads: the holder of the
+// controller's leader election Lease, which names it by the pod's name.
+func operatorPod(ctx context.Context) (corev1.Pod, error) {
+	var l coordinationv1.Lease
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: controllerElection}, &l); err != nil {
+		return corev1.Pod{}, fmt.Errorf("the controller's leader election Lease: %w", err)
+	}
+	pods, err := operatorPods(ctx)
+	if err != nil {
+		return corev1.Pod{}, err
+	}
+	for _, p := range pods {
+		if p.Name == ptr.Deref(l.Spec.HolderIdentity, "") {
 			return p, nil
 		}
 	}
-	return corev1.Pod{}, fmt.Errorf("no running operator pod among %d in %s", len(pods.Items), operatorNamespace)
+	return corev1.Pod{}, fmt.Errorf("the controller's leader %q is not a running operator pod", deref(l.Spec.HolderIdentity))
 }
 
-// operatorReady waits until an operator pod runs with every container ready.
+// operatorReady waits until the operator's Deployment has every replica updated and
+// ready, and a running pod leads.
 func operatorReady(ctx context.Context) error {
 	for {
-		p, err := operatorPod(ctx)
-		if err == nil && !slices.ContainsFunc(p.Status.ContainerStatuses, func(cs corev1.ContainerStatus) bool { return !cs.Ready }) {
+		var d appsv1.Deployment
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: operatorDeployment}, &d)
+		if err == nil {
+			want := ptr.Deref(d.Spec.Replicas, 1)
+			s := d.Status
+			if s.ObservedGeneration < d.Generation || s.UpdatedReplicas != want || s.ReadyReplicas != want || s.Replicas != want {
+				err = fmt.Errorf("deployment %s: %d of %d replicas updated, %d ready, %d in all", d.Name, s.UpdatedReplicas, want, s.ReadyReplicas, s.Replicas)
+			}
+		}
+		if err == nil {
+			_, err = operatorPod(ctx)
+		}
+		if err == nil {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("no ready operator pod: %w", ctx.Err())
+			return fmt.Errorf("the operator is not ready: %w (%w)", err, ctx.Err())
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }
+
+// The operator's Deployment, and the controller's leader election Lease.
+const (
+	operatorDeployment = "pgpilot-controller-manager"
+	controllerElection = "pgpilot-sidecar.db.example.com"
+)
 
 const operatorNamespace = "pgpilot-system"
 

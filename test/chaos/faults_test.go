@@ -55,7 +55,8 @@ var controls = []fault{
 	}},
 }
 
-var faults = []fault{
+// faults are the primary's faults, then the operator's (operator_test.go).
+var faults = append([]fault{
 	{name: "graceful-delete", what: "the primary's pod is deleted (default grace period, 60 s)", inject: func(ctx context.Context, f *faulting) error {
 		if err := k8s.Delete(ctx, &f.primary); err != nil {
 			return err
@@ -137,7 +138,7 @@ var faults = []fault{
 			f.logf("%s became primary; killed PID 1 (%d) of its postgres container", next.Name, pid)
 			return err
 		}},
-}
+}, operatorFaults...)
 
 // evict asks the Eviction API to evict pod until it accepts: a 429 is a disruption
 // budget refusing for now, which kubectl drain retries every 5 s.

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/pgpilot/pgpilot/internal/operator/managerflags"
 )
@@ -22,55 +23,138 @@ func TestRestartedLeaderResumesAtOnce(t *testing.T) {
 	ns := newNamespace(t)
 	const id = "pgpilot-leader-test"
 	// The Lease as the killed container left it: held by the pod, renewed just now.
+	heldLease(t, ns, id, "pgpilot-controller-manager-0", 15)
+	t.Setenv(managerflags.PodNamespaceEnv, ns)
+
+	// Another pod must not take over a Lease that is still valid.
+	if elected(t, running(t, candidate(t, id, "pgpilot-controller-manager-1")), 3*time.Second) {
+		t.Fatal("another pod took over a Lease renewed 3 s ago, valid for 15 s")
+	}
+	// The holder's restarted container resumes long before the Lease expires.
+	if !elected(t, running(t, candidate(t, id, "pgpilot-controller-manager-0")), 8*time.Second) {
+		t.Fatal("the restarted leader was not elected within 8 s of a Lease renewed by its pod: it waited for its own Lease to expire")
+	}
+}
+
+// The other replica takes over from a leader that died (its Lease no longer renewed)
+// once the Lease expires, LeaseDuration after the last renewal it saw, and not before.
+func TestStandbyTakesOverAnExpiredLease(t *testing.T) {
+	ns := newNamespace(t)
+	const id = "pgpilot-standby-test"
+	e := managerflags.FailoverElection
+	renewed := heldLease(t, ns, id, "pgpilot-controller-manager-0", int32(e.LeaseDuration/time.Second))
+	t.Setenv(managerflags.PodNamespaceEnv, ns)
+
+	mgr := running(t, candidate(t, id, "pgpilot-controller-manager-1"))
+	if elected(t, mgr, e.LeaseDuration-2*time.Second) {
+		t.Fatalf("the standby took over a Lease renewed %s ago, valid for %s", time.Since(renewed).Round(100*time.Millisecond), e.LeaseDuration)
+	}
+	// From the last renewal: the Lease's duration, a retry period (jittered), and the
+	// API server's answer.
+	limit := e.LeaseDuration + 2*e.RetryPeriod + time.Second
+	if !elected(t, mgr, time.Until(renewed.Add(limit))) {
+		t.Fatalf("the standby was not elected within %s of the dead leader's last renewal", limit)
+	}
+	t.Logf("elected %s after the last renewal", time.Since(renewed).Round(10*time.Millisecond))
+}
+
+// A leader that stops (SIGTERM: a rollout, a drain, an upgrade) releases its Lease, and
+// the waiting replica takes over within a retry period instead of waiting for it to
+// expire.
+func TestStoppedLeaderHandsOverAtOnce(t *testing.T) {
+	ns := newNamespace(t)
+	const id = "pgpilot-handover-test"
+	t.Setenv(managerflags.PodNamespaceEnv, ns)
+	e := managerflags.FailoverElection
+
+	leader := candidate(t, id, "pgpilot-controller-manager-0")
+	stop := start(t, leader)
+	t.Cleanup(stop)
+	if !elected(t, leader, 10*time.Second) {
+		t.Fatal("the first replica was not elected")
+	}
+	standby := running(t, candidate(t, id, "pgpilot-controller-manager-1"))
+	if elected(t, standby, 2*time.Second) {
+		t.Fatal("the standby was elected while the leader ran")
+	}
+	stopped := time.Now()
+	stop()
+	limit := 2*e.RetryPeriod + time.Second
+	if !elected(t, standby, limit-time.Since(stopped)) {
+		t.Fatalf("the standby was not elected within %s of the leader's stop: the leader did not release its Lease", limit)
+	}
+	t.Logf("elected %s after the leader stopped", time.Since(stopped).Round(10*time.Millisecond))
+}
+
+// heldLease creates the leader election Lease id as its holder left it, renewed now,
+// and returns when.
+func heldLease(t *testing.T, ns, id, holder string, seconds int32) time.Time {
+	t.Helper()
 	now := metav1.NewMicroTime(time.Now())
 	create(t, &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: id},
 		Spec: coordinationv1.LeaseSpec{
-			HolderIdentity: ptr.To("pgpilot-controller-manager-0"), LeaseDurationSeconds: ptr.To[int32](15),
+			HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To[int32](seconds),
 			AcquireTime: &now, RenewTime: &now,
 		},
 	})
-	t.Setenv(managerflags.PodNamespaceEnv, ns)
+	return now.Time
+}
 
-	elected := func(identity string, within time.Duration) bool {
-		t.Setenv(managerflags.PodNameEnv, identity)
-		var f managerflags.Flags
-		fs := flag.NewFlagSet("controller", flag.ContinueOnError)
-		f.Register(fs, "0", "0", id)
-		if err := fs.Parse([]string{"--leader-elect"}); err != nil {
-			t.Fatal(err)
+// candidate is a manager with the controller's flags and election, as the pod identity
+// would run it.
+func candidate(t *testing.T, id, identity string) manager.Manager {
+	t.Helper()
+	t.Setenv(managerflags.PodNameEnv, identity)
+	var f managerflags.Flags
+	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
+	f.Register(fs, "0", "0", id, managerflags.FailoverElection)
+	if err := fs.Parse([]string{"--leader-elect"}); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := f.Options(runtime.NewScheme(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mgr
+}
+
+// running starts mgr until the test ends, and returns it.
+func running(t *testing.T, mgr manager.Manager) manager.Manager {
+	t.Cleanup(start(t, mgr))
+	return mgr
+}
+
+// start runs mgr until the returned function is called (at most once; later calls do
+// nothing), which waits until it has stopped.
+func start(t *testing.T, mgr manager.Manager) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	stopped := false
+	return func() {
+		if stopped {
+			return
 		}
-		opts, err := f.Options(runtime.NewScheme(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mgr, err := ctrl.NewManager(cfg, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- mgr.Start(ctx) }()
-		defer func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("manager %s: %v", identity, err)
-			}
-		}()
-		select {
-		case <-mgr.Elected():
-			return true
-		case <-time.After(within):
-			return false
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
 		}
 	}
+}
 
-	// Another pod must not take over a Lease that is still valid.
-	if elected("pgpilot-controller-manager-1", 3*time.Second) {
-		t.Fatal("another pod took over a Lease renewed 3 s ago, valid for 15 s")
-	}
-	// The holder's restarted container resumes long before the Lease expires.
-	if !elected("pgpilot-controller-manager-0", 8*time.Second) {
-		t.Fatal("the restarted leader was not elected within 8 s of a Lease renewed by its pod: it waited for its own Lease to expire")
+// elected reports whether mgr is elected within d.
+func elected(t *testing.T, mgr manager.Manager, d time.Duration) bool {
+	t.Helper()
+	select {
+	case <-mgr.Elected():
+		return true
+	case <-time.After(d):
+		return false
 	}
 }

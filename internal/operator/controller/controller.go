@@ -6,6 +6,10 @@ package controller
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -36,6 +40,46 @@ import (
 	"github.com/pgpilot/pgpilot/internal/operator/rolestatus"
 	"github.com/pgpilot/pgpilot/internal/version"
 )
+
+// watched are the kinds the controllers watch.
+var watched = []client.Object{
+	&dbv1.PostgresCluster{}, &dbv1.PostgresBackup{}, &corev1.Pod{}, &corev1.Secret{}, &corev1.ConfigMap{},
+	&coordinationv1.Lease{}, &appsv1.StatefulSet{}, &corev1.PersistentVolumeClaim{},
+}
+
+// warmCaches starts the informers of every watched kind in every replica, the standbys'
+// included: controller-runtime starts a controller's informers only when it is elected,
+// so a standby that took over would first list every pod, Secret and Lease of every
+// cluster (seconds at a thousand clusters) before its first failover. The replica is
+// ready once they have synced, so a rolling update of the operator does not stop the
+// old leader before its successor has them (docs/failover.md, "The operator's own
+// availability").
+type warmCaches struct {
+	cache  cache.Cache
+	synced atomic.Bool
+}
+
+// NeedLeaderElection is false: the caches are warmed in standby replicas too.
+func (*warmCaches) NeedLeaderElection() bool { return false }
+
+// Start returns once every watched kind's informer has synced.
+func (w *warmCaches) Start(ctx context.Context) error {
+	for _, o := range watched {
+		if _, err := w.cache.GetInformer(ctx, o); err != nil {
+			return fmt.Errorf("starting the informer of %T: %w", o, err)
+		}
+	}
+	w.synced.Store(true)
+	return nil
+}
+
+// check is the readiness check: an error until every watched kind has synced.
+func (w *warmCaches) check(*http.Request) error {
+	if !w.synced.Load() {
+		return errors.New("the caches of the watched kinds have not synced yet")
+	}
+	return nil
+}
 
 // EventSource is the component name on the controller's events.
 const EventSource = "pgpilot-controller"
@@ -125,6 +169,13 @@ func Setup(mgr ctrl.Manager, clk clock.PassiveClock, opts Options) error {
 		return err
 	}
 	if err := roles.Index(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	warm := &warmCaches{cache: mgr.GetCache()}
+	if err := mgr.Add(warm); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("caches", warm.check); err != nil {
 		return err
 	}
 	recorder := mgr.GetEventRecorderFor(EventSource)

@@ -43,6 +43,7 @@ type Flags struct {
 	LeaderElectionID string
 	LeaseDuration    time.Duration
 	RenewDeadline    time.Duration
+	RetryPeriod      time.Duration
 	// Identity is this process's name in leader election; "" for controller-runtime's
 	// default, the host name plus a random suffix.
 	Identity string
@@ -63,15 +64,34 @@ const (
 	DefaultBurst = 200
 )
 
+// Election is how a process's replicas elect their leader: a leader that cannot renew
+// its Lease for RenewDeadline stops, and a standby takes over LeaseDuration after the
+// last renewal it saw, trying every RetryPeriod.
+type Election struct {
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// HelmElection is the Helm manager's: controller-runtime's defaults. A Helm manager that
+// dies delays rendering, never a failover.
+var HelmElection = Election{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
+
+// FailoverElection is the controller's: the failover controller runs in the leader
+// alone, so a leader that dies stops failovers until a standby replica takes over, 5 to
+// 6 s later; a primary that failed with it needs T + margin (5 s) before a failover
+// anyway (docs/failover.md, "The operator's own availability"). A leader whose renewals
+// the API server does not take for 3 s stops before its Lease expires.
+var FailoverElection = Election{LeaseDuration: 5 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: time.Second}
+
 // Register adds the flags to fs with the given defaults.
-func (f *Flags) Register(fs *flag.FlagSet, metricsAddr, probeAddr, leaderElectionID string) {
+func (f *Flags) Register(fs *flag.FlagSet, metricsAddr, probeAddr, leaderElectionID string, election Election) {
 	fs.StringVar(&f.MetricsAddr, "metrics-bind-address", metricsAddr, "Address of the Prometheus metrics endpoint; 0 disables it.")
 	fs.StringVar(&f.ProbeAddr, "health-probe-bind-address", probeAddr, "Address of the /healthz and /readyz endpoints.")
 	fs.StringVar(&f.PprofAddr, "pprof-bind-address", "", "Address to serve Go's profiles on (/debug/pprof/); empty for none.")
 	fs.BoolVar(&f.LeaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles.")
 	fs.StringVar(&f.LeaderElectionID, "leader-election-id", leaderElectionID, "Name of the leader election Lease.")
-	fs.DurationVar(&f.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "How long a leader's Lease is valid.")
-	fs.DurationVar(&f.RenewDeadline, "leader-election-renew-deadline", 10*time.Second, "How long a leader keeps trying to renew before it gives up.")
+	fs.DurationVar(&f.LeaseDuration, "leader-election-lease-duration", election.LeaseDuration, "How long after its last renewal a leader's Lease may be taken by a standby replica.")
+	fs.DurationVar(&f.RenewDeadline, "leader-election-renew-deadline", election.RenewDeadline, "How long a leader keeps trying to renew before it stops leading (and exits).")
+	fs.DurationVar(&f.RetryPeriod, "leader-election-retry-period", election.RetryPeriod, "How often a leader renews, and a standby replica tries to take the Lease.")
 	fs.StringVar(&f.Identity, "leader-election-identity", os.Getenv(PodNameEnv),
 		"Name of this process in leader election (default $"+PodNameEnv+"): a restarted process with the name of the leader takes over at once instead of waiting for the Lease to expire. It must be unique among the running replicas; the pod's name is. Empty: the host name with a random suffix.")
 	fs.Float64Var(&f.QPS, "kube-api-qps", DefaultQPS, "Requests a second to the API server at most, on average.")
@@ -105,6 +125,7 @@ func (f *Flags) Options(scheme *runtime.Scheme, cfg *rest.Config) (manager.Optio
 		LeaderElectionReleaseOnCancel: true,
 		LeaseDuration:                 &f.LeaseDuration,
 		RenewDeadline:                 &f.RenewDeadline,
+		RetryPeriod:                   &f.RetryPeriod,
 	}
 	if ns := WatchNamespaces(os.Getenv(WatchNamespaceEnv)); len(ns) > 0 {
 		opts.Cache.DefaultNamespaces = make(map[string]cache.Config, len(ns))

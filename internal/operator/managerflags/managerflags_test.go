@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/pgpilot/pgpilot/internal/operator/managerflags"
@@ -76,11 +77,12 @@ func TestOptionsFromFlags(t *testing.T) {
 		Metrics, Probe, LeaderElectionID string
 		LeaderElection, ReleaseOnCancel  bool
 		LeaseDuration, RenewDeadline     time.Duration
+		RetryPeriod                      time.Duration
 	}
 	want := settings{
 		Metrics: "0", Probe: ":8081", LeaderElectionID: "pgpilot-controller",
 		LeaderElection: true, ReleaseOnCancel: true,
-		LeaseDuration: 30 * time.Second, RenewDeadline: 10 * time.Second,
+		LeaseDuration: 30 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: time.Second,
 	}
 	got := settings{
 		Metrics: opts.Metrics.BindAddress, Probe: opts.HealthProbeBindAddress, LeaderElectionID: opts.LeaderElectionID,
@@ -91,6 +93,9 @@ func TestOptionsFromFlags(t *testing.T) {
 	}
 	if opts.RenewDeadline != nil {
 		got.RenewDeadline = *opts.RenewDeadline
+	}
+	if opts.RetryPeriod != nil {
+		got.RetryPeriod = *opts.RetryPeriod
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("options (-want +got):\n%s", diff)
@@ -128,9 +133,28 @@ func parse(t *testing.T, args ...string) *managerflags.Flags {
 	t.Helper()
 	var f managerflags.Flags
 	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
-	f.Register(fs, ":8080", ":8081", "pgpilot-controller")
+	f.Register(fs, ":8080", ":8081", "pgpilot-controller", managerflags.FailoverElection)
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
 	return &f
+}
+
+// TestElectionsAreValid checks what client-go's leader elector refuses at start
+// (leaderelection.NewLeaderElector): a Lease longer than the renew deadline, and a
+// renew deadline longer than a jittered retry. A leader also stops (RetryPeriod +
+// RenewDeadline after its last renewal, at the latest) no later than a standby may
+// take over (LeaseDuration after the last renewal it saw).
+func TestElectionsAreValid(t *testing.T) {
+	for name, e := range map[string]managerflags.Election{"helm": managerflags.HelmElection, "failover": managerflags.FailoverElection} {
+		if e.LeaseDuration <= e.RenewDeadline {
+			t.Errorf("%s: lease duration %s not above the renew deadline %s", name, e.LeaseDuration, e.RenewDeadline)
+		}
+		if e.RenewDeadline <= time.Duration(leaderelection.JitterFactor*float64(e.RetryPeriod)) {
+			t.Errorf("%s: renew deadline %s not above %.1f retry periods of %s", name, e.RenewDeadline, leaderelection.JitterFactor, e.RetryPeriod)
+		}
+		if e.RetryPeriod+e.RenewDeadline > e.LeaseDuration {
+			t.Errorf("%s: a leader may lead until %s after its last renewal, past the lease duration %s", name, e.RetryPeriod+e.RenewDeadline, e.LeaseDuration)
+		}
+	}
 }

@@ -988,9 +988,9 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	opmetrics.Forget(key.Namespace, key.Name)
 }
 
-// leaseEvents records every renewal the moment the watch delivers it, and wakes the
-// cluster's reconcile only when something other than a renewal changed: its holder,
-// term or annotations.
+// leaseEvents wakes the cluster's reconcile only when something other than a renewal
+// changed: its holder, term or annotations. The renewals are recorded by the
+// renewalRecorder, in every replica.
 func (r *Reconciler) leaseEvents() handler.TypedEventHandler[client.Object, reconcile.Request] {
 	enqueue := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		for _, req := range clusterpods.ClusterOf(context.Background(), o) {
@@ -1009,15 +1009,6 @@ func (r *Reconciler) leaseEvents() handler.TypedEventHandler[client.Object, reco
 			newL, okNew := e.ObjectNew.(*coordinationv1.Lease)
 			if !okOld || !okNew {
 				return
-			}
-			for _, req := range clusterpods.ClusterOf(context.Background(), newL) {
-				mem := r.remember(req.NamespacedName)
-				rec := primarylease.Parse(newL)
-				r.mu.Lock()
-				if !rec.RenewTime.Equal(mem.renewTime) {
-					mem.sawRenewal(rec.RenewTime, r.clock.Now())
-				}
-				r.mu.Unlock()
 			}
 			was, is := primarylease.Parse(oldL), primarylease.Parse(newL)
 			if was.Holder != is.Holder || was.Term != is.Term || !equalAnnotations(oldL.Annotations, newL.Annotations) {
@@ -1051,6 +1042,9 @@ func equalAnnotations(a, b map[string]string) bool {
 //
 // A cycle queues the cluster's next one in the lane its state calls for (lane).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.Add(renewalRecorder{r: r, cache: mgr.GetCache()}); err != nil {
+		return err
+	}
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		r.watchRenewals(ctx)
 		return nil

@@ -1,0 +1,69 @@
+package failover
+
+import (
+	"context"
+	"fmt"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"github.com/pgpilot/pgpilot/internal/operator/clusterpods"
+	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
+)
+
+// renewalRecorder records, in every replica of the controller and not only in the
+// leader, when each holder's renewal of its primary Lease was seen. I2's wait counts
+// from the last renewal the controller saw happen: a leader that started with no such
+// record would wait T + margin from its first read of the Lease before it could fail a
+// primary over. A standby replica that takes over from a leader that died knows the
+// renewals it saw until then, so a primary that died with the leader can fail over at
+// once (docs/failover.md, "The operator's own availability").
+//
+// A record is what this process saw on its own clock, as the leader's are: a renewal
+// its watch delivered late makes the wait end later, never sooner, and the revocation
+// is conditional on the Lease version read, so a renewal it did not see yet makes the
+// revocation fail rather than go ahead.
+type renewalRecorder struct {
+	r     *Reconciler
+	cache cache.Cache
+}
+
+// NeedLeaderElection is false: the recorder runs in standby replicas too.
+func (renewalRecorder) NeedLeaderElection() bool { return false }
+
+// Start records renewals until ctx ends.
+func (rr renewalRecorder) Start(ctx context.Context) error {
+	inf, err := rr.cache.GetInformer(ctx, &coordinationv1.Lease{})
+	if err != nil {
+		return fmt.Errorf("the Lease informer, to record renewals: %w", err)
+	}
+	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { rr.r.sawLease(obj) },
+		UpdateFunc: func(_, obj any) { rr.r.sawLease(obj) },
+	})
+	if err != nil {
+		return fmt.Errorf("recording renewals: %w", err)
+	}
+	<-ctx.Done()
+	return inf.RemoveEventHandler(reg)
+}
+
+// sawLease records the renewal of a cluster's primary Lease, as it is now, when it is
+// not the one recorded already: the first one seen is only a first read
+// (renewObserved false), the next ones renewals seen happen.
+func (r *Reconciler) sawLease(obj any) {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return
+	}
+	for _, req := range clusterpods.ClusterOf(context.Background(), l) {
+		mem := r.remember(req.NamespacedName)
+		rec := primarylease.Parse(l)
+		r.mu.Lock()
+		if mem.renewSeen.IsZero() || !rec.RenewTime.Equal(mem.renewTime) {
+			mem.sawRenewal(rec.RenewTime, r.clock.Now())
+		}
+		r.mu.Unlock()
+	}
+}
