@@ -31,6 +31,9 @@ type LeaseSource interface {
 	// LastSeen is when the API server last answered.
 	LastSeen() time.Time
 	Changed() <-chan struct{}
+	// RenewalSeen is the Lease's renewTime and when it was first read; ok once it was
+	// seen to change.
+	RenewalSeen() (renewTime, seen time.Time, ok bool)
 	Refresh(ctx context.Context) (LeaseView, error)
 	Apply(ctx context.Context, change primarylease.Change) error
 }
@@ -586,6 +589,9 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 	}
 	if !a.downSince.IsZero() {
 		st.DownForMillis = max(now.Sub(a.downSince).Milliseconds(), 1)
+	}
+	if renewTime, seen, ok := a.lease.RenewalSeen(); ok {
+		st.RenewalSeen = &agentapi.RenewalSeen{RenewTime: renewTime, AgoMillis: now.Sub(seen).Milliseconds()}
 	}
 	if g := a.failsafeGiven; !g.at.IsZero() {
 		st.FailsafeConfirmed = &agentapi.FailsafeConfirmation{Primary: g.primary, Term: g.term, AgoMillis: now.Sub(g.at).Milliseconds()}

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 
@@ -11,13 +12,16 @@ import (
 	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
 )
 
-// termLease is a LeaseSource whose view is set by the test; only View is used here.
+// termLease is a LeaseSource whose view is set by the test; only View and RenewalSeen
+// (which Status reads) are used here.
 type termLease struct {
 	LeaseSource
 	view LeaseView
 }
 
 func (l *termLease) View() LeaseView { return l.view }
+
+func (l *termLease) RenewalSeen() (time.Time, time.Time, bool) { return time.Time{}, time.Time{}, false }
 
 // A crash loop counts the crashes of the Lease's current term only: an instance that
 // crash-looped as the primary and is named primary again in a later term (after a

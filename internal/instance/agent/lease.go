@@ -73,6 +73,11 @@ type LeaseFollower struct {
 	version uint64                // resourceVersion of the Lease behind view
 	seen    time.Time
 	changed chan struct{}
+	// renewTime is the Lease's renewTime as last read, first read at renewSeen;
+	// renewChanged: it changed while followed (a renewal seen happen, not a first read).
+	renewTime    time.Time
+	renewSeen    time.Time
+	renewChanged bool
 }
 
 // NewLeaseFollower returns a follower of Lease namespace/name.
@@ -92,6 +97,14 @@ func (f *LeaseFollower) LastSeen() time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.seen
+}
+
+// RenewalSeen returns the Lease's renewTime as last read and when this follower first
+// read it; ok only once it saw the renewTime change (a renewal seen happen).
+func (f *LeaseFollower) RenewalSeen() (renewTime, seen time.Time, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.renewTime, f.renewSeen, f.renewChanged && !f.renewTime.IsZero()
 }
 
 // Changed receives a value after the view changed.
@@ -149,6 +162,10 @@ func (f *LeaseFollower) set(l *coordinationv1.Lease) {
 		return
 	}
 	f.view, f.record, f.lease, f.version = v, r, l, version
+	if !r.RenewTime.Equal(f.renewTime) {
+		f.renewChanged = !f.renewSeen.IsZero()
+		f.renewTime, f.renewSeen = r.RenewTime, f.seen
+	}
 	f.mu.Unlock()
 	if !sameView(old, v) {
 		select {

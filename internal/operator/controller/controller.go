@@ -205,7 +205,7 @@ func Setup(mgr ctrl.Manager, clk clock.PassiveClock, opts Options) error {
 		return err
 	}
 	// The operator's own series, served with controller-runtime's reconcile metrics.
-	opmetrics.Register(metrics.Registry, mgr.GetClient(), mgr.GetLogger().WithName("metrics"))
+	opmetrics.Register(metrics.Registry, mgr.GetClient(), mgr.Elected(), mgr.GetLogger().WithName("metrics"))
 	store := rolestatus.NewStore()
 	if err := roles.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, store, nil).SetupWithManager(mgr); err != nil {
 		return err

@@ -46,10 +46,11 @@ var (
 )
 
 // Register adds the failover and switchover metrics and a collector of the clusters'
-// and backups' state (read from c, the manager's cache) to reg, once per process.
-func Register(reg prometheus.Registerer, c client.Reader, log logr.Logger) {
+// and backups' state (read from c, the manager's cache, while the replica leads:
+// elected closes then) to reg, once per process.
+func Register(reg prometheus.Registerer, c client.Reader, elected <-chan struct{}, log logr.Logger) {
 	registerOnce.Do(func() {
-		reg.MustRegister(failovers, switchovers, moveSeconds, observations, unsettled, &clusterCollector{reader: c, log: log})
+		reg.MustRegister(failovers, switchovers, moveSeconds, observations, unsettled, &clusterCollector{reader: c, elected: elected, log: log})
 	})
 }
 
@@ -122,10 +123,14 @@ var (
 		clusterLabels, nil)
 )
 
-// clusterCollector reads the clusters and backups from the cache at each scrape.
+// clusterCollector reads the clusters and backups from the cache at each scrape, in the
+// replica that leads only: every replica has them in its cache, and a sum over the
+// operator's pods would count each cluster once per replica.
 type clusterCollector struct {
 	reader client.Reader
-	log    logr.Logger
+	// elected is closed once this replica leads; nil for always.
+	elected <-chan struct{}
+	log     logr.Logger
 }
 
 func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -136,6 +141,13 @@ func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.elected != nil {
+		select {
+		case <-c.elected:
+		default:
+			return // a standby replica
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var clusters dbv1.PostgresClusterList

@@ -128,6 +128,12 @@ type Status struct {
 	// FailsafeConfirmed is the last time this standby confirmed its primary to it while
 	// that primary could not reach the API server.
 	FailsafeConfirmed *FailsafeConfirmation `json:"failsafeConfirmed,omitempty"`
+	// RenewalSeen is when this agent first saw the primary Lease's current renewal
+	// time, on its own clock: set once it saw that time change, not for the first read
+	// after it started. An operator that has not watched the Lease itself (a replica
+	// that just took over or restarted) bounds the holder's last renewal by it
+	// (docs/failover.md, "The operator's own availability").
+	RenewalSeen *RenewalSeen `json:"renewalSeen,omitempty"`
 	// RecentCrashes counts postmaster exits and failed starts in the last minute, in
 	// the Lease's current term (Term): crashes in an earlier role do not count.
 	RecentCrashes int `json:"recentCrashes,omitempty"`
@@ -227,6 +233,15 @@ type Confirmation struct {
 	Via string `json:"via,omitempty"`
 	// RemainingMillis is how long the confirmation lasts without a new one.
 	RemainingMillis int64 `json:"remainingMillis"`
+}
+
+// RenewalSeen is an agent's first sight of a renewal of the primary Lease.
+type RenewalSeen struct {
+	// RenewTime is the Lease's spec.renewTime as written: which renewal, not a time to
+	// compare with any clock.
+	RenewTime time.Time `json:"renewTime"`
+	// AgoMillis is how long before this status was made the agent first saw it.
+	AgoMillis int64 `json:"agoMillis"`
 }
 
 // FailsafeConfirmation is a standby's last confirmation of a primary.

@@ -410,6 +410,7 @@ func (c *cycle) observe(ctx context.Context) {
 	c.r.mu.Unlock()
 	if holder == "" {
 		c.instances = c.r.fleet.Observe(ctx, c.pods, c.access, PollPeriod, except...)
+		c.agentsSawRenewal(c.instances)
 		opmetrics.CountObservation(opmetrics.ObservedFull)
 		return
 	}
@@ -420,6 +421,7 @@ func (c *cycle) observe(ctx context.Context) {
 		}
 	}
 	asked := c.r.fleet.Observe(ctx, c.pods, c.access, PollPeriod, standbys...)
+	c.agentsSawRenewal(asked)
 	if v := vouched(asked, holder, primarylease.Parse(c.lease).Term, full); v != nil {
 		c.instances, c.quiet = v, true
 		opmetrics.CountObservation(opmetrics.ObservedQuiet)
@@ -428,6 +430,7 @@ func (c *cycle) observe(ctx context.Context) {
 	// The holder did not vouch for every standby: ask them now, before anything is
 	// decided.
 	rest := c.r.fleet.Observe(ctx, c.pods, c.access, PollPeriod, append(except, holder)...)
+	c.agentsSawRenewal(rest)
 	for i := range rest {
 		if rest[i].Name == holder {
 			rest[i] = asked[i]

@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"fmt"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -65,5 +66,45 @@ func (r *Reconciler) sawLease(obj any) {
 			mem.sawRenewal(rec.RenewTime, r.clock.Now())
 		}
 		r.mu.Unlock()
+	}
+}
+
+// EarliestSighting is the earliest moment, on the controller's clock, by which an agent
+// that answered had seen the Lease's renewal renewTime: each agent says how long before
+// it answered it first read that renewTime (RenewalSeen), and now, after every answer
+// came, minus that is no earlier than the read, which came after the renewal. So the
+// renewal was made no later than the returned time, and I2's wait may count from it
+// (docs/failover.md, "The operator's own availability"). ok is false when no agent
+// that answered saw it change.
+func EarliestSighting(renewTime time.Time, instances []Instance, now time.Time) (at time.Time, ok bool) {
+	if renewTime.IsZero() {
+		return time.Time{}, false
+	}
+	for _, i := range instances {
+		rs := i.Status.RenewalSeen
+		if !i.Reachable || rs == nil || !rs.RenewTime.Equal(renewTime) || rs.AgoMillis < 0 {
+			continue
+		}
+		if t := now.Add(-time.Duration(rs.AgoMillis) * time.Millisecond); !ok || t.Before(at) {
+			at, ok = t, true
+		}
+	}
+	return at, ok
+}
+
+// agentsSawRenewal takes in what the agents that just answered (fresh, not statuses
+// carried by a quiet cycle: their ages are of another moment) saw of the holder's last
+// renewal, when one saw it before this controller did: a controller that has watched
+// the Lease only since it started (a restart, a takeover) then counts I2's wait from
+// the agents' sight instead of from its own first read.
+func (c *cycle) agentsSawRenewal(fresh []Instance) {
+	now := c.r.clock.Now()
+	c.r.mu.Lock()
+	defer c.r.mu.Unlock()
+	if c.mem.renewSeen.IsZero() {
+		return
+	}
+	if at, ok := EarliestSighting(c.mem.renewTime, fresh, now); ok && at.Before(c.mem.renewSeen) {
+		c.mem.renewSeen, c.mem.renewObserved = at, true
 	}
 }

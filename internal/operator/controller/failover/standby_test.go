@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
 )
 
@@ -64,5 +65,55 @@ func TestSawLeaseRecordsRenewals(t *testing.T) {
 	r.mu.Unlock()
 	if n != 1 {
 		t.Errorf("%d clusters remembered, want only %s", n, key)
+	}
+}
+
+// A controller that just started (or took over) bounds the holder's last renewal by
+// the earliest sight of it among the agents that answered; a sight of another renewal,
+// an agent that did not answer, or one that never saw the renewal change, says nothing.
+func TestAgentsSawRenewal(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
+	renewTime := t0.Add(-7 * time.Second) // the holder's clock: never compared with ours
+	saw := func(name string, reachable bool, renewed time.Time, agoMillis int64) Instance {
+		in := Instance{Name: name, Reachable: reachable}
+		if !renewed.IsZero() {
+			in.Status.RenewalSeen = &agentapi.RenewalSeen{RenewTime: renewed, AgoMillis: agoMillis}
+		}
+		return in
+	}
+	cases := []struct {
+		name      string
+		instances []Instance
+		want      time.Time
+	}{
+		{"the earliest of two sights", []Instance{saw("db-1", true, renewTime, 3500), saw("db-2", true, renewTime, 1200)}, t0.Add(-3500 * time.Millisecond)},
+		{"an agent that did not answer", []Instance{saw("db-1", false, renewTime, 3500), saw("db-2", true, renewTime, 1200)}, t0.Add(-1200 * time.Millisecond)},
+		{"a sight of another renewal", []Instance{saw("db-1", true, renewTime.Add(time.Second), 3500)}, time.Time{}},
+		{"no sight", []Instance{saw("db-1", true, time.Time{}, 0)}, time.Time{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			at, ok := EarliestSighting(renewTime, tc.instances, t0)
+			if ok != !tc.want.IsZero() || !at.Equal(tc.want) {
+				t.Errorf("EarliestSighting = %s (ok %v), want %s", at, ok, tc.want)
+			}
+		})
+	}
+
+	// In the cycle: the controller's own first read (not a renewal seen happen) gives
+	// way to an earlier sight, and the result counts as a renewal seen happen; a later
+	// sight changes nothing.
+	clk := clocktesting.NewFakePassiveClock(t0)
+	r := NewReconciler(nil, nil, nil, clk, nil)
+	c := &cycle{r: r, mem: r.remember(types.NamespacedName{Namespace: "db", Name: "my-db"})}
+	c.noteRenewal(primarylease.Record{Holder: "db-0", RenewTime: renewTime})
+	c.agentsSawRenewal([]Instance{saw("db-1", true, renewTime, 400)})
+	if !c.mem.renewSeen.Equal(t0.Add(-400*time.Millisecond)) || !c.mem.renewObserved {
+		t.Errorf("after a sight 400 ms old: seen at %s (observed %v), want %s (observed)", c.mem.renewSeen, c.mem.renewObserved, t0.Add(-400*time.Millisecond))
+	}
+	clk.SetTime(t0.Add(time.Second))
+	c.agentsSawRenewal([]Instance{saw("db-2", true, renewTime, 100)})
+	if !c.mem.renewSeen.Equal(t0.Add(-400 * time.Millisecond)) {
+		t.Errorf("a later sight moved the renewal to %s", c.mem.renewSeen)
 	}
 }
