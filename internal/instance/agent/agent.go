@@ -141,6 +141,13 @@ type Agent struct {
 type request struct {
 	action string
 	done   chan error
+	once   *sync.Once
+}
+
+// answer gives the request its outcome, the first time only: an action may answer
+// before it is over (demote, once the Lease records the release).
+func (r request) answer(err error) {
+	r.once.Do(func() { r.done <- err })
 }
 
 // New returns an agent for cfg.
@@ -245,7 +252,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		case <-retry:
 		case r := <-a.requests:
-			r.done <- a.handle(ctx, r.action)
+			r.answer(a.handle(ctx, r))
 			retryAt = time.Time{}
 		case <-tick.C:
 		}
@@ -445,11 +452,11 @@ func (a *Agent) act(ctx context.Context, d Decision, view LeaseView) error {
 }
 
 // handle carries out an API request inside the Run loop.
-func (a *Agent) handle(ctx context.Context, action string) error {
+func (a *Agent) handle(ctx context.Context, r request) error {
 	a.mu.Lock()
 	role := a.role
 	a.mu.Unlock()
-	switch action {
+	switch r.action {
 	case "promote":
 		if role == agentapi.RolePrimary {
 			return nil
@@ -474,17 +481,17 @@ func (a *Agent) handle(ctx context.Context, action string) error {
 		if role != agentapi.RolePrimary {
 			return fmt.Errorf("%w: postgres is %s, not a running primary", agentapi.ErrConflict, role)
 		}
-		return a.demote(ctx)
+		return a.demote(ctx, r.answer)
 	case "freeze":
 		return a.freeze(ctx)
 	case "restart":
 		return a.restart(ctx)
 	}
-	return fmt.Errorf("unknown action %q", action)
+	return fmt.Errorf("unknown action %q", r.action)
 }
 
 func (a *Agent) do(ctx context.Context, action string) error {
-	r := request{action: action, done: make(chan error, 1)}
+	r := request{action: action, done: make(chan error, 1), once: &sync.Once{}}
 	select {
 	case a.requests <- r:
 	case <-ctx.Done():

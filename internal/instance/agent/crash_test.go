@@ -21,7 +21,9 @@ type termLease struct {
 
 func (l *termLease) View() LeaseView { return l.view }
 
-func (l *termLease) RenewalSeen() (time.Time, time.Time, bool) { return time.Time{}, time.Time{}, false }
+func (l *termLease) RenewalSeen() (time.Time, time.Time, bool) {
+	return time.Time{}, time.Time{}, false
+}
 
 // A crash loop counts the crashes of the Lease's current term only: an instance that
 // crash-looped as the primary and is named primary again in a later term (after a

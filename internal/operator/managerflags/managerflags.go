@@ -76,11 +76,12 @@ type Election struct {
 var HelmElection = Election{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
 
 // FailoverElection is the controller's: the failover controller runs in the leader
-// alone, so a leader that dies stops failovers until a standby replica takes over, 5 to
-// 6 s later; a primary that failed with it needs T + margin (5 s) before a failover
-// anyway (docs/failover.md, "The operator's own availability"). A leader whose renewals
-// the API server does not take for 3 s stops before its Lease expires.
-var FailoverElection = Election{LeaseDuration: 5 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: time.Second}
+// alone, so a leader that dies stops failovers until a standby replica takes over, 4 to
+// 5 s later (a retry period or two after the Lease expires); a primary that failed with
+// it needs T + margin (5 s) before a failover anyway (docs/failover.md, "The operator's
+// own availability"). A leader whose renewals the API server does not take for 2.5 s
+// stops before its Lease expires. Its renewals are two writes a second.
+var FailoverElection = Election{LeaseDuration: 4 * time.Second, RenewDeadline: 2500 * time.Millisecond, RetryPeriod: 500 * time.Millisecond}
 
 // Register adds the flags to fs with the given defaults.
 func (f *Flags) Register(fs *flag.FlagSet, metricsAddr, probeAddr, leaderElectionID string, election Election) {

@@ -82,7 +82,7 @@ func TestOptionsFromFlags(t *testing.T) {
 	want := settings{
 		Metrics: "0", Probe: ":8081", LeaderElectionID: "pgpilot-controller",
 		LeaderElection: true, ReleaseOnCancel: true,
-		LeaseDuration: 30 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: time.Second,
+		LeaseDuration: 30 * time.Second, RenewDeadline: 2500 * time.Millisecond, RetryPeriod: 500 * time.Millisecond,
 	}
 	got := settings{
 		Metrics: opts.Metrics.BindAddress, Probe: opts.HealthProbeBindAddress, LeaderElectionID: opts.LeaderElectionID,
