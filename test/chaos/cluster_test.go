@@ -610,7 +610,7 @@ func (c *cluster) dump(t testing.TB, since time.Time, sections ...string) {
 	}
 	if ops, err := operatorPods(ctx); err == nil {
 		for _, op := range ops {
-			containerLogs(ctx, &b, op, 60)
+			containerLogs(ctx, &b, op, 200)
 		}
 	} else {
 		fmt.Fprintf(&b, "operator pods: %v\n", err)
@@ -786,8 +786,8 @@ func containerID(p corev1.Pod, name string) (string, error) {
 	return "", fmt.Errorf("pod %s has no running container %s", p.Name, name)
 }
 
-// relevant drops the log lines the writer and the probe cause by the thousand: their
-// failed statements and connections.
+// relevant drops the log lines the writer and the probe cause by the thousand (their
+// failed statements and connections), and a controller's start lines.
 func relevant(log string) string {
 	var keep []string
 	for _, l := range strings.Split(log, "\n") {
@@ -795,7 +795,10 @@ func relevant(log string) string {
 		case strings.Contains(l, "STATEMENT:"), strings.Contains(l, "read-only transaction"),
 			strings.Contains(l, "duplicate key"), strings.Contains(l, "connection to client lost"),
 			strings.Contains(l, "could not send data to client"), strings.Contains(l, "the database system is"),
-			strings.Contains(l, "DETAIL:  Key (id)"):
+			strings.Contains(l, "DETAIL:  Key (id)"),
+			// A controller's start: a line per watch and per controller.
+			strings.Contains(l, `"msg":"Starting EventSource"`), strings.Contains(l, `"msg":"Starting Controller"`),
+			strings.Contains(l, `"msg":"Starting workers"`):
 			continue
 		}
 		keep = append(keep, l)
