@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -46,5 +47,20 @@ func TestCachedStatefulSetKeepsReplicasAndStatus(t *testing.T) {
 	s := got.(*appsv1.StatefulSet)
 	if *s.Spec.Replicas != 3 || s.Status.UpdateRevision != "r2" || len(s.Spec.Template.Spec.Containers) > 0 {
 		t.Errorf("cached StatefulSet: %+v", s)
+	}
+}
+
+// Every kind the cache is told about is one a standby warms: a kind added to the cache
+// options for a new watch and not to watched would be listed by a new leader only after
+// it took over.
+func TestStandbysWarmEveryCachedKind(t *testing.T) {
+	warm := map[string]bool{}
+	for _, o := range watched {
+		warm[fmt.Sprintf("%T", o)] = true
+	}
+	for o := range CacheOptions().ByObject {
+		if kind := fmt.Sprintf("%T", o); !warm[kind] {
+			t.Errorf("%s is cached for the controllers but not warmed in standby replicas (watched)", kind)
+		}
 	}
 }
