@@ -10,7 +10,8 @@
 #                          sync-local)
 #   CHAOS_SHORT=1          the CI subset unless CHAOS_FAULTS/CHAOS_ROUNDS/CHAOS_MODES say
 #                          otherwise: evict, container-kill, sandbox-kill, freeze,
-#                          network-cut, reachable-cut; async and sync; 1 round
+#                          network-cut, reachable-cut, operator-kill-revoked; async and
+#                          sync; 1 round
 #   CHAOS_HOLD=20s         how long a frozen or cut primary stays so
 #   CHAOS_RECOVERY_TIMEOUT=5m
 #   CHAOS_KEEP=1           leave the cluster up afterwards (make demo-down removes it)
@@ -20,7 +21,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../e2e/lib.sh"
 
 if [[ ${CHAOS_SHORT:-} == 1 ]]; then
-  export CHAOS_FAULTS=${CHAOS_FAULTS:-^(evict|container-kill|sandbox-kill|freeze|network-cut|reachable-cut)$}
+  export CHAOS_FAULTS=${CHAOS_FAULTS:-^(evict|container-kill|sandbox-kill|freeze|network-cut|reachable-cut|operator-kill-revoked)$}
   export CHAOS_ROUNDS=${CHAOS_ROUNDS:-1}
   export CHAOS_MODES=${CHAOS_MODES:-^(async|sync)$}
 fi
