@@ -602,7 +602,7 @@ func (c *cluster) dump(t testing.TB, since time.Time, sections ...string) {
 		}
 	}
 	var lease coordinationv1.Lease
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: dbv1.NamesOf(c.name).PrimaryLease()}, &lease); err != nil {
+	if err := k8s.Get(ctx, c.primaryLeaseKey(), &lease); err != nil {
 		fmt.Fprintf(&b, "lease: %v\n", err)
 	} else {
 		fmt.Fprintf(&b, "lease %s: holder %q transitions %v renewed %v annotations %v\n", lease.Name,
@@ -697,6 +697,11 @@ func deref[T any](p *T) any {
 		return nil
 	}
 	return *p
+}
+
+// primaryLeaseKey is the key of c's primary Lease.
+func (c *cluster) primaryLeaseKey() client.ObjectKey {
+	return client.ObjectKey{Namespace: c.ns, Name: dbv1.NamesOf(c.name).PrimaryLease()}
 }
 
 // operatorPods returns the running operator pods (namespace pgpilot-system).

@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
@@ -160,7 +159,7 @@ func evict(ctx context.Context, pod corev1.Pod) error {
 // leaseDelete deletes the cluster's primary Lease and waits until the operator has
 // created it again (another UID).
 func leaseDelete(ctx context.Context, f *faulting) error {
-	key := client.ObjectKey{Namespace: f.c.ns, Name: dbv1.NamesOf(f.c.name).PrimaryLease()}
+	key := f.c.primaryLeaseKey()
 	var l coordinationv1.Lease
 	if err := k8s.Get(ctx, key, &l); err != nil {
 		return err

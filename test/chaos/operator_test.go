@@ -45,7 +45,7 @@ const (
 func operatorKillAt(step failoverStep) func(context.Context, *faulting) error {
 	return func(ctx context.Context, f *faulting) error {
 		var l coordinationv1.Lease
-		if err := k8s.Get(ctx, primaryLeaseKey(f.c), &l); err != nil {
+		if err := k8s.Get(ctx, f.c.primaryLeaseKey(), &l); err != nil {
 			return err
 		}
 		term := ptr.Deref(l.Spec.LeaseTransitions, 0)
@@ -99,7 +99,7 @@ func waitStep(ctx context.Context, f *faulting, term int32, step failoverStep) e
 // atStep reports whether the failover from term reached step or went past it.
 func atStep(ctx context.Context, f *faulting, term int32, step failoverStep) (bool, error) {
 	var l coordinationv1.Lease
-	if err := k8s.Get(ctx, primaryLeaseKey(f.c), &l); err != nil {
+	if err := k8s.Get(ctx, f.c.primaryLeaseKey(), &l); err != nil {
 		return false, err
 	}
 	holder, now := ptr.Deref(l.Spec.HolderIdentity, ""), ptr.Deref(l.Spec.LeaseTransitions, 0)
@@ -142,10 +142,6 @@ func atStep(ctx context.Context, f *faulting, term int32, step failoverStep) (bo
 		return err == nil && st.Role == "primary", err
 	}
 	return false, fmt.Errorf("no step %q", step)
-}
-
-func primaryLeaseKey(c *cluster) client.ObjectKey {
-	return client.ObjectKey{Namespace: c.ns, Name: dbv1.NamesOf(c.name).PrimaryLease()}
 }
 
 // operatorRollout asks for a switchover to a standby and, at once, rolls the operator's
