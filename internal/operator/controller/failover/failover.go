@@ -504,9 +504,13 @@ func (c *cycle) keptVolumes(ctx context.Context) ([]string, error) {
 	return kept, nil
 }
 
-// sawRenewal records renewTime as the holder's last renewal, seen at now; from the
-// second record on, a renewal was seen happen (renewObserved). The caller holds r.mu.
+// sawRenewal records renewTime as the holder's last renewal, seen at now, unless it is
+// the one recorded already; from the second record on, a renewal was seen happen
+// (renewObserved). The caller holds r.mu.
 func (m *memory) sawRenewal(renewTime, now time.Time) {
+	if !m.renewSeen.IsZero() && renewTime.Equal(m.renewTime) {
+		return
+	}
 	m.renewObserved = !m.renewSeen.IsZero()
 	m.renewTime, m.renewSeen = renewTime, now
 }
@@ -516,9 +520,7 @@ func (c *cycle) noteRenewal(rec primarylease.Record) {
 	c.r.mu.Lock()
 	defer c.r.mu.Unlock()
 	c.mem.seen = &rec
-	if c.mem.renewSeen.IsZero() || !rec.RenewTime.Equal(c.mem.renewTime) {
-		c.mem.sawRenewal(rec.RenewTime, c.r.clock.Now())
-	}
+	c.mem.sawRenewal(rec.RenewTime, c.r.clock.Now())
 }
 
 // markBootstrapped annotates the Lease once its holder is Ready for the first time: from

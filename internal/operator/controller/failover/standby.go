@@ -62,9 +62,7 @@ func (r *Reconciler) sawLease(obj any) {
 		mem := r.remember(req.NamespacedName)
 		rec := primarylease.Parse(l)
 		r.mu.Lock()
-		if mem.renewSeen.IsZero() || !rec.RenewTime.Equal(mem.renewTime) {
-			mem.sawRenewal(rec.RenewTime, r.clock.Now())
-		}
+		mem.sawRenewal(rec.RenewTime, r.clock.Now())
 		r.mu.Unlock()
 	}
 }
