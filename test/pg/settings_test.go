@@ -265,8 +265,10 @@ func rollRestartSetting(t *testing.T, synchronous int32) {
 	if !c.hasEvent(dbv1.ReasonSwitchingOverForRestart) || !c.hasEvent(dbv1.ReasonSwitchedOver) {
 		t.Error("the primary was not moved by a switchover")
 	}
-	if c.hasEvent(dbv1.ReasonFailoverStarted) || c.hasEvent(dbv1.ReasonPrimaryFailed) {
-		t.Error("a failover happened")
+	for _, reason := range []string{dbv1.ReasonFailoverStarted, dbv1.ReasonPrimaryFailed} {
+		for _, e := range c.events(reason) {
+			t.Errorf("a failover happened or was warned of: %s event at %s: %s", e.Reason, e.LastTimestamp, e.Message)
+		}
 	}
 	if !c.hasEvent(dbv1.ReasonPendingRestartApplied) {
 		t.Error("no PendingRestartApplied event")

@@ -355,25 +355,40 @@ func TestDecideScaleDown(t *testing.T) {
 	}, Decide)
 }
 
-// A primary is not warned of as failed (PrimaryFailed) while it took the Lease less
-// than spec.failover.delay ago: a new primary is not ready for a moment after every
-// promotion.
-func TestNewlyPromoted(t *testing.T) {
+// A primary is not warned of as failed (PrimaryFailed) while the role is settling: the
+// holder took the Lease less than spec.failover.delay ago (a new primary is not ready
+// for a moment after every promotion), or, with no holder, the last one released it
+// cleanly that recently (a switchover's target is receiving its final WAL). A
+// revocation is a failover under way, never settling.
+func TestSettling(t *testing.T) {
 	now := time.Date(2026, 11, 28, 2, 0, 0, 0, time.UTC)
 	at := func(d time.Duration) *metav1.MicroTime { m := metav1.NewMicroTime(now.Add(-d)); return &m }
+	held := primarylease.Record{Holder: "db-1", Term: 4}
+	released := func(d time.Duration, clean bool) primarylease.Record {
+		return primarylease.Record{Term: 3, Handover: &primarylease.Handover{From: "db-0", Term: 3, Clean: clean, Released: true,
+			At: metav1.NewTime(now.Add(-d))}}
+	}
+	revoked := primarylease.Record{Term: 3, Handover: &primarylease.Handover{From: "db-0", Term: 3, At: metav1.NewTime(now)}}
 	for _, tc := range []struct {
 		name     string
+		rec      primarylease.Record
 		acquired *metav1.MicroTime
 		want     bool
 	}{
-		{"just promoted", at(0), true},
-		{"promoted within the delay", at(2999 * time.Millisecond), true},
-		{"promoted the delay ago", at(3 * time.Second), false},
-		{"primary for a minute", at(time.Minute), false},
-		{"no acquire time", nil, false},
+		{"just promoted", held, at(0), true},
+		{"promoted within the delay", held, at(2999 * time.Millisecond), true},
+		{"promoted the delay ago", held, at(3 * time.Second), false},
+		{"primary for a minute", held, at(time.Minute), false},
+		{"no acquire time", held, nil, false},
+		{"released cleanly just now", released(0, true), at(time.Hour), true},
+		{"released cleanly within the delay", released(2*time.Second, true), at(time.Hour), true},
+		{"released cleanly the delay ago", released(3*time.Second, true), at(time.Hour), false},
+		{"released after an unclean stop", released(0, false), at(time.Hour), false},
+		{"revoked just now", revoked, at(0), false},
+		{"vacant with no handover recorded", primarylease.Record{Term: 3}, at(0), false},
 	} {
-		if got := newlyPromoted(tc.acquired, now, 3*time.Second); got != tc.want {
-			t.Errorf("%s: newlyPromoted = %v, want %v", tc.name, got, tc.want)
+		if got := settling(tc.rec, tc.acquired, now, 3*time.Second); got != tc.want {
+			t.Errorf("%s: settling = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

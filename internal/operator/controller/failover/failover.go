@@ -627,8 +627,8 @@ func (c *cycle) decideAndAct(ctx context.Context) (time.Duration, error) {
 // returns when to come back.
 func (c *cycle) hold(ctx context.Context, d Decision, waitMsg string) (time.Duration, error) {
 	if d.Action == Wait {
-		if newlyPromoted(c.lease.Spec.AcquireTime, c.r.clock.Now(), c.cluster.FailoverDelay()) {
-			c.log("Waiting for the new primary to be ready", "reason", d.Reason)
+		if settling(primarylease.Parse(c.lease), c.lease.Spec.AcquireTime, c.r.clock.Now(), c.cluster.FailoverDelay()) {
+			c.log("Waiting for the primary role to settle", "reason", d.Reason)
 			return d.RequeueAfter, nil
 		}
 		c.report(dbv1.ReasonPrimaryFailed, d.Reason, waitMsg)
@@ -638,13 +638,19 @@ func (c *cycle) hold(ctx context.Context, d Decision, waitMsg string) (time.Dura
 	return 0, c.setBlocked(ctx, d.Reason)
 }
 
-// newlyPromoted reports whether the holder took the Lease (acquired) less than delay
-// (spec.failover.delay) before now. A primary just promoted, by a failover or a
-// switchover, is not ready until its commit gate streams and its agent has confirmed
-// the Lease: the controller still counts that as a failure and fails over if it lasts
-// (FailoverStarted says so then), but does not warn of it as PrimaryFailed, which would
-// follow every planned switchover on a busy node.
-func newlyPromoted(acquired *metav1.MicroTime, now time.Time, delay time.Duration) bool {
+// settling reports whether the primary role changed hands less than delay
+// (spec.failover.delay) before now, in the ordinary course of a move: the holder took
+// the Lease (acquired) that recently, or, with no holder, the last one released it
+// cleanly that recently. A primary just promoted, by a failover or a switchover, is not
+// ready until its commit gate streams and its agent has confirmed the Lease; a
+// switchover's target needs a moment to receive the final WAL of the primary that
+// handed over. The controller still counts a wait that lasts as a failure and fails over
+// (FailoverStarted says so then), but does not warn of these moments as PrimaryFailed,
+// which would follow every planned switchover on a busy node.
+func settling(rec primarylease.Record, acquired *metav1.MicroTime, now time.Time, delay time.Duration) bool {
+	if rec.Holder == "" {
+		return rec.Handover.CleanRelease() && now.Sub(rec.Handover.At.Time) < delay
+	}
 	return acquired != nil && now.Sub(acquired.Time) < delay
 }
 
