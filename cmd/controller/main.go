@@ -24,6 +24,9 @@ func main() {
 	// sidecar: during an upgrade the old pod and the new one must contend for the same
 	// Lease, or two would run failovers at once.
 	f.Register(flag.CommandLine, ":8083", ":8082", "pgpilot-sidecar.db.example.com", managerflags.FailoverElection)
+	var containerName string
+	flag.StringVar(&containerName, "container-name", "controller",
+		"Name of this process's container in its pod. A standby replica takes the election Lease over as soon as the kubelet reports the leader's container of this name as not running, instead of waiting for the Lease to expire.")
 	var copts controller.Options
 	flag.IntVar(&copts.MaxRollingClusters, "max-rolling-clusters", controller.DefaultMaxRollingClusters,
 		"The most clusters whose pods are restarted for a new template at once (a new agent image after an operator upgrade rolls them all); 0 for no limit.")
@@ -57,6 +60,17 @@ func main() {
 	if err := controller.Setup(mgr, clock.RealClock{}, copts); err != nil {
 		log.Error(err, "Failed to set up the controllers")
 		os.Exit(1)
+	}
+	dead, err := f.DeadLeader(mgr, containerName)
+	if err != nil {
+		log.Error(err, "Invalid leader election settings")
+		os.Exit(1)
+	}
+	if dead != nil {
+		if err := mgr.Add(dead); err != nil {
+			log.Error(err, "Failed to add the dead leader's release")
+			os.Exit(1)
+		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		log.Error(err, "Failed to add the health check")

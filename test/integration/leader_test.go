@@ -7,13 +7,18 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/pgpilot/pgpilot/internal/operator/managerflags"
+	"github.com/pgpilot/pgpilot/internal/tools/devenv"
 )
 
 // A controller container killed while it leads restarts in the same pod. With the pod's
@@ -86,6 +91,69 @@ func TestStoppedLeaderHandsOverAtOnce(t *testing.T) {
 	t.Logf("elected %s after the leader stopped", time.Since(stopped).Round(10*time.Millisecond))
 }
 
+// A standby takes over as soon as the kubelet reports the leader's container as not
+// running (killed, crashed, waiting to restart), instead of waiting for the Lease to
+// expire; not while it runs. It does so with the operator's own RBAC, in the operator's
+// namespace.
+func TestStandbyTakesOverFromAStoppedContainer(t *testing.T) {
+	ns := devenv.OperatorNamespace
+	const id = "pgpilot-dead-leader-test"
+	const leader = "pgpilot-dead-leader-test-0"
+	t.Setenv(managerflags.PodNamespaceEnv, ns)
+	// A Lease valid for long: only the container's state can let the standby in early.
+	heldLease(t, ns, id, leader, 60)
+	create(t, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: leader},
+		Spec: corev1.PodSpec{
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Containers: []corev1.Container{{Name: "controller", Image: "controller:latest", SecurityContext: &corev1.SecurityContext{
+				AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			}}},
+		},
+	})
+	t.Cleanup(func() {
+		_ = k8s.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: leader}}, client.GracePeriodSeconds(0))
+		_ = k8s.Delete(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: id}})
+	})
+	containerState(t, ns, leader, corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}})
+
+	standby := candidateAs(t, operatorCfg, id, "pgpilot-dead-leader-test-1")
+	var f managerflags.Flags
+	f.LeaderElect, f.Identity, f.LeaderElectionID, f.RetryPeriod = true, "pgpilot-dead-leader-test-1", id, managerflags.FailoverElection.RetryPeriod
+	dead, err := f.DeadLeader(standby, "controller")
+	if err != nil || dead == nil {
+		t.Fatalf("no dead leader runnable: %v", err)
+	}
+	if err := standby.Add(dead); err != nil {
+		t.Fatal(err)
+	}
+	running(t, standby)
+	if elected(t, standby, 3*time.Second) {
+		t.Fatal("the standby took over from a leader whose container runs, with its Lease valid")
+	}
+	killed := time.Now()
+	containerState(t, ns, leader, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error"}})
+	e := managerflags.FailoverElection
+	limit := 3*e.RetryPeriod + time.Second
+	if !elected(t, standby, limit) {
+		t.Fatalf("the standby was not elected within %s of the kubelet's report that the leader's container terminated", limit)
+	}
+	t.Logf("elected %s after the container was reported terminated", time.Since(killed).Round(10*time.Millisecond))
+}
+
+// containerState sets the state of the pod's container "controller" as the kubelet would.
+func containerState(t *testing.T, ns, name string, state corev1.ContainerState) {
+	t.Helper()
+	var pod corev1.Pod
+	if err := get(ns, name, &pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "controller", Image: "controller:latest", State: state}}
+	if err := k8s.Status().Update(context.Background(), &pod); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // heldLease creates the leader election Lease id as its holder left it, renewed now,
 // and returns when.
 func heldLease(t *testing.T, ns, id, holder string, seconds int32) time.Time {
@@ -105,6 +173,12 @@ func heldLease(t *testing.T, ns, id, holder string, seconds int32) time.Time {
 // would run it.
 func candidate(t *testing.T, id, identity string) manager.Manager {
 	t.Helper()
+	return candidateAs(t, cfg, id, identity)
+}
+
+// candidateAs is candidate talking to the API server with as.
+func candidateAs(t *testing.T, as *rest.Config, id, identity string) manager.Manager {
+	t.Helper()
 	t.Setenv(managerflags.PodNameEnv, identity)
 	var f managerflags.Flags
 	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
@@ -112,11 +186,15 @@ func candidate(t *testing.T, id, identity string) manager.Manager {
 	if err := fs.Parse([]string{"--leader-elect"}); err != nil {
 		t.Fatal(err)
 	}
-	opts, err := f.Options(runtime.NewScheme(), cfg)
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := f.Options(scheme, as)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgr, err := ctrl.NewManager(cfg, opts)
+	mgr, err := ctrl.NewManager(as, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

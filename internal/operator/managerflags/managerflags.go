@@ -18,6 +18,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/pgpilot/pgpilot/internal/logging"
+	"github.com/pgpilot/pgpilot/internal/operator/election"
 )
 
 // WatchNamespaceEnv lists the namespaces to watch, comma-separated; empty means all.
@@ -154,13 +155,9 @@ func (f *Flags) Options(scheme *runtime.Scheme, cfg *rest.Config) (manager.Optio
 // container again only after its previous instance exited, and a pod's name is unique
 // in its namespace while the pod exists.
 func (f *Flags) identityLock(cfg *rest.Config) (resourcelock.Interface, error) {
-	ns := os.Getenv(PodNamespaceEnv)
-	if ns == "" {
-		b, err := os.ReadFile(serviceAccountNamespace)
-		if err != nil {
-			return nil, fmt.Errorf("leader election as %q needs the pod's namespace: set $%s or run in a pod: %w", f.Identity, PodNamespaceEnv, err)
-		}
-		ns = strings.TrimSpace(string(b))
+	ns, err := f.lockNamespace()
+	if err != nil {
+		return nil, err
 	}
 	lock, err := resourcelock.NewFromKubeconfig(resourcelock.LeasesResourceLock, ns, f.LeaderElectionID,
 		resourcelock.ResourceLockConfig{Identity: f.Identity}, cfg, f.RenewDeadline)
@@ -168,6 +165,37 @@ func (f *Flags) identityLock(cfg *rest.Config) (resourcelock.Interface, error) {
 		return nil, fmt.Errorf("the leader election lock: %w", err)
 	}
 	return lock, nil
+}
+
+// lockNamespace is where the election Lease of an Identity is: the pod's namespace.
+func (f *Flags) lockNamespace() (string, error) {
+	if ns := os.Getenv(PodNamespaceEnv); ns != "" {
+		return ns, nil
+	}
+	b, err := os.ReadFile(serviceAccountNamespace)
+	if err != nil {
+		return "", fmt.Errorf("leader election as %q needs the pod's namespace: set $%s or run in a pod: %w", f.Identity, PodNamespaceEnv, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// DeadLeader is the runnable that lets this replica take over as soon as the kubelet
+// reports the leader's container (named container in its pod, as this replica's is) as
+// not running, or nil without leader election by pod name: an identity that is no
+// pod's names no container to ask about.
+func (f *Flags) DeadLeader(mgr manager.Manager, container string) (*election.DeadLeader, error) {
+	if !f.LeaderElect || f.Identity == "" {
+		return nil, nil
+	}
+	ns, err := f.lockNamespace()
+	if err != nil {
+		return nil, err
+	}
+	return &election.DeadLeader{
+		Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
+		Namespace: ns, Name: f.LeaderElectionID, Identity: f.Identity, Container: container,
+		Period: f.RetryPeriod, Elected: mgr.Elected(), Log: mgr.GetLogger().WithName("election"),
+	}, nil
 }
 
 // WatchNamespaces splits a comma-separated namespace list, dropping empty entries.

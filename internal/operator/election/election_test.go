@@ -1,0 +1,39 @@
+package election
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Only the kubelet's report that the named container has no process is a dead leader:
+// a running container, another container's state, or no report at all is not.
+func TestStopped(t *testing.T) {
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}
+	terminated := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error"}}
+	waiting := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}
+	pod := func(states map[string]corev1.ContainerState) *corev1.Pod {
+		p := &corev1.Pod{}
+		for name, s := range states {
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: name, State: s})
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want bool
+	}{
+		{"running", pod(map[string]corev1.ContainerState{"controller": running}), false},
+		{"terminated", pod(map[string]corev1.ContainerState{"controller": terminated}), true},
+		{"waiting to restart", pod(map[string]corev1.ContainerState{"controller": waiting}), true},
+		{"another container terminated", pod(map[string]corev1.ContainerState{"controller": running, "manager": terminated}), false},
+		{"no state reported yet", pod(map[string]corev1.ContainerState{"controller": {}}), false},
+		{"no status", pod(nil), false},
+	} {
+		if got := Stopped(tc.pod, "controller"); (got != "") != tc.want {
+			t.Errorf("%s: Stopped = %q, want stopped %v", tc.name, got, tc.want)
+		}
+	}
+}
