@@ -5,8 +5,11 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"os"
+	"sync/atomic"
+	"time"
 
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -15,8 +18,14 @@ import (
 
 	"github.com/pgpilot/pgpilot/internal/logging"
 	"github.com/pgpilot/pgpilot/internal/operator/controller"
+	"github.com/pgpilot/pgpilot/internal/operator/election"
+	"github.com/pgpilot/pgpilot/internal/operator/fleet"
 	"github.com/pgpilot/pgpilot/internal/operator/managerflags"
 )
+
+// stepDownTenure is how long a leader leads before it may step down: were every
+// replica cut off from the agents, leadership changes hands at most that often.
+const stepDownTenure = 20 * time.Second
 
 func main() {
 	var f managerflags.Flags
@@ -27,6 +36,9 @@ func main() {
 	var containerName string
 	flag.StringVar(&containerName, "container-name", "controller",
 		"Name of this process's container in its pod. A standby replica takes the election Lease over as soon as the kubelet reports the leader's container of this name as not running, instead of waiting for the Lease to expire.")
+	var stepDownAfter time.Duration
+	flag.DurationVar(&stepDownAfter, "step-down-after", 3*time.Second,
+		"How long a leader goes on when no agent of any cluster answers it while their pods are ready: it then steps down (exits) and the standby replica takes over. 0 never steps down.")
 	var copts controller.Options
 	flag.IntVar(&copts.MaxRollingClusters, "max-rolling-clusters", controller.DefaultMaxRollingClusters,
 		"The most clusters whose pods are restarted for a new template at once (a new agent image after an operator upgrade rolls them all); 0 for no limit.")
@@ -72,6 +84,19 @@ func main() {
 			os.Exit(1)
 		}
 	}
+	ctx, stop := context.WithCancel(ctrl.SetupSignalHandler())
+	defer stop()
+	var steppedDown atomic.Bool
+	if f.LeaderElect && stepDownAfter > 0 {
+		err := mgr.Add(&election.StepDown{
+			CutOff: fleet.ProcessReach().CutOff, After: stepDownAfter, MinTenure: stepDownTenure, Period: f.RetryPeriod,
+			Stop: func() { steppedDown.Store(true); stop() }, Log: ctrl.Log.WithName("election"),
+		})
+		if err != nil {
+			log.Error(err, "Failed to add the step-down")
+			os.Exit(1)
+		}
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		log.Error(err, "Failed to add the health check")
 		os.Exit(1)
@@ -81,8 +106,12 @@ func main() {
 		os.Exit(1)
 	}
 	log.Info("Starting the controller")
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "The controller stopped")
 		os.Exit(1)
+	}
+	if steppedDown.Load() {
+		// The election Lease is released; the container starts again as a standby.
+		log.Info("Stepped down")
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 )
 
 // The operator's faults: the leading controller dies at each step of a failover, and the
@@ -26,6 +27,8 @@ import (
 type failoverStep string
 
 const (
+	// stepAtOnce: the moment the primary stopped.
+	stepAtOnce failoverStep = "at-once"
 	// stepDetecting: 1.5 s after the primary stopped, before the operator could revoke
 	// its Lease (it fails a primary that neither answers nor renews 2 s after its last
 	// renewal, and revokes once I2's wait allows).
@@ -59,14 +62,18 @@ func operatorKillAt(step failoverStep) func(context.Context, *faulting) error {
 // killLeaderAt waits until the failover of the primary, which held the Lease in term,
 // reached step, and kills the leading controller's container.
 func killLeaderAt(ctx context.Context, f *faulting, term int32, step failoverStep) error {
-	if step == stepDetecting {
+	switch step {
+	case stepAtOnce: // no wait: the primary and the leader fail together
+	case stepDetecting:
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(1500 * time.Millisecond):
 		}
-	} else if err := waitStep(ctx, f, term, step); err != nil {
-		return err
+	default:
+		if err := waitStep(ctx, f, term, step); err != nil {
+			return err
+		}
 	}
 	op, err := operatorPod(ctx)
 	if err != nil {
@@ -203,13 +210,48 @@ func operatorRollout(ctx context.Context, f *faulting) error {
 
 // operatorFaults are the operator's faults, in the order they run.
 var operatorFaults = []fault{
-	operatorKill(stepDetecting), operatorKill(stepRevoked), operatorKill(stepFrozen), operatorKill(stepMoved), operatorKill(stepPromoted),
+	operatorKill(stepAtOnce), operatorKill(stepDetecting), operatorKill(stepRevoked), operatorKill(stepFrozen), operatorKill(stepMoved), operatorKill(stepPromoted),
 	{name: "operator-rollout", what: "a switchover to a standby is asked and the operator's Deployment rolled at once (kubectl rollout restart): its leader stops during the switchover",
 		inject: operatorRollout},
+	{name: "operator-partition", what: "every process of the primary's pod stopped (SIGSTOP) for the hold (20 s), and the leading controller's pod cut from every agent (iptables DROP of the agents' port in its network namespace) for the hold; it still reaches the API server",
+		inject: operatorPartition},
+}
+
+// operatorPartition stops the primary as freeze does and, at the same moment, cuts the
+// leading operator pod off from the agents for the hold: its controller reaches the
+// API server (and so keeps its election) but can ask no agent anything.
+func operatorPartition(ctx context.Context, f *faulting) error {
+	op, err := operatorPod(ctx)
+	if err != nil {
+		return err
+	}
+	ns, err := podNetns(op)
+	if err != nil {
+		return err
+	}
+	defer ns.close()
+	port := fmt.Sprint(agentapi.Port)
+	added, err := ns.insert([]rule{
+		{"OUTPUT", []string{"-p", "tcp", "--dport", port, "-j", "DROP"}},
+		{"INPUT", []string{"-p", "tcp", "--sport", port, "-j", "DROP"}},
+	})
+	defer func() {
+		if rerr := ns.remove(added); rerr != nil {
+			f.logf("restoring the network of %s: %v", op.Name, rerr)
+		} else {
+			f.logf("restored the network of %s", op.Name)
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	f.logf("cut %s, the leader, from the agents (port %s)", op.Name, port)
+	return freezePod(ctx, f)
 }
 
 func operatorKill(step failoverStep) fault {
 	what := map[failoverStep]string{
+		stepAtOnce:    "at the same moment",
 		stepDetecting: "1.5 s after the primary stopped, before its Lease can be revoked",
 		stepRevoked:   "as soon as the Lease is revoked (a newer term, no holder)",
 		stepFrozen:    "as soon as a standby's agent reports itself frozen",

@@ -2,6 +2,7 @@ package election
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,6 +35,29 @@ func TestStopped(t *testing.T) {
 	} {
 		if got := Stopped(tc.pod, "controller"); (got != "") != tc.want {
 			t.Errorf("%s: Stopped = %q, want stopped %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A leader steps down once cut off for After, and only after MinTenure as the leader.
+func TestStepDownDue(t *testing.T) {
+	elected := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		ledFor time.Duration
+		cutOff time.Duration
+		want   bool
+	}{
+		{"reaches the agents", time.Hour, 0, false},
+		{"cut off briefly", time.Hour, 2 * time.Second, false},
+		{"cut off for After", time.Hour, 3 * time.Second, true},
+		{"cut off, but just elected", 10 * time.Second, 3 * time.Second, false},
+		{"cut off, led for MinTenure", 20 * time.Second, 5 * time.Second, true},
+	} {
+		s := &StepDown{After: 3 * time.Second, MinTenure: 20 * time.Second,
+			CutOff: func(time.Time) time.Duration { return tc.cutOff }}
+		if got := s.due(elected, elected.Add(tc.ledFor)); got != tc.want {
+			t.Errorf("%s: due = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

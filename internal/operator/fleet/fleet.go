@@ -171,9 +171,13 @@ func (f *Fleet) Observe(ctx context.Context, pods []corev1.Pod, access Access, t
 			}
 			sctx, cancel := context.WithTimeout(ctx, t)
 			defer cancel()
+			asked := time.Now()
 			st, err := f.Client(in.Pod, access).Status(sctx)
 			if err == nil {
 				in.Reachable, in.Status = true, st
+			}
+			if ctx.Err() == nil { // a question this process gave up on says nothing of its reach
+				reach.Record(in.Pod, asked, carried(err))
 			}
 		}(&out[i])
 	}
