@@ -25,7 +25,7 @@ import (
 
 // stepDownTenure is how long a leader leads before it may step down: were every
 // replica cut off from the agents, leadership changes hands at most that often.
-const stepDownTenure = 20 * time.Second
+const stepDownTenure = 10 * time.Second
 
 func main() {
 	var f managerflags.Flags
