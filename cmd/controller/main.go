@@ -56,6 +56,10 @@ func main() {
 		log.Error(err, "No API server to talk to")
 		os.Exit(1)
 	}
+	// Lead only with warm caches: a restarted container would otherwise resume at once
+	// and list every watched kind before its first failover.
+	var warm atomic.Bool
+	f.LeadOnceReady, copts.Warm = warm.Load, &warm
 	opts, err := f.Options(scheme, cfg)
 	if err != nil {
 		log.Error(err, "Invalid manager settings")

@@ -56,7 +56,7 @@ var watched = []client.Object{
 // availability").
 type warmCaches struct {
 	cache  cache.Cache
-	synced atomic.Bool
+	synced *atomic.Bool
 }
 
 // NeedLeaderElection is false: the caches are warmed in standby replicas too.
@@ -157,6 +157,9 @@ type Options struct {
 	// MaxRollingClusters is the most clusters whose pods are restarted for a new
 	// template at once (0: no limit).
 	MaxRollingClusters int
+	// Warm, when set, is set once every watched kind's informer has synced (the
+	// readiness check "caches"): leader election waits for it (cmd/controller).
+	Warm *atomic.Bool
 }
 
 // DefaultMaxRollingClusters is MaxRollingClusters' default: a new agent image after an
@@ -171,7 +174,10 @@ func Setup(mgr ctrl.Manager, clk clock.PassiveClock, opts Options) error {
 	if err := roles.Index(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	warm := &warmCaches{cache: mgr.GetCache()}
+	warm := &warmCaches{cache: mgr.GetCache(), synced: opts.Warm}
+	if warm.synced == nil {
+		warm.synced = new(atomic.Bool)
+	}
 	if err := mgr.Add(warm); err != nil {
 		return err
 	}

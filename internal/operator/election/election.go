@@ -13,6 +13,7 @@ package election
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -90,6 +91,9 @@ func (d *DeadLeader) check(ctx context.Context) error {
 		return err
 	}
 	why := Stopped(&pod, d.Container)
+	if why == "" && lease.Spec.AcquireTime != nil {
+		why = Restarted(&pod, d.Container, lease.Spec.AcquireTime.Time)
+	}
 	if why == "" {
 		return nil
 	}
@@ -103,6 +107,24 @@ func (d *DeadLeader) check(ctx context.Context) error {
 	}
 	d.Log.Info("Released the election Lease of a leader that is not running", "leader", holder, "reason", why)
 	return nil
+}
+
+// Restarted says that container in pod started after acquired, when the Lease was
+// taken, or "": the process that took the Lease has exited, and the one running now
+// has not led yet. A restarted container keeps its pod's name and so its claim to the
+// Lease, but it starts with nothing cached, while the standby has every cache warm;
+// the restarted process leads only once ready (managerflags' readyLock), so it cannot
+// take the Lease back before it could act. The start time and the acquire time are
+// written on the same node, the first by its kubelet and the second by the process,
+// by the same clock; the start time is in whole seconds, so a restart within the
+// second of the acquisition is missed, never made up.
+func Restarted(pod *corev1.Pod, container string, acquired time.Time) string {
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.Name == container && s.State.Running != nil && s.State.Running.StartedAt.After(acquired) {
+			return fmt.Sprintf("its container started again (restart %d) after it took the Lease", s.RestartCount)
+		}
+	}
+	return ""
 }
 
 // Stopped says why the kubelet reports container as not running in pod, or "" when it

@@ -61,3 +61,31 @@ func TestStepDownDue(t *testing.T) {
 		}
 	}
 }
+
+// A container that started after its pod took the Lease runs a process that did not.
+func TestRestarted(t *testing.T) {
+	acquired := time.Date(2026, 11, 29, 12, 0, 0, 500_000_000, time.UTC)
+	pod := func(started time.Time) *corev1.Pod {
+		return &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{
+			Name: "controller", RestartCount: 1,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(started)}},
+		}}}}
+	}
+	for _, tc := range []struct {
+		name    string
+		started time.Time
+		want    bool
+	}{
+		{"started before it took the Lease", acquired.Add(-time.Minute), false},
+		{"started again after", acquired.Add(3 * time.Second), true},
+		// The start time is in whole seconds: within the second it is missed.
+		{"started again within the second", acquired.Truncate(time.Second), false},
+	} {
+		if got := Restarted(pod(tc.started), "controller", acquired); (got != "") != tc.want {
+			t.Errorf("%s: Restarted = %q, want %v", tc.name, got, tc.want)
+		}
+	}
+	if got := Restarted(pod(acquired.Add(time.Minute)), "manager", acquired); got != "" {
+		t.Errorf("another container's start: Restarted = %q", got)
+	}
+}

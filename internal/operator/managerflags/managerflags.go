@@ -2,6 +2,8 @@
 package managerflags
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -42,9 +44,12 @@ type Flags struct {
 	PprofAddr        string
 	LeaderElect      bool
 	LeaderElectionID string
-	LeaseDuration    time.Duration
-	RenewDeadline    time.Duration
-	RetryPeriod      time.Duration
+	// LeadOnceReady, when set, holds leader election back (with an Identity) until it
+	// returns true.
+	LeadOnceReady func() bool
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
 	// Identity is this process's name in leader election; "" for controller-runtime's
 	// default, the host name plus a random suffix.
 	Identity string
@@ -151,9 +156,9 @@ func (f *Flags) Options(scheme *runtime.Scheme, cfg *rest.Config) (manager.Optio
 // a container that restarts after a crash or a kill is a stranger to its own Lease and
 // waits out the Lease duration (15 s) before it acts again: the failover of a primary
 // that failed meanwhile waits with it. A restarted container that keeps its pod's name
-// resumes at once. Two processes never share a pod's name: the kubelet starts a
-// container again only after its previous instance exited, and a pod's name is unique
-// in its namespace while the pod exists.
+// may resume at once (with LeadOnceReady, once ready). Two processes never share a
+// pod's name: the kubelet starts a container again only after its previous instance
+// exited, and a pod's name is unique in its namespace while the pod exists.
 func (f *Flags) identityLock(cfg *rest.Config) (resourcelock.Interface, error) {
 	ns, err := f.lockNamespace()
 	if err != nil {
@@ -164,7 +169,37 @@ func (f *Flags) identityLock(cfg *rest.Config) (resourcelock.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the leader election lock: %w", err)
 	}
+	if f.LeadOnceReady != nil {
+		return &readyLock{Interface: lock, ready: f.LeadOnceReady}, nil
+	}
 	return lock, nil
+}
+
+// readyLock is a leader election lock that neither takes nor renews the Lease until
+// ready says the process can lead. A restarted container keeps its pod's name, and so
+// would resume at once, with cold caches: it would list every watched kind before its
+// first failover, while the standby replica had them all. Until it is ready its tries
+// fail, the standby may take over (election.DeadLeader sees that the leader's
+// container started after it took the Lease), and it leads only once ready.
+type readyLock struct {
+	resourcelock.Interface
+	ready func() bool
+}
+
+var errNotReady = errors.New("not ready to lead: the caches have not synced yet")
+
+func (l *readyLock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	if !l.ready() {
+		return errNotReady
+	}
+	return l.Interface.Create(ctx, r)
+}
+
+func (l *readyLock) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	if !l.ready() && r.HolderIdentity != "" { // a release always goes through
+		return errNotReady
+	}
+	return l.Interface.Update(ctx, r)
 }
 
 // lockNamespace is where the election Lease of an Identity is: the pod's namespace.
