@@ -23,8 +23,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/operator/managerflags"
 )
 
-// stepDownTenure is how long a leader leads before it may step down: were every
-// replica cut off from the agents, leadership changes hands at most that often.
+// stepDownTenure is how long a leader leads before it may step down.
 const stepDownTenure = 10 * time.Second
 
 func main() {
@@ -93,7 +92,7 @@ func main() {
 	var steppedDown atomic.Bool
 	if f.LeaderElect && stepDownAfter > 0 {
 		err := mgr.Add(&election.StepDown{
-			CutOff: fleet.ProcessReach().CutOff, After: stepDownAfter, MinTenure: stepDownTenure, Period: f.RetryPeriod,
+			CutOff: fleet.ProcessReach().CutOff, Answered: fleet.ProcessReach().Answered, After: stepDownAfter, MinTenure: stepDownTenure, Period: f.RetryPeriod,
 			Stop: func() { steppedDown.Store(true); stop() }, Log: ctrl.Log.WithName("election"),
 		})
 		if err != nil {

@@ -39,23 +39,28 @@ func TestStopped(t *testing.T) {
 	}
 }
 
-// A leader steps down once cut off for After, and only after MinTenure as the leader.
+// A leader steps down once cut off for After, only after MinTenure as the leader, and
+// only if an agent answered it since it was elected.
 func TestStepDownDue(t *testing.T) {
 	elected := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
-		name   string
-		ledFor time.Duration
-		cutOff time.Duration
-		want   bool
+		name     string
+		ledFor   time.Duration
+		cutOff   time.Duration
+		answered time.Time
+		want     bool
 	}{
-		{"reaches the agents", time.Hour, 0, false},
-		{"cut off briefly", time.Hour, 2 * time.Second, false},
-		{"cut off for After", time.Hour, 3 * time.Second, true},
-		{"cut off, but just elected", 10 * time.Second, 3 * time.Second, false},
-		{"cut off, led for MinTenure", 20 * time.Second, 5 * time.Second, true},
+		{"reaches the agents", time.Hour, 0, elected.Add(time.Minute), false},
+		{"cut off briefly", time.Hour, 2 * time.Second, elected.Add(time.Minute), false},
+		{"cut off for After", time.Hour, 3 * time.Second, elected.Add(time.Minute), true},
+		{"cut off, but just elected", 10 * time.Second, 3 * time.Second, elected.Add(time.Second), false},
+		{"cut off, led for MinTenure", 20 * time.Second, 5 * time.Second, elected.Add(time.Second), true},
+		{"cut off, never answered as the leader", time.Hour, time.Hour, elected.Add(-time.Second), false},
+		{"cut off, never answered at all", time.Hour, time.Hour, time.Time{}, false},
 	} {
 		s := &StepDown{After: 3 * time.Second, MinTenure: 20 * time.Second,
-			CutOff: func(time.Time) time.Duration { return tc.cutOff }}
+			CutOff:   func(time.Time) time.Duration { return tc.cutOff },
+			Answered: func() time.Time { return tc.answered }}
 		if got := s.due(elected, elected.Add(tc.ledFor)); got != tc.want {
 			t.Errorf("%s: due = %v, want %v", tc.name, got, tc.want)
 		}

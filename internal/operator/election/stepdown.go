@@ -15,14 +15,19 @@ import (
 // releases the election Lease, so the standby takes over at its next try; the
 // container starts again as a standby.
 //
-// A leader steps down only once it has led for MinTenure: were every replica cut off
-// (a network fault of every node, or every pod of every cluster unreachable while
-// still reported ready), leadership would otherwise change hands every few seconds.
-// By O1, a change of leader never risks data; it only costs the time to take over.
+// A leader steps down only if an agent answered it since it was elected: one that
+// never reached any agent has no reason to believe the cut is its own (a network
+// fault of every node, a policy that drops the operator's traffic to the only
+// cluster's pods), and its successor would fare no better; without this rule
+// leadership would change hands, and a container restart, every few seconds. And it
+// steps down only once it has led for MinTenure. By O1, a change of leader never
+// risks data; it only costs the time to take over.
 type StepDown struct {
 	// CutOff is how long, at now, every question to a ready agent has gone unanswered
 	// (fleet.Reach.CutOff).
-	CutOff    func(now time.Time) time.Duration
+	CutOff func(now time.Time) time.Duration
+	// Answered is when an agent last answered this process (fleet.Reach.Answered).
+	Answered  func() time.Time
 	After     time.Duration
 	MinTenure time.Duration
 	// Period is how often CutOff is read.
@@ -59,5 +64,5 @@ func (s *StepDown) Start(ctx context.Context) error {
 
 // due reports whether a leader elected at elected steps down at now.
 func (s *StepDown) due(elected, now time.Time) bool {
-	return now.Sub(elected) >= s.MinTenure && s.CutOff(now) >= s.After
+	return now.Sub(elected) >= s.MinTenure && s.CutOff(now) >= s.After && s.Answered().After(elected)
 }

@@ -79,6 +79,13 @@ func (r *Reach) CutOff(now time.Time) time.Duration {
 	return now.Sub(r.unanswered)
 }
 
+// Answered is when an agent last answered; zero when none did.
+func (r *Reach) Answered() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.answered
+}
+
 // ready reports whether the kubelet reports pod ready and not being deleted.
 func ready(pod *corev1.Pod) bool {
 	if pod == nil || !pod.DeletionTimestamp.IsZero() {
