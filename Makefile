@@ -195,7 +195,7 @@ chaos: ## Run the fault suite on a fresh local cluster: every fault on the prima
 	@bash hack/chaos/run.sh
 
 .PHONY: chaos-short
-chaos-short: ## The fault suite's CI subset: eviction, container kill, sandbox kill, freeze, network cut, client-reachable cut, the operator's leader killed after a revocation; async and sync, 1 round each.
+chaos-short: ## The fault suite's CI subset: eviction, container kill, sandbox kill, freeze, network cut, client-reachable cut, the operator's leader killed after a revocation or cut off from the pods; async and sync, 1 round each.
 	@CHAOS_SHORT=1 bash hack/chaos/run.sh
 
 .PHONY: localcluster

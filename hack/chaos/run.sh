@@ -21,7 +21,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../e2e/lib.sh"
 
 if [[ ${CHAOS_SHORT:-} == 1 ]]; then
-  export CHAOS_FAULTS=${CHAOS_FAULTS:-^(evict|container-kill|sandbox-kill|freeze|network-cut|reachable-cut|operator-kill-revoked)$}
+  export CHAOS_FAULTS=${CHAOS_FAULTS:-^(evict|container-kill|sandbox-kill|freeze|network-cut|reachable-cut|operator-kill-revoked|operator-partition)$}
   export CHAOS_ROUNDS=${CHAOS_ROUNDS:-1}
   export CHAOS_MODES=${CHAOS_MODES:-^(async|sync)$}
 fi
