@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -209,17 +210,19 @@ func TestBackupValidation(t *testing.T) {
 		}
 		return nil
 	})
-	var events corev1.EventList
-	if err := k8s.List(ctx, &events, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	found := false
-	for _, e := range events.Items {
-		found = found || (e.InvolvedObject.Name == b.Name && e.Reason == dbv1.ReasonBackupFailed)
-	}
-	if !found {
-		t.Error("no BackupFailed event on the backup")
-	}
+	// Events are recorded asynchronously: the status can be read before the event.
+	testutil.Eventually(t, 10*time.Second, func() error {
+		var events corev1.EventList
+		if err := k8s.List(ctx, &events, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range events.Items {
+			if e.InvolvedObject.Name == b.Name && e.Reason == dbv1.ReasonBackupFailed {
+				return nil
+			}
+		}
+		return errors.New("no BackupFailed event on the backup")
+	})
 }
 
 // completedBackup creates PostgresBackup name of cluster old-db, Completed to a volume
