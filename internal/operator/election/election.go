@@ -20,6 +20,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -73,10 +74,7 @@ func (d *DeadLeader) check(ctx context.Context) error {
 	if err := d.Reader.Get(ctx, client.ObjectKey{Namespace: d.Namespace, Name: d.Name}, &lease); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	holder := ""
-	if lease.Spec.HolderIdentity != nil {
-		holder = *lease.Spec.HolderIdentity
-	}
+	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
 	if holder == "" || holder == d.Identity {
 		return nil
 	}
@@ -119,10 +117,8 @@ func (d *DeadLeader) check(ctx context.Context) error {
 // by the same clock; the start time is in whole seconds, so a restart within the
 // second of the acquisition is missed, never made up.
 func Restarted(pod *corev1.Pod, container string, acquired time.Time) string {
-	for _, s := range pod.Status.ContainerStatuses {
-		if s.Name == container && s.State.Running != nil && s.State.Running.StartedAt.After(acquired) {
-			return fmt.Sprintf("its container started again (restart %d) after it took the Lease", s.RestartCount)
-		}
+	if s := containerStatus(pod, container); s != nil && s.State.Running != nil && s.State.Running.StartedAt.After(acquired) {
+		return fmt.Sprintf("its container started again (restart %d) after it took the Lease", s.RestartCount)
 	}
 	return ""
 }
@@ -132,19 +128,24 @@ func Restarted(pod *corev1.Pod, container string, acquired time.Time) string {
 // after a crash, or being created) or terminated has no process: the one that held the
 // Lease has exited.
 func Stopped(pod *corev1.Pod, container string) string {
-	for _, s := range pod.Status.ContainerStatuses {
-		if s.Name != container {
-			continue
-		}
-		switch {
-		case s.State.Running != nil:
-			return ""
-		case s.State.Terminated != nil:
-			return "its container terminated (" + s.State.Terminated.Reason + ")"
-		case s.State.Waiting != nil:
-			return "its container is waiting to start (" + s.State.Waiting.Reason + ")"
-		}
+	s := containerStatus(pod, container)
+	switch {
+	case s == nil || s.State.Running != nil:
 		return ""
+	case s.State.Terminated != nil:
+		return "its container terminated (" + s.State.Terminated.Reason + ")"
+	case s.State.Waiting != nil:
+		return "its container is waiting to start (" + s.State.Waiting.Reason + ")"
 	}
 	return ""
+}
+
+// containerStatus is what the kubelet reports of container in pod, or nil.
+func containerStatus(pod *corev1.Pod, container string) *corev1.ContainerStatus {
+	for i := range pod.Status.ContainerStatuses {
+		if pod.Status.ContainerStatuses[i].Name == container {
+			return &pod.Status.ContainerStatuses[i]
+		}
+	}
+	return nil
 }
