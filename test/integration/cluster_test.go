@@ -18,6 +18,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"helm.sh/helm/v3/pkg/release"
+	"helm.sh/helm/v3/pkg/storage/driver"
+	helmtime "helm.sh/helm/v3/pkg/time"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -833,6 +836,80 @@ func TestDriftIsReverted(t *testing.T) {
 			return nil
 		})
 	}
+}
+
+// A revision left pending by an operation that never ended (a manager killed mid-way,
+// an upgrade whose rollback failed too) is marked failed, and the spec is rendered
+// again: helm-operator-plugins alone refuses every later operation on such a release
+// ("another operation (install/upgrade/rollback) is in progress"), and the cluster
+// stays Irreconcilable.
+func TestAReleaseLeftPendingIsRecovered(t *testing.T) {
+	ns := newNamespace(t)
+	sts := startHealthy(t, newCluster(ns, "stuck"))
+	store := driver.NewSecrets(kubernetes.NewForConfigOrDie(cfg).CoreV1().Secrets(ns))
+	var deployed *release.Release
+	testutil.Eventually(t, timeout, func() error {
+		rels, err := store.Query(map[string]string{"name": "stuck", "owner": "helm", "status": "deployed"})
+		if err != nil {
+			return err
+		}
+		deployed = rels[0]
+		return nil
+	})
+	// What a manager killed in the middle of an upgrade leaves, an hour ago.
+	pending := *deployed
+	info := *deployed.Info
+	info.Status, info.Description = release.StatusPendingUpgrade, "Preparing upgrade"
+	info.LastDeployed = helmtime.Time{Time: time.Now().Add(-time.Hour)}
+	pending.Info, pending.Version = &info, deployed.Version+1
+	if err := store.Create(fmt.Sprintf("sh.helm.release.v1.stuck.v%d", pending.Version), &pending); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := update(ns, "stuck", func(c *dbv1.PostgresCluster) { c.Spec.Replicas = 4 }); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, timeout, func() error {
+		if err := get(ns, "stuck", sts); err != nil {
+			return err
+		}
+		if *sts.Spec.Replicas != 4 {
+			return fmt.Errorf("StatefulSet replicas %d, want 4", *sts.Spec.Replicas)
+		}
+		return nil
+	})
+	testutil.Eventually(t, timeout, func() error {
+		rels, err := store.Query(map[string]string{"name": "stuck", "owner": "helm", "status": "deployed"})
+		if err != nil {
+			return err
+		}
+		if len(rels) != 1 || rels[0].Version <= pending.Version {
+			return fmt.Errorf("deployed revisions %v, want one after %d", versions(rels), pending.Version)
+		}
+		return nil
+	})
+	left, err := store.Get(fmt.Sprintf("sh.helm.release.v1.stuck.v%d", pending.Version))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left.Info.Status != release.StatusFailed {
+		t.Errorf("the revision left pending is %s, want failed", left.Info.Status)
+	}
+	var c dbv1.PostgresCluster
+	if err := get(ns, "stuck", &c); err != nil {
+		t.Fatal(err)
+	}
+	if cond := dbv1.FindCondition(c.Status.Conditions, dbv1.ConditionIrreconcilable); cond != nil && cond.Status == metav1.ConditionTrue {
+		t.Errorf("Irreconcilable: %s", cond.Message)
+	}
+}
+
+func versions(rels []*release.Release) []int {
+	var out []int
+	for _, r := range rels {
+		out = append(out, r.Version)
+	}
+	return out
 }
 
 // A Secret the user created beforehand is used as it is; one without a password is

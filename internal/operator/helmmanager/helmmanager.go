@@ -61,7 +61,11 @@ func Setup(mgr ctrl.Manager, opts Options) ([]watches.Watch, error) {
 		return nil, fmt.Errorf("loading %s: %w", opts.WatchesFile, err)
 	}
 	log := mgr.GetLogger().WithName("helm")
-	actions, err := actionClientGetter(mgr)
+	configs, err := helmclient.NewActionConfigGetter(mgr.GetConfig(), mgr.GetRESTMapper())
+	if err != nil {
+		return nil, fmt.Errorf("creating the Helm action config getter: %w", err)
+	}
+	actions, err := actionClientGetter(configs)
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +96,7 @@ func Setup(mgr ctrl.Manager, opts Options) ([]watches.Watch, error) {
 			reconciler.WithUpgradeAnnotations(annotation.DefaultUpgradeAnnotations...),
 			reconciler.WithUninstallAnnotations(annotation.DefaultUninstallAnnotations...),
 			reconciler.WithLog(log.WithValues("gvk", w.GroupVersionKind.String())),
-			reconciler.WithActionClientGetter(remembering(actions, released)),
+			reconciler.WithActionClientGetter(remembering(actions, configs, released)),
 			reconciler.WithClient(keepStatus(mgr.GetClient(), mgr.GetAPIReader(), w.GroupVersionKind)),
 		}
 		if p := planned(mgr, w); p != nil {
@@ -151,11 +155,7 @@ func planned(mgr ctrl.Manager, w watches.Watch) []reconciler.Option {
 // document for every install, upgrade and dry-run, and checks nothing the API server
 // does not check again when the objects are written; the chart's own tests decode every
 // rendered object strictly.
-func actionClientGetter(mgr ctrl.Manager) (helmclient.ActionClientGetter, error) {
-	configs, err := helmclient.NewActionConfigGetter(mgr.GetConfig(), mgr.GetRESTMapper())
-	if err != nil {
-		return nil, fmt.Errorf("creating the Helm action config getter: %w", err)
-	}
+func actionClientGetter(configs helmclient.ActionConfigGetter) (helmclient.ActionClientGetter, error) {
 	return helmclient.NewActionClientGetter(configs,
 		helmclient.AppendInstallOptions(func(i *action.Install) error {
 			i.DisableOpenAPIValidation = true

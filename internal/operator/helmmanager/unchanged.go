@@ -78,7 +78,11 @@ type releases struct {
 	byKey map[types.NamespacedName]*memory
 	// changes counts the changes seen to rendered objects of each resource.
 	changes map[types.NamespacedName]uint64
-	now     func() time.Time
+	// ours is, for each resource this process ran a Helm operation on, the number of
+	// the latest revision before the first: the revisions above it are this process's
+	// (orphans.go).
+	ours map[types.NamespacedName]int
+	now  func() time.Time
 }
 
 // memory is what one resource's release was last seen to be.
@@ -96,7 +100,8 @@ type memory struct {
 }
 
 func newReleases() *releases {
-	return &releases{byKey: map[types.NamespacedName]*memory{}, changes: map[types.NamespacedName]uint64{}, now: time.Now}
+	return &releases{byKey: map[types.NamespacedName]*memory{}, changes: map[types.NamespacedName]uint64{},
+		ours: map[types.NamespacedName]int{}, now: time.Now}
 }
 
 // changed records a change to a rendered object of key's release.
@@ -112,6 +117,14 @@ func (r *releases) forget(key types.NamespacedName) {
 	defer r.mu.Unlock()
 	delete(r.byKey, key)
 	delete(r.changes, key)
+}
+
+// gone forgets everything of key: its resource was deleted.
+func (r *releases) gone(key types.NamespacedName) {
+	r.forget(key)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.ours, key)
 }
 
 // rendered reports whether values would render rel again: rel is the deployed revision
@@ -193,13 +206,16 @@ func valuesDigest(ch *chart.Chart, vals map[string]any) (string, error) {
 }
 
 // remembering is getter with each action client it returns keeping r.
-func remembering(getter helmclient.ActionClientGetter, r *releases) helmclient.ActionClientGetter {
+// A revision left pending is marked failed through configs when its reconcile begins
+// (orphans.go).
+func remembering(getter helmclient.ActionClientGetter, configs helmclient.ActionConfigGetter, r *releases) helmclient.ActionClientGetter {
 	return helmclient.ActionClientGetterFunc(func(ctx context.Context, obj client.Object) (helmclient.ActionInterface, error) {
 		c, err := getter.ActionClientFor(ctx, obj)
 		if err != nil {
 			return nil, err
 		}
-		return &rememberingClient{ActionInterface: c, releases: r, key: client.ObjectKeyFromObject(obj)}, nil
+		return &rememberingClient{ActionInterface: c, releases: r, key: client.ObjectKeyFromObject(obj),
+			markFailed: failMarker(ctx, configs, obj)}, nil
 	})
 }
 
@@ -211,6 +227,8 @@ type rememberingClient struct {
 	// last is the release the reconcile read; the reconciler reads it twice, once for
 	// the status and once for its comparison, and one read is enough.
 	last *release.Release
+	// markFailed marks an orphaned pending revision failed.
+	markFailed markFailed
 }
 
 func (c *rememberingClient) Get(name string, opts ...helmclient.GetOption) (*release.Release, error) {
@@ -221,15 +239,21 @@ func (c *rememberingClient) Get(name string, opts ...helmclient.GetOption) (*rel
 		return c.last, nil
 	}
 	rel, err := c.ActionInterface.Get(name)
-	if err == nil {
-		c.last = rel
+	if err != nil {
+		return rel, err
 	}
-	return rel, err
+	if c.releases.orphaned(c.key, rel, c.releases.now()) {
+		if err := c.markFailed(rel); err != nil {
+			return nil, err
+		}
+	}
+	c.last = rel
+	return rel, nil
 }
 
 // Install remembers what it installed.
 func (c *rememberingClient) Install(name, namespace string, ch *chart.Chart, vals map[string]any, opts ...helmclient.InstallOption) (*release.Release, error) {
-	c.last = nil
+	c.operating()
 	return c.write(ch, vals, func() (*release.Release, error) {
 		return c.ActionInterface.Install(name, namespace, ch, vals, opts...)
 	})
@@ -245,7 +269,7 @@ func (c *rememberingClient) Upgrade(name, namespace string, ch *chart.Chart, val
 		}
 	}
 	if !u.DryRun {
-		c.last = nil
+		c.operating()
 		return c.write(ch, vals, func() (*release.Release, error) {
 			return c.ActionInterface.Upgrade(name, namespace, ch, vals, opts...)
 		})
@@ -265,6 +289,17 @@ func (c *rememberingClient) Upgrade(name, namespace string, ch *chart.Chart, val
 		c.releases.remember(c.key, values, current, false, 0)
 	}
 	return rel, err
+}
+
+// operating records an operation about to run on the release, after the revision the
+// reconcile read (none for an install), and forgets that revision.
+func (c *rememberingClient) operating() {
+	latest := 0
+	if c.last != nil {
+		latest = c.last.Version
+	}
+	c.releases.operating(c.key, latest)
+	c.last = nil
 }
 
 // write runs an install or upgrade of vals and remembers the revision it wrote; a
@@ -297,10 +332,10 @@ func (c *rememberingClient) Reconcile(rel *release.Release) error {
 	return nil
 }
 
-// Uninstall forgets the resource.
+// Uninstall forgets the resource, and that this process wrote any of its revisions.
 func (c *rememberingClient) Uninstall(name string, opts ...helmclient.UninstallOption) (*release.UninstallReleaseResponse, error) {
 	c.last = nil
-	c.releases.forget(c.key)
+	c.releases.gone(c.key)
 	return c.ActionInterface.Uninstall(name, opts...)
 }
 

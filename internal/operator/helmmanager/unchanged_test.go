@@ -128,7 +128,7 @@ func TestAnUnchangedReleaseIsNotRenderedOrReadAgain(t *testing.T) {
 	r.now = func() time.Time { return now }
 	getter := remembering(helmclient.ActionClientGetterFunc(func(context.Context, client.Object) (helmclient.ActionInterface, error) {
 		return fake, nil
-	}), r)
+	}), nil, r)
 	key := types.NamespacedName{Namespace: "ns", Name: "db"}
 	if _, err := fake.Install("db", "ns", nil, map[string]any{"replicas": "3"}); err != nil {
 		t.Fatal(err)
