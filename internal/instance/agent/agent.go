@@ -113,8 +113,12 @@ type Agent struct {
 	// primary (loop only; its new data directory is kept for the upgrade).
 	upgradeChecked string
 	downSince      time.Time
-	lastAct        Act
-	slotsDone      time.Time
+	// primarySince is when this instance first became primary in term primaryTerm
+	// (Status.PrimaryForMillis).
+	primarySince time.Time
+	primaryTerm  int32
+	lastAct      Act
+	slotsDone    time.Time
 	// walGapsDone is whether this primary readied the segments its earlier timelines
 	// left unarchived since it last started or was promoted (readyWALGaps).
 	walGapsDone bool
@@ -288,9 +292,13 @@ func (a *Agent) process() *postgres.Process {
 }
 
 func (a *Agent) setState(p *postgres.Process, role, upstream string) {
+	term := a.lease.View().Term
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.proc, a.role, a.upstream = p, role, upstream
+	if role == agentapi.RolePrimary && (a.primarySince.IsZero() || a.primaryTerm != term) {
+		a.primarySince, a.primaryTerm = time.Now(), term
+	}
 	if role != agentapi.RoleReplica {
 		a.recv.reset()
 	}
@@ -596,6 +604,9 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 	}
 	if !a.downSince.IsZero() {
 		st.DownForMillis = max(now.Sub(a.downSince).Milliseconds(), 1)
+	}
+	if a.role == agentapi.RolePrimary && a.primaryTerm == view.Term && !a.primarySince.IsZero() {
+		st.PrimaryForMillis = max(now.Sub(a.primarySince).Milliseconds(), 1)
 	}
 	if renewTime, seen, ok := a.lease.RenewalSeen(); ok {
 		st.RenewalSeen = &agentapi.RenewalSeen{RenewTime: renewTime, AgoMillis: now.Sub(seen).Milliseconds()}

@@ -32,6 +32,16 @@ const (
 	// RenewingWithin: a holder whose renewal was seen this recently is alive, even when
 	// its agent does not answer the operator (twice the renewal interval).
 	RenewingWithin = 2 * primarylease.RenewInterval
+	// PromotionGrace is how long a primary may take to be ready after it became primary
+	// in the Lease's term (promoted, or started as the first primary) before that counts
+	// as a failure. It confirms its Lease with a renewal, starts its commit gate and has
+	// postgres load the pg_hba.conf that lets clients in: a write to the API server and
+	// new sessions, which a loaded node makes slow (over 3 s on a CI machine running
+	// three clusters' tests at once, where spec.failover.delay, counted from the first
+	// sight of the new primary not ready, warned of a failure in a planned switchover).
+	// Failing over then would move the same steps to another instance, onto one more
+	// timeline.
+	PromotionGrace = 10 * time.Second
 )
 
 // Input is everything a decision is made from.
@@ -118,6 +128,10 @@ type Decision struct {
 	// Lost says, when a Move may lose acknowledged commits (asynchronous mode after a
 	// crash), why; "" when it cannot.
 	Lost string
+	// Settling, with Wait: the holder is a primary within PromotionGrace of becoming
+	// one, not yet ready, or a switchover's target is receiving the final WAL within
+	// SwitchoverCatchUp; a wait for either is no failure to warn of.
+	Settling bool
 }
 
 // Decide decides for a Lease that names a holder: nothing, a switchover, or revoking a
@@ -180,14 +194,23 @@ func Decide(in Input) Decision {
 			since = due
 		}
 	}
+	patience, delay := in.Delay, "spec.failover.delay"
+	at, promoting := promotedAt(in)
+	if promoting {
+		// Counted from when it became primary, for PromotionGrace at least.
+		since = at
+		if PromotionGrace > patience {
+			patience, delay = PromotionGrace, "a new primary's first seconds"
+		}
+	}
 	d := Decision{FailedSince: since}
 	if !in.Enabled {
 		d.Action, d.Reason = Blocked, fmt.Sprintf("%s; automatic failover is disabled (spec.failover.enabled)", failure)
 		return d
 	}
-	if waited := in.Now.Sub(since); waited < in.Delay {
-		d.Action, d.RequeueAfter = Wait, in.Delay-waited
-		d.Reason = fmt.Sprintf("%s for %s; failing over after %s (spec.failover.delay)", failure, waited.Round(time.Millisecond), in.Delay)
+	if waited := in.Now.Sub(since); waited < patience {
+		d.Action, d.RequeueAfter, d.Settling = Wait, patience-waited, promoting
+		d.Reason = fmt.Sprintf("%s for %s; failing over after %s (%s)", failure, waited.Round(time.Millisecond), patience, delay)
 		return d
 	}
 	// Revoking cuts the old primary off for good: only when some standby could take
@@ -199,6 +222,25 @@ func Decide(in Input) Decision {
 	d.Action = Revoke
 	d.Reason = fmt.Sprintf("%s for %s", failure, in.Now.Sub(since).Round(time.Millisecond))
 	return d
+}
+
+// promotedAt is when the holder became primary in the Lease's term, when that was less
+// than PromotionGrace ago and it is not ready yet (in no crash loop, which is a failure
+// at once); false otherwise.
+func promotedAt(in Input) (time.Time, bool) {
+	i := find(in.Instances, in.Lease.Holder)
+	if i == nil || i.Pod == nil || !i.Reachable || i.Terminating {
+		return time.Time{}, false
+	}
+	st := i.Status
+	if st.Role != agentapi.RolePrimary || st.Ready || st.Term != in.Lease.Term || st.RecentCrashes >= CrashLoop {
+		return time.Time{}, false
+	}
+	primaryFor := time.Duration(st.PrimaryForMillis) * time.Millisecond
+	if primaryFor <= 0 || primaryFor >= PromotionGrace {
+		return time.Time{}, false
+	}
+	return in.Now.Add(-primaryFor), true
 }
 
 // primaryFailure says what is wrong with the holder, "" when nothing that calls for a
@@ -319,7 +361,8 @@ func DecideVacant(in Input) Decision {
 				return Decision{Action: Move, Target: t.Name, Reason: fmt.Sprintf("switchover from %s: %s has its final WAL (%s)", h.From, t.Name, h.FinalLSN)}
 			}
 			if waited < SwitchoverCatchUp {
-				return Decision{Action: Wait, RequeueAfter: 100 * time.Millisecond,
+				// A step of the switchover, with its own bound: no failure to warn of.
+				return Decision{Action: Wait, RequeueAfter: 100 * time.Millisecond, Settling: true,
 					Reason: fmt.Sprintf("switchover: waiting for %s to receive %s's final WAL (%s)", in.Switchover, h.From, h.FinalLSN)}
 			}
 			if oldBack {

@@ -201,12 +201,14 @@ func TestDecideHeld(t *testing.T) {
 	}, Decide)
 }
 
+// clean is in with db-0's clean release of the Lease at final.
+func clean(in Input, final string) Input {
+	in.Lease.Handover = &primarylease.Handover{From: "db-0", Term: 3, Clean: true, Released: true, FinalLSN: final, Timeline: 1, Reason: "shutting down"}
+	in.RenewSeen = t0 // a release needs no waiting
+	return in
+}
+
 func TestDecideVacant(t *testing.T) {
-	clean := func(in Input, final string) Input {
-		in.Lease.Handover = &primarylease.Handover{From: "db-0", Term: 3, Clean: true, Released: true, FinalLSN: final, Timeline: 1, Reason: "shutting down"}
-		in.RenewSeen = t0 // a release needs no waiting
-		return in
-	}
 	frozenFailsafe := func(ago time.Duration) Instance {
 		s := standby("db-2", "0/4000000", true)
 		s.Status.FailsafeConfirmed = &agentapi.FailsafeConfirmation{Primary: "db-0", Term: 3, AgoMillis: ago.Milliseconds()}
@@ -455,6 +457,62 @@ func TestSettled(t *testing.T) {
 			}
 			if got := Settled(l, d, in, 3); got != (tt.want == "") {
 				t.Errorf("Settled = %t, want %t", got, tt.want == "")
+			}
+		})
+	}
+}
+
+// A primary not ready within PromotionGrace of becoming one (its Lease confirmed, its
+// gate started, its clients let in one after the other) is waited for without a
+// warning, counted from its promotion; still not ready after it, it is failed over. So
+// is a switchover's target receiving the final WAL.
+func TestANewPrimaryHasItsFirstSeconds(t *testing.T) {
+	promoted := func(primaryFor time.Duration, ready bool, gate string) Input {
+		p := primary("db-1")
+		p.Status.Ready, p.Status.Gate, p.Status.Term = ready, gate, 5
+		p.Status.PrimaryForMillis = primaryFor.Milliseconds()
+		in := held(p, standby("db-0", "0/5000000", false))
+		in.Lease.Holder, in.Lease.Term = "db-1", 5
+		return in
+	}
+	seen := func(in Input, ago time.Duration) Input {
+		in.FailedSince, in.FailedHolder, in.FailedTerm = t0.Add(-ago), in.Lease.Holder, in.Lease.Term
+		return in
+	}
+	for _, tc := range []struct {
+		name     string
+		in       Input
+		action   Action
+		settling bool
+		reason   string
+	}{
+		{"clients not yet let in, 4 s after its promotion", promoted(4*time.Second, false, agentapi.GateAcking), Wait, true,
+			"not ready (commit gate acking) for 4s; failing over after 10s (a new primary's first seconds)"},
+		{"its Lease not yet confirmed, 2 s after", seen(promoted(2*time.Second, false, agentapi.GateWithholding), time.Second), Wait, true,
+			"for 2s; failing over after 10s"},
+		{"still not ready after PromotionGrace", seen(promoted(PromotionGrace+500*time.Millisecond, false, agentapi.GateAcking), PromotionGrace),
+			Revoke, false, "not ready (commit gate acking) for 10s"},
+		{"ready", promoted(time.Second, true, agentapi.GateAcking), None, false, "is healthy"},
+		{"in a crash loop", with(promoted(4*time.Second, false, agentapi.GateAcking), func(in *Input) {
+			in.Instances[0].Status.RecentCrashes, in.Instances[0].Status.FirstRecentCrashMillisAgo = CrashLoop, 4000
+		}), Revoke, false, "crashed 3 times"},
+		{"its promotion seen in an earlier term", with(promoted(4*time.Second, false, agentapi.GateAcking), func(in *Input) {
+			in.Instances[0].Status.Term = 4
+		}), Wait, false, "failing over after 3s (spec.failover.delay)"},
+		{"a delay longer than the grace", with(promoted(4*time.Second, false, agentapi.GateAcking), func(in *Input) { in.Delay = 30 * time.Second }),
+			Wait, true, "failing over after 30s (spec.failover.delay)"},
+		// The switchover's step before: its target receives the final WAL, within its
+		// own bound, SwitchoverCatchUp.
+		{"a switchover's target receiving the final WAL", clean(with(vacant(primaryStopped("db-0"), standby("db-1", "0/4000000", true)),
+			func(i *Input) { i.Switchover = "db-1" }), "0/5000000"), Wait, true, "switchover: waiting for db-1"},
+		{"a clean handover waiting for any standby is no switchover step", clean(vacant(dead("db-0"), standby("db-1", "0/4000000", true)), "0/5000000"),
+			Wait, false, "waiting for a standby with db-0's final WAL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide(tc.in)
+			if d.Action != tc.action || d.Settling != tc.settling || !strings.Contains(d.Reason, tc.reason) {
+				t.Errorf("got %s, settling %v (%q); want %s, settling %v, reason containing %q", d.Action, d.Settling, d.Reason,
+					tc.action, tc.settling, tc.reason)
 			}
 		})
 	}

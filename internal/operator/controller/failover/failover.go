@@ -627,7 +627,7 @@ func (c *cycle) decideAndAct(ctx context.Context) (time.Duration, error) {
 // returns when to come back.
 func (c *cycle) hold(ctx context.Context, d Decision, waitMsg string) (time.Duration, error) {
 	if d.Action == Wait {
-		if settling(primarylease.Parse(c.lease), c.lease.Spec.AcquireTime, c.r.clock.Now(), c.cluster.FailoverDelay()) {
+		if d.Settling || settling(primarylease.Parse(c.lease), c.lease.Spec.AcquireTime, c.r.clock.Now(), c.cluster.FailoverDelay()) {
 			c.log("Waiting for the primary role to settle", "reason", d.Reason)
 			return d.RequeueAfter, nil
 		}
