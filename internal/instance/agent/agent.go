@@ -113,10 +113,11 @@ type Agent struct {
 	// primary (loop only; its new data directory is kept for the upgrade).
 	upgradeChecked string
 	downSince      time.Time
-	// primarySince is when this instance first became primary in term primaryTerm
-	// (Status.PrimaryForMillis).
+	// primarySince is when this instance first became primary in term primaryTerm,
+	// and primaryReady whether it has been ready since (Status.PromotingForMillis).
 	primarySince time.Time
 	primaryTerm  int32
+	primaryReady bool
 	lastAct      Act
 	slotsDone    time.Time
 	// walGapsDone is whether this primary readied the segments its earlier timelines
@@ -297,7 +298,7 @@ func (a *Agent) setState(p *postgres.Process, role, upstream string) {
 	defer a.mu.Unlock()
 	a.proc, a.role, a.upstream = p, role, upstream
 	if role == agentapi.RolePrimary && (a.primarySince.IsZero() || a.primaryTerm != term) {
-		a.primarySince, a.primaryTerm = time.Now(), term
+		a.primarySince, a.primaryTerm, a.primaryReady = time.Now(), term, false
 	}
 	if role != agentapi.RoleReplica {
 		a.recv.reset()
@@ -605,8 +606,9 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 	if !a.downSince.IsZero() {
 		st.DownForMillis = max(now.Sub(a.downSince).Milliseconds(), 1)
 	}
-	if a.role == agentapi.RolePrimary && a.primaryTerm == view.Term && !a.primarySince.IsZero() {
-		st.PrimaryForMillis = max(now.Sub(a.primarySince).Milliseconds(), 1)
+	var promotedAt time.Time
+	if a.role == agentapi.RolePrimary && a.primaryTerm == view.Term && !a.primaryReady {
+		promotedAt = a.primarySince
 	}
 	if renewTime, seen, ok := a.lease.RenewalSeen(); ok {
 		st.RenewalSeen = &agentapi.RenewalSeen{RenewTime: renewTime, AgoMillis: now.Sub(seen).Milliseconds()}
@@ -659,6 +661,15 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 	} else if !st.Running {
 		if cd, err := a.pg.ControlData(ctx); err == nil {
 			st.Position, st.Timeline = cd.Checkpoint, cd.Timeline
+		}
+	}
+	if !promotedAt.IsZero() {
+		if st.Ready {
+			a.mu.Lock()
+			a.primaryReady = a.primaryReady || a.primarySince.Equal(promotedAt)
+			a.mu.Unlock()
+		} else {
+			st.PromotingForMillis = max(now.Sub(promotedAt).Milliseconds(), 1)
 		}
 	}
 	if free, total, err := postgres.VolumeSpace(filepath.Dir(a.cfg.PGData)); err == nil {

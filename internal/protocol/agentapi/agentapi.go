@@ -142,11 +142,11 @@ type Status struct {
 	FirstRecentCrashMillisAgo int64 `json:"firstRecentCrashMillisAgo,omitempty"`
 	// DownForMillis is how long postgres has not been ready in a role; 0 when it is.
 	DownForMillis int64 `json:"downForMillis,omitempty"`
-	// PrimaryForMillis is, on a primary, how long ago it first became primary in the
-	// Lease's current term (Term): promoted, or started as the primary; 0 on any other
-	// role. A primary just promoted confirms its Lease, starts its commit gate and lets
-	// clients in before it is ready (docs/failover.md, "Failover", step 1).
-	PrimaryForMillis int64 `json:"primaryForMillis,omitempty"`
+	// PromotingForMillis is, on a primary not yet ready since it became primary in the
+	// Lease's current term (Term), promoted or started as the primary, how long ago that
+	// was; 0 otherwise. It confirms its Lease, starts its commit gate and lets clients in
+	// before it is ready (docs/failover.md, "Failover", step 1).
+	PromotingForMillis int64 `json:"promotingForMillis,omitempty"`
 	// SystemIdentifier is the database system identifier of the instance's data
 	// directory; empty when the volume holds no data. The operator reads it to tell a
 	// new cluster from one whose record was lost (docs/failover.md, "The cluster's

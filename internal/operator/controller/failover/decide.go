@@ -225,8 +225,9 @@ func Decide(in Input) Decision {
 }
 
 // promotedAt is when the holder became primary in the Lease's term, when that was less
-// than PromotionGrace ago and it is not ready yet (in no crash loop, which is a failure
-// at once); false otherwise.
+// than PromotionGrace ago and it has not been ready since (in no crash loop, which is a
+// failure at once); false otherwise. A primary that was ready once and is not any more
+// has failed like any other.
 func promotedAt(in Input) (time.Time, bool) {
 	i := find(in.Instances, in.Lease.Holder)
 	if i == nil || i.Pod == nil || !i.Reachable || i.Terminating {
@@ -236,11 +237,11 @@ func promotedAt(in Input) (time.Time, bool) {
 	if st.Role != agentapi.RolePrimary || st.Ready || st.Term != in.Lease.Term || st.RecentCrashes >= CrashLoop {
 		return time.Time{}, false
 	}
-	primaryFor := time.Duration(st.PrimaryForMillis) * time.Millisecond
-	if primaryFor <= 0 || primaryFor >= PromotionGrace {
+	promoting := time.Duration(st.PromotingForMillis) * time.Millisecond
+	if promoting <= 0 || promoting >= PromotionGrace {
 		return time.Time{}, false
 	}
-	return in.Now.Add(-primaryFor), true
+	return in.Now.Add(-promoting), true
 }
 
 // primaryFailure says what is wrong with the holder, "" when nothing that calls for a

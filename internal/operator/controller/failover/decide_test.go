@@ -467,10 +467,12 @@ func TestSettled(t *testing.T) {
 // warning, counted from its promotion; still not ready after it, it is failed over. So
 // is a switchover's target receiving the final WAL.
 func TestANewPrimaryHasItsFirstSeconds(t *testing.T) {
-	promoted := func(primaryFor time.Duration, ready bool, gate string) Input {
+	promoted := func(promoting time.Duration, ready bool, gate string) Input {
 		p := primary("db-1")
 		p.Status.Ready, p.Status.Gate, p.Status.Term = ready, gate, 5
-		p.Status.PrimaryForMillis = primaryFor.Milliseconds()
+		if !ready {
+			p.Status.PromotingForMillis = promoting.Milliseconds()
+		}
 		in := held(p, standby("db-0", "0/5000000", false))
 		in.Lease.Holder, in.Lease.Term = "db-1", 5
 		return in
@@ -493,6 +495,9 @@ func TestANewPrimaryHasItsFirstSeconds(t *testing.T) {
 		{"still not ready after PromotionGrace", seen(promoted(PromotionGrace+500*time.Millisecond, false, agentapi.GateAcking), PromotionGrace),
 			Revoke, false, "not ready (commit gate acking) for 10s"},
 		{"ready", promoted(time.Second, true, agentapi.GateAcking), None, false, "is healthy"},
+		{"ready once since its promotion, not any more", with(promoted(0, false, agentapi.GateWithholding), func(in *Input) {
+			in.Instances[0].Status.PromotingForMillis = 0
+		}), Wait, false, "failing over after 3s (spec.failover.delay)"},
 		{"in a crash loop", with(promoted(4*time.Second, false, agentapi.GateAcking), func(in *Input) {
 			in.Instances[0].Status.RecentCrashes, in.Instances[0].Status.FirstRecentCrashMillisAgo = CrashLoop, 4000
 		}), Revoke, false, "crashed 3 times"},
