@@ -307,6 +307,31 @@ func logTail(t testing.TB, ns, pod, container string, lines int64) {
 	t.Logf("  last %d lines of %s/%s:\n%s", lines, pod, container, b)
 }
 
+// logWindow logs the lines of a container's log written from a second before from to
+// a second after to, by the kubelet's timestamps: what each part did around a moment
+// the test measured (the longest time without an acknowledged write, say).
+func logWindow(t testing.TB, ns, pod, container string, from, to time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	since := metav1.NewTime(from.Add(-time.Second))
+	b, err := clientset.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container, Timestamps: true, SinceTime: &since}).DoRaw(ctx)
+	if err != nil {
+		t.Logf("  log of %s/%s: %v", pod, container, err)
+		return
+	}
+	var window []string
+	for _, line := range strings.SplitAfter(string(b), "\n") {
+		stamp, _, _ := strings.Cut(line, " ")
+		at, err := time.Parse(time.RFC3339Nano, stamp)
+		if err == nil && at.After(to.Add(time.Second)) {
+			break
+		}
+		window = append(window, line)
+	}
+	t.Logf("  log of %s/%s from %s to %s:\n%s", pod, container, since.UTC().Format("15:04:05.000"),
+		to.Add(time.Second).UTC().Format("15:04:05.000"), strings.Join(window, ""))
+}
+
 func (d *db) pod(name string) corev1.Pod {
 	d.t.Helper()
 	p, err := d.getPod(name)

@@ -499,6 +499,17 @@ func TestOLMUpgrade(t *testing.T) {
 	t.Logf("upgrade %s -> %s: instances restarted in the order %v, primaries %v, in %s; longest time without an acknowledged write %s (from %s to %s after the approval)",
 		current, next, order, seen, time.Since(began).Round(time.Second), gap.Round(10*time.Millisecond),
 		from.Sub(began).Round(100*time.Millisecond), to.Sub(began).Round(100*time.Millisecond))
+	// What each part did around the longest gap: the instances' agents and postgres
+	// (the old primary's pod was replaced since, with its log) and the operator's.
+	for _, p := range d.pods() {
+		logWindow(t, p.Namespace, p.Name, "postgres", from, to)
+	}
+	var operators corev1.PodList
+	if err := c.List(context.Background(), &operators, client.InNamespace(olmInstallNamespace)); err == nil {
+		for _, p := range operators.Items {
+			logWindow(t, p.Namespace, p.Name, "controller", from, to)
+		}
+	}
 	if order[2] != primary {
 		t.Errorf("restart order %v: the primary %s was not last", order, primary)
 	}
