@@ -499,6 +499,14 @@ func TestOLMUpgrade(t *testing.T) {
 	t.Logf("upgrade %s -> %s: instances restarted in the order %v, primaries %v, in %s; longest time without an acknowledged write %s (from %s to %s after the approval)",
 		current, next, order, seen, time.Since(began).Round(time.Second), gap.Round(10*time.Millisecond),
 		from.Sub(began).Round(100*time.Millisecond), to.Sub(began).Round(100*time.Millisecond))
+	// The writer's attempts in the gap: how each failed, and how long it took (a
+	// connection to an address that went away waits its whole connect timeout).
+	for _, a := range w.attempts[before:] {
+		if a.End.After(from) && a.Start.Before(to) {
+			t.Logf("  attempt %s to %s (%s): %v", a.Start.UTC().Format("15:04:05.000"), a.End.UTC().Format("15:04:05.000"),
+				a.End.Sub(a.Start).Round(time.Millisecond), a.Err)
+		}
+	}
 	// What each part did around the longest gap: the instances' agents and postgres
 	// (the old primary's pod was replaced since, with its log) and the operator's.
 	for _, p := range d.pods() {

@@ -7,6 +7,7 @@ package rollout
 import (
 	"fmt"
 	"sort"
+	"time"
 )
 
 // Pod is one instance as the plan sees it.
@@ -93,6 +94,26 @@ func Decide(pods []Pod, replicas int, primary, updateRevision string) Decision {
 	sort.Slice(updated, func(i, j int) bool { return updated[i].Ordinal < updated[j].Ordinal })
 	return Decision{Action: Switchover, Target: updated[0].Name,
 		Reason: fmt.Sprintf("switching over from %s to %s to restart the primary with the new instance template", primary, updated[0].Name)}
+}
+
+// RouteSettle is how long after the primary role moved (the Lease's acquire time) no
+// pod is deleted. The read-write Service routes by the role label, which the failover
+// controller takes off the old primary as it hands over; every node's kube-proxy
+// applies that change up to its minSyncPeriod (1 s by default) after the EndpointSlice
+// reaches it. A pod deleted before then takes its IP away while some node still sends
+// the Service's connections to it: they are dropped, not refused, and a client waits
+// its whole connect timeout (make olm-e2e: a 4.3 s write gap, where the gap was 2.8 s
+// when the old primary's pod outlived the routes to it). Refused, it tries again at
+// once and reaches the new primary.
+const RouteSettle = 2 * time.Second
+
+// settleLeft is how long a pod deletion must still wait after the primary role moved
+// at acquired (zero: none), as of now.
+func settleLeft(acquired, now time.Time) time.Duration {
+	if acquired.IsZero() {
+		return 0
+	}
+	return max(0, acquired.Add(RouteSettle).Sub(now))
 }
 
 // Admission is how many clusters may roll at once: a new agent image after an operator

@@ -1,6 +1,9 @@
 package rollout
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestPlan(t *testing.T) {
 	pod := func(name string, ordinal int, rev string) Pod {
@@ -83,5 +86,25 @@ func TestBegun(t *testing.T) {
 	}
 	if Begun(pods[:1], "b") || Begun(pods[1:], "b") {
 		t.Error("all old or all new counted as begun")
+	}
+}
+
+// No pod is deleted within RouteSettle of the primary role's move: the routes to the
+// old primary may still be in some node's kube-proxy.
+func TestSettleLeft(t *testing.T) {
+	moved := time.Date(2026, 11, 29, 16, 32, 18, 0, time.UTC)
+	for _, tc := range []struct {
+		acquired, now time.Time
+		want          time.Duration
+	}{
+		{time.Time{}, moved, 0},
+		{moved, moved, RouteSettle},
+		{moved, moved.Add(500 * time.Millisecond), RouteSettle - 500*time.Millisecond},
+		{moved, moved.Add(RouteSettle), 0},
+		{moved, moved.Add(time.Minute), 0},
+	} {
+		if got := settleLeft(tc.acquired, tc.now); got != tc.want {
+			t.Errorf("settleLeft(%s, %s) = %s, want %s", tc.acquired, tc.now, got, tc.want)
+		}
 	}
 }

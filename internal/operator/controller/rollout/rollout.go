@@ -134,6 +134,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	case Wait:
 		return ctrl.Result{RequeueAfter: checkPeriod}, nil
 	case DeleteReplica, DeletePrimary:
+		var acquired time.Time
+		if lease.Spec.AcquireTime != nil {
+			acquired = lease.Spec.AcquireTime.Time
+		}
+		if left := settleLeft(acquired, time.Now()); left > 0 {
+			logger.V(1).Info("Rolling update waits for the routes to the old primary to go", "pod", d.Target, "for", left.String())
+			return ctrl.Result{RequeueAfter: left}, nil
+		}
 		logger.Info("Rolling update", "reason", d.Reason)
 		r.recorder.Event(&cluster, corev1.EventTypeNormal, dbv1.ReasonRestartingInstance, d.Reason)
 		if err := clusterpods.Delete(ctx, r.client, &cluster, podNamed(pods, d.Target)); err != nil {
