@@ -6,12 +6,14 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -88,8 +90,14 @@ func applyYAML(t *testing.T, ns string, doc []byte) *unstructured.Unstructured {
 
 // update re-reads the cluster, changes it and writes it, retrying when the operator
 // wrote in between (it adds a finalizer and writes status concurrently).
+// busyObject is how update retries a write that conflicts: a cluster just created is
+// written by the Helm manager and every controller within its first second, and
+// retry.DefaultRetry's five tries in about 50 ms all conflicted then (a flaky
+// TestScheduledBackupsFireAtTheirTick).
+var busyObject = wait.Backoff{Steps: 12, Duration: 20 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Cap: time.Second}
+
 func update(ns, name string, change func(*dbv1.PostgresCluster)) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	return retry.RetryOnConflict(busyObject, func() error {
 		var c dbv1.PostgresCluster
 		if err := get(ns, name, &c); err != nil {
 			return err
