@@ -283,15 +283,7 @@ func TestSpecChangeRollsAndStatusSurvivesHelm(t *testing.T) {
 		t.Fatal(err)
 	}
 	var c dbv1.PostgresCluster
-	testutil.Eventually(t, timeout, func() error {
-		if err := get(ns, "grow", sts); err != nil {
-			return err
-		}
-		if *sts.Spec.Replicas != 5 {
-			return fmt.Errorf("StatefulSet replicas %d, want 5", *sts.Spec.Replicas)
-		}
-		return nil
-	})
+	waitReplicas(t, ns, "grow", sts, 5)
 	var role rbacv1.Role
 	if err := get(ns, "grow-instance", &role); err != nil {
 		t.Fatal(err)
@@ -869,15 +861,7 @@ func TestAReleaseLeftPendingIsRecovered(t *testing.T) {
 	if err := update(ns, "stuck", func(c *dbv1.PostgresCluster) { c.Spec.Replicas = 4 }); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, timeout, func() error {
-		if err := get(ns, "stuck", sts); err != nil {
-			return err
-		}
-		if *sts.Spec.Replicas != 4 {
-			return fmt.Errorf("StatefulSet replicas %d, want 4", *sts.Spec.Replicas)
-		}
-		return nil
-	})
+	waitReplicas(t, ns, "stuck", sts, 4)
 	testutil.Eventually(t, timeout, func() error {
 		rels, err := store.Query(map[string]string{"name": "stuck", "owner": "helm", "status": "deployed"})
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
 var namespaceSeq atomic.Int32
@@ -104,6 +105,20 @@ func update(ns, name string, change func(*dbv1.PostgresCluster)) error {
 		}
 		change(&c)
 		return k8s.Update(context.Background(), &c)
+	})
+}
+
+// waitReplicas waits until the StatefulSet ns/name, read into sts, asks for want replicas.
+func waitReplicas(t *testing.T, ns, name string, sts *appsv1.StatefulSet, want int32) {
+	t.Helper()
+	testutil.Eventually(t, timeout, func() error {
+		if err := get(ns, name, sts); err != nil {
+			return err
+		}
+		if *sts.Spec.Replicas != want {
+			return fmt.Errorf("StatefulSet replicas %d, want %d", *sts.Spec.Replicas, want)
+		}
+		return nil
 	})
 }
 
