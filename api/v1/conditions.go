@@ -191,8 +191,8 @@ const (
 	// ReasonRestartingInstance: a rolling update restarts an instance's pod, or the
 	// restart controller its postgres.
 	ReasonRestartingInstance = "RestartingInstance"
-	// ReasonSwitchingOverForUpdate: a rolling update moves the primary before
-	// restarting it.
+	// ReasonSwitchingOverForUpdate: a rolling update restarts the primary, whose agent
+	// hands the role over to the most advanced standby as it stops.
 	ReasonSwitchingOverForUpdate = "SwitchingOverForUpdate"
 	// ReasonRolloutPaused and ReasonRolloutQueued: a rolling update waits, for
 	// AnnotationRolloutPaused or for the limit on clusters rolling at once.

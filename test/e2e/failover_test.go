@@ -265,7 +265,7 @@ func (d *db) rolledOut(uids map[string]string, order *[]string, updated func(cor
 }
 
 // rollingUpdate changes the instances' resources and checks that pgpilot restarts the
-// pods one at a time, the replicas first and the primary (after a switchover) last,
+// pods one at a time, the replicas first and the primary (handing its role over) last,
 // that the settings tuned from the resources follow (docs/tuning.md) with no restart
 // beyond the rolling update's, and that a writer running throughout loses nothing.
 func (d *db) rollingUpdate(w *writes) {
@@ -311,7 +311,7 @@ func (d *db) rollingUpdate(w *writes) {
 		t.Errorf("restart order %v: the primary %s was not last", order, primary)
 	}
 	if now := d.cluster().Status.CurrentPrimary; now == primary {
-		t.Errorf("%s is still the primary after the rolling update: it was restarted without a switchover", now)
+		t.Errorf("%s is still the primary after the rolling update: it did not hand its role over", now)
 	}
 	for _, p := range d.pods() {
 		var requested resource.Quantity

@@ -430,7 +430,8 @@ func approveInstallPlan(t *testing.T, c client.Client, csvName string) {
 // approval, a running cluster; then the catalog serves the next version too (built by
 // make olm-e2e), its InstallPlan is approved, OLM replaces the operator, and the new
 // operator rolls the instances (the agent comes from the operator image): replicas
-// first, the primary last by a switchover, while a writer inserts without pause. No
+// first, the primary last, handing its role over as it stops, while a writer inserts
+// without pause. No
 // acknowledged row is lost and the cluster's status names the new operator version.
 func TestOLMUpgrade(t *testing.T) {
 	c := olmClient(t)

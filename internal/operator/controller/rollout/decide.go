@@ -1,12 +1,13 @@
 // Package rollout applies a changed instance template to a cluster's pods. The
 // StatefulSet uses the OnDelete strategy, so nothing restarts a pod by itself: this
-// controller deletes outdated pods one at a time, replicas first, and moves the primary
-// role to an updated replica by a switchover before the old primary restarts.
+// controller deletes outdated pods one at a time, replicas first, and the primary last:
+// its agent hands the role over as it stops, the way it does when a node is drained.
 package rollout
 
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -35,8 +36,10 @@ const (
 	Wait
 	// DeleteReplica restarts an outdated replica (Target).
 	DeleteReplica
-	// Switchover moves the primary role to an updated ready replica (Target).
-	Switchover
+	// HandOver restarts the primary (Target) once every other instance runs the update
+	// revision: its agent hands the role over as it stops (docs/failover.md, "Handover"),
+	// and the operator promotes the most advanced standby, an updated one.
+	HandOver
 	// DeletePrimary restarts the primary of a single-instance cluster: there is no
 	// replica to hand the role to, so writes stop while it restarts.
 	DeletePrimary
@@ -64,6 +67,10 @@ func Decide(pods []Pod, replicas int, primary, updateRevision string) Decision {
 	if len(outdated) == 0 {
 		return Decision{Action: Done}
 	}
+	if primary == "" {
+		// The role is moving: which pod is the primary decides the order.
+		return Decision{Action: Wait, Reason: "the primary Lease names no holder"}
+	}
 	if len(pods) < replicas {
 		return Decision{Action: Wait, Reason: fmt.Sprintf("%d of %d instances exist", len(pods), replicas)}
 	}
@@ -80,20 +87,22 @@ func Decide(pods []Pod, replicas int, primary, updateRevision string) Decision {
 				Reason: fmt.Sprintf("restarting replica %s with the new instance template", p.Name)}
 		}
 	}
-	// Only the primary is left: hand its role to an updated replica first.
-	var updated []Pod
+	// Only the primary is left. Every replica runs the update revision now, so whichever
+	// the operator promotes after the primary's handover is an updated one.
+	var updated []string
 	for _, p := range pods {
-		if p.Name != primary && p.Revision == updateRevision && !p.Fenced {
-			updated = append(updated, p)
+		if p.Name != primary && !p.Fenced {
+			updated = append(updated, p.Name)
 		}
 	}
 	if len(updated) == 0 {
 		return Decision{Action: DeletePrimary, Target: primary,
 			Reason: fmt.Sprintf("restarting %s, the only instance, with the new instance template: writes stop until it is back", primary)}
 	}
-	sort.Slice(updated, func(i, j int) bool { return updated[i].Ordinal < updated[j].Ordinal })
-	return Decision{Action: Switchover, Target: updated[0].Name,
-		Reason: fmt.Sprintf("switching over from %s to %s to restart the primary with the new instance template", primary, updated[0].Name)}
+	sort.Strings(updated)
+	return Decision{Action: HandOver, Target: primary,
+		Reason: fmt.Sprintf("restarting the primary %s with the new instance template: it hands its role over as it stops, to the most advanced of %s",
+			primary, strings.Join(updated, ", "))}
 }
 
 // RouteSettle is how long after the primary role moved (the Lease's acquire time) no

@@ -29,13 +29,19 @@ func TestPlan(t *testing.T) {
 		{"a replica starting", starting, 3, "db-0", Decision{Action: Wait}},
 		{"a pod missing", three("b", "a", "a")[:2], 3, "db-0", Decision{Action: Wait}},
 		{"the next replica", three("a", "a", "b"), 3, "db-0", Decision{Action: DeleteReplica, Target: "db-1"}},
-		{"the primary last, by a switchover", three("a", "b", "b"), 3, "db-0", Decision{Action: Switchover, Target: "db-1"}},
+		{"the primary last, handing over as it stops", three("a", "b", "b"), 3, "db-0", Decision{Action: HandOver, Target: "db-0"}},
+		{"the role moving", three("a", "b", "b"), 3, "", Decision{Action: Wait}},
 		{"the old primary is a replica now", three("a", "b", "b"), 3, "db-1", Decision{Action: DeleteReplica, Target: "db-0"}},
 		{"the primary at another ordinal", three("b", "a", "a"), 3, "db-2", Decision{Action: DeleteReplica, Target: "db-1"}},
 		{"one instance", []Pod{pod("db-0", 0, "a")}, 1, "db-0", Decision{Action: DeletePrimary, Target: "db-0"}},
 		{"a fenced instance does not hold the rollout up, and restarts like a replica", fenced(three("a", "a", "a")), 3, "db-0", Decision{Action: DeleteReplica, Target: "db-2"}},
-		{"a fenced instance is not the switchover's target", fenced(three("a", "a", "b")), 3, "db-1", Decision{Action: DeleteReplica, Target: "db-0"}},
-		{"the primary hands over to an instance that is not fenced", fenced(three("b", "a", "b")), 3, "db-1", Decision{Action: Switchover, Target: "db-0"}},
+		{"a fenced instance restarts before the primary", fenced(three("a", "a", "b")), 3, "db-1", Decision{Action: DeleteReplica, Target: "db-0"}},
+		{"the primary hands over with a replica that is not fenced", fenced(three("b", "a", "b")), 3, "db-1", Decision{Action: HandOver, Target: "db-1"}},
+		{"the primary restarts alone when every other instance is fenced", func() []Pod {
+			p := fenced(three("b", "a", "b"))
+			p[0].Fenced, p[0].Ready = true, false
+			return p
+		}(), 3, "db-1", Decision{Action: DeletePrimary, Target: "db-1"}},
 	} {
 		got := Decide(tc.pods, tc.replicas, tc.primary, "b")
 		if got.Action != tc.want.Action || got.Target != tc.want.Target {

@@ -20,7 +20,6 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/operator/clusterpods"
-	"github.com/pgpilot/pgpilot/internal/operator/switchover"
 	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
 )
 
@@ -133,7 +132,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	case Wait:
 		return ctrl.Result{RequeueAfter: checkPeriod}, nil
-	case DeleteReplica, DeletePrimary:
+	case DeleteReplica, DeletePrimary, HandOver:
 		var acquired time.Time
 		if lease.Spec.AcquireTime != nil {
 			acquired = lease.Spec.AcquireTime.Time
@@ -143,14 +142,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{RequeueAfter: left}, nil
 		}
 		logger.Info("Rolling update", "reason", d.Reason)
-		r.recorder.Event(&cluster, corev1.EventTypeNormal, dbv1.ReasonRestartingInstance, d.Reason)
-		if err := clusterpods.Delete(ctx, r.client, &cluster, podNamed(pods, d.Target)); err != nil {
-			return ctrl.Result{}, err
+		reason := dbv1.ReasonRestartingInstance
+		if d.Action == HandOver {
+			reason = dbv1.ReasonSwitchingOverForUpdate
 		}
-	case Switchover:
-		logger.Info("Rolling update", "reason", d.Reason)
-		r.recorder.Event(&cluster, corev1.EventTypeNormal, dbv1.ReasonSwitchingOverForUpdate, d.Reason)
-		if err := switchover.Request(ctx, r.client, &cluster, d.Target); err != nil {
+		r.recorder.Event(&cluster, corev1.EventTypeNormal, reason, d.Reason)
+		if err := clusterpods.Delete(ctx, r.client, &cluster, podNamed(pods, d.Target)); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
