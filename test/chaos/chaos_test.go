@@ -468,11 +468,16 @@ type row struct {
 }
 
 // mustKeepAcked reports whether this row asserts that no acknowledged row is lost: in
-// synchronous mode always; in asynchronous mode for a graceful delete or an eviction,
-// where the primary stops cleanly and its final WAL reaches the standbys, and for a deleted
-// Lease, where the primary keeps running and nothing is promoted.
+// synchronous mode always; in asynchronous mode for a graceful delete or an eviction
+// (with the operator's leader or not), where the primary hands over and a standby has
+// every acknowledged commit before it stops, and for a deleted Lease, where the primary
+// keeps running and nothing is promoted.
 func (r *row) mustKeepAcked() bool {
-	return r.mode.synchronousReplicas > 0 || r.fault.name == "graceful-delete" || r.fault.name == "evict" || r.fault.name == "lease-delete"
+	switch r.fault.name {
+	case "graceful-delete", "evict", "operator-drain", "lease-delete":
+		return true
+	}
+	return r.mode.synchronousReplicas > 0
 }
 
 // mustBoundLoss reports whether this row asserts that no local-session or cancelled

@@ -213,8 +213,38 @@ var operatorFaults = []fault{
 	operatorKill(stepAtOnce), operatorKill(stepDetecting), operatorKill(stepRevoked), operatorKill(stepFrozen), operatorKill(stepMoved), operatorKill(stepPromoted),
 	{name: "operator-rollout", what: "a switchover to a standby is asked and the operator's Deployment rolled at once (kubectl rollout restart): its leader stops during the switchover",
 		inject: operatorRollout},
+	{name: "operator-drain", what: "the primary's pod and the leading operator pod evicted through the Eviction API at the same moment, as a drain of the node they share does (each retried every 5 s while a disruption budget refuses)",
+		inject: operatorDrain},
 	{name: "operator-partition", what: "every process of the primary's pod stopped (SIGSTOP) for the hold (20 s), and the leading controller's pod cut from every agent (iptables DROP of the agents' port in its network namespace) for the hold; it still reaches the API server",
 		inject: operatorPartition},
+}
+
+// operatorDrain evicts the primary's pod and the leading operator pod together, as
+// kubectl drain does for a node that runs both: the primary hands over on SIGTERM while
+// the leader stops (O3), and the standby replica must promote from what the handover
+// recorded in the Lease. It returns once both pods are gone and the operator's
+// Deployment is whole again.
+func operatorDrain(ctx context.Context, f *faulting) error {
+	op, err := operatorPod(ctx)
+	if err != nil {
+		return err
+	}
+	evicted := make(chan error, 1)
+	go func() { evicted <- evict(ctx, op) }()
+	if err := evict(ctx, f.primary); err != nil {
+		return errors.Join(err, <-evicted)
+	}
+	if err := <-evicted; err != nil {
+		return fmt.Errorf("evicting the leading operator pod %s: %w", op.Name, err)
+	}
+	f.logf("evicted %s and %s, the operator's leader", f.primary.Name, op.Name)
+	if err := gone(ctx, f.primary); err != nil {
+		return err
+	}
+	if err := gone(ctx, op); err != nil {
+		return err
+	}
+	return operatorReady(ctx)
 }
 
 // operatorPartition stops the primary as freeze does and, at the same moment, cuts the
