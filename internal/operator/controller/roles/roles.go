@@ -90,7 +90,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	answer, err := r.send(ctx, &c, body)
 	if err != nil {
-		log.FromContext(ctx).Info("Could not reconcile roles and databases yet", "reason", err.Error())
+		// Said once per reason: a failover or a cluster still starting retries every
+		// Retry, and a line each time told nothing new.
+		logger := log.FromContext(ctx)
+		if err.Error() == previous.Problem {
+			logger = logger.V(1)
+		}
+		logger.Info("Could not reconcile roles and databases yet", "reason", err.Error())
 		previous.Generation, previous.Problem = c.Generation, err.Error()
 		r.store.Set(&c, previous)
 		return reconcile.Result{RequeueAfter: Retry}, nil
