@@ -10,6 +10,8 @@ IMG ?= controller:latest
 GO_VERSION := $(shell sed -n 's/^go \([0-9]*\.[0-9]*\).*/\1/p' go.mod)
 
 TOOLS := $(PGPILOT_CACHE)/tools
+# Debian's PgBouncer, which the pooler runs (docs/pooler.md); test/pg runs it too.
+PGBOUNCER := /usr/sbin/pgbouncer
 CONTROLLER_GEN_VERSION ?= v0.17.2
 CONTROLLER_GEN := $(TOOLS)/controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen
 KUSTOMIZE_VERSION ?= v5.5.0
@@ -92,8 +94,9 @@ control-plane: ## Build (once) the kube-apiserver, etcd and kubectl the tests us
 	@bash hack/control-plane.sh >/dev/null
 
 .PHONY: postgres
-postgres: ## Install (once) Debian's PostgreSQL 15, which the real-PostgreSQL tests run, and carry out PostgreSQL 17 for the upgrade tests.
+postgres: ## Install (once) Debian's PostgreSQL 15 and PgBouncer, which the real-PostgreSQL tests run, and carry out PostgreSQL 17 for the upgrade tests.
 	@bash hack/install-postgres.sh
+	@bash hack/apt-install.sh $(PGBOUNCER) pgbouncer
 	@bash hack/postgres-next.sh >/dev/null
 
 .PHONY: s3server

@@ -143,12 +143,6 @@ func startBare(b *testing.B, in *instance, dir string, port int, synchronousStan
 		b.Fatal(err)
 	}
 	data, run := filepath.Join(dir, "data"), filepath.Join(dir, "run")
-	asPostgres := func(name string, args ...string) *exec.Cmd {
-		cmd := exec.Command(filepath.Join(PGBin, name), args...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: pgUID, Gid: pgGID}}
-		cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8")
-		return cmd
-	}
 	// The same initdb options as the agent's first primary (checksums on).
 	if out, err := asPostgres("initdb", "-D", data, "--data-checksums", "--encoding=UTF8", "--locale=C", "--auth=peer").CombinedOutput(); err != nil {
 		b.Fatalf("initdb: %v\n%s", err, out)

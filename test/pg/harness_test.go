@@ -90,6 +90,10 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "PostgreSQL 15 is not installed at %s: run hack/install-postgres.sh (make test does)\n", PGBin)
 		return 1
 	}
+	if _, err := os.Stat(PgBouncerBin); err != nil {
+		fmt.Fprintf(os.Stderr, "PgBouncer is not installed at %s: run 'apt-get install pgbouncer' (make test does)\n", PgBouncerBin)
+		return 1
+	}
 	u, err := user.Lookup("postgres")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "no postgres OS user (Debian's postgresql package creates it):", err)
@@ -773,6 +777,30 @@ func chownR(t testing.TB, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// asPostgres is the PostgreSQL program name with args, to run as the postgres OS user.
+func asPostgres(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(PGBin, name), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: pgUID, Gid: pgGID}}
+	cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8")
+	return cmd
+}
+
+// startLogged starts cmd with its output kept, and stops it (SIGINT, then waits) when
+// the test ends; it returns the output.
+func startLogged(t testing.TB, cmd *exec.Cmd) *lockedWriter {
+	t.Helper()
+	log := syncWriter(&bytes.Buffer{})
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		_ = cmd.Wait()
+	})
+	return log
 }
 
 type lockedWriter struct {

@@ -202,11 +202,14 @@ func (c *cluster) kubelet(ctx context.Context) {
 				if p != nil {
 					_ = k8s.Delete(ctx, p, client.GracePeriodSeconds(0))
 				}
-				c.mu.Lock()
-				c.restarts = append(c.restarts, restart{pod: in.pod, primary: c.holder()})
-				c.mu.Unlock()
+				// Recorded once the agent runs again, so that a restart counted is one
+				// done; with who was primary as the pod went.
+				primary := c.holder()
 				in.stop()
 				in.start()
+				c.mu.Lock()
+				c.restarts = append(c.restarts, restart{pod: in.pod, primary: primary})
+				c.mu.Unlock()
 				created[in.pod], created[in.pod+"/status"], ready[in.pod], missed[in.pod] = false, false, false, 0
 				continue
 			}

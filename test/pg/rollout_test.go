@@ -64,6 +64,9 @@ func TestRollingUpdateReplicasFirstPrimaryLast(t *testing.T) {
 				return fmt.Errorf("%s is not ready: %v", in.pod, err)
 			}
 		}
+		if c.holder() == "" {
+			return fmt.Errorf("the primary Lease names no holder")
+		}
 		return nil
 	})
 	c.mu.Lock()

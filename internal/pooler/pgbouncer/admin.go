@@ -1,0 +1,113 @@
+package pgbouncer
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Admin is a session on PgBouncer's admin console (the pseudo-database "pgbouncer"),
+// which speaks the simple query protocol only.
+type Admin struct {
+	conn *pgx.Conn
+}
+
+// Dial opens an admin session through the Unix socket in socketDir.
+func Dial(ctx context.Context, socketDir string, port int, user, password string) (*Admin, error) {
+	cfg, err := pgx.ParseConfig("")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = socketDir, uint16(port), user, password, "pgbouncer"
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	cfg.StatementCacheCapacity, cfg.DescriptionCacheCapacity = 0, 0
+	cfg.TLSConfig = nil
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("PgBouncer's admin console: %w", err)
+	}
+	return &Admin{conn: conn}, nil
+}
+
+// Close ends the session.
+func (a *Admin) Close(ctx context.Context) error { return a.conn.Close(ctx) }
+
+// Pause makes PgBouncer let every transaction in flight finish, close its server
+// connections and hold new queries until Resume. It returns once no server connection
+// is left, or with ctx's error (PgBouncer then goes on pausing).
+func (a *Admin) Pause(ctx context.Context) error { return a.command(ctx, "PAUSE") }
+
+// Resume lets held queries go on, on server connections opened anew.
+func (a *Admin) Resume(ctx context.Context) error { return a.command(ctx, "RESUME") }
+
+// Reload reads the configuration file again (a new server address, say).
+func (a *Admin) Reload(ctx context.Context) error { return a.command(ctx, "RELOAD") }
+
+func (a *Admin) command(ctx context.Context, cmd string) error {
+	if _, err := a.conn.Exec(ctx, cmd); err != nil {
+		return fmt.Errorf("PgBouncer %s: %w", cmd, err)
+	}
+	return nil
+}
+
+// Pool is a row of SHOW POOLS: one database and user's pool.
+type Pool struct {
+	Database, User string
+	// ClientsActive are linked to a server connection or idle; ClientsWaiting wait for
+	// one (all of them while paused).
+	ClientsActive, ClientsWaiting int64
+	// ServersActive are linked to a client; ServersIdle are ready for one.
+	ServersActive, ServersIdle int64
+	// MaxWaitMicros is how long the oldest waiting client has waited.
+	MaxWaitMicros int64
+}
+
+// Pools reads SHOW POOLS.
+func (a *Admin) Pools(ctx context.Context) ([]Pool, error) {
+	rows, err := a.show(ctx, "SHOW POOLS")
+	if err != nil {
+		return nil, err
+	}
+	var pools []Pool
+	for _, r := range rows {
+		pools = append(pools, Pool{
+			Database: r["database"], User: r["user"],
+			ClientsActive: atoi(r["cl_active"]), ClientsWaiting: atoi(r["cl_waiting"]),
+			ServersActive: atoi(r["sv_active"]), ServersIdle: atoi(r["sv_idle"]),
+			MaxWaitMicros: atoi(r["maxwait"])*1_000_000 + atoi(r["maxwait_us"]),
+		})
+	}
+	return pools, nil
+}
+
+// show runs a SHOW command and returns its rows by column name, as text.
+func (a *Admin) show(ctx context.Context, cmd string) ([]map[string]string, error) {
+	rows, err := a.conn.Query(ctx, cmd)
+	if err != nil {
+		return nil, fmt.Errorf("PgBouncer %s: %w", cmd, err)
+	}
+	defer rows.Close()
+	fields := rows.FieldDescriptions()
+	var out []map[string]string
+	for rows.Next() {
+		raw := rows.RawValues()
+		row := make(map[string]string, len(fields))
+		for i, f := range fields {
+			if raw[i] != nil {
+				row[f.Name] = string(raw[i])
+			}
+		}
+		out = append(out, row)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("PgBouncer %s: %w", cmd, err)
+	}
+	return out, nil
+}
+
+func atoi(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}

@@ -1,0 +1,175 @@
+// Package pgbouncer is what the pooler agent knows of PgBouncer: its configuration file,
+// which the agent writes, and its admin console, through which the agent pauses,
+// resumes and re-points it and reads its statistics (docs/pooler.md).
+package pgbouncer
+
+import (
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Mode is PgBouncer's pool_mode: when a server connection goes back to the pool.
+type Mode string
+
+const (
+	// Session returns it when the client disconnects.
+	Session Mode = "session"
+	// Transaction returns it at the end of each transaction.
+	Transaction Mode = "transaction"
+	// Statement returns it after each statement; multi-statement transactions are
+	// refused.
+	Statement Mode = "statement"
+)
+
+// Config is a pooler's PgBouncer configuration.
+type Config struct {
+	// ListenPort is the TCP port clients connect to, on every address.
+	ListenPort int
+	// SocketDir holds the Unix socket the agent reaches the admin console through.
+	SocketDir string
+	// AuthFile lists the users PgBouncer knows itself: the lookup role and the admin.
+	// HBAFile holds HBA's rules (Render writes both files' paths; the agent the files).
+	AuthFile, HBAFile string
+	// Server is where the pool's server connections go: the primary's address, or the
+	// read-only Service's; Port its port.
+	Server string
+	Port   int
+	// AuthUser is the role PgBouncer logs in as to run AuthQuery, which returns a
+	// client's name and SCRAM secret.
+	AuthUser, AuthQuery string
+	// Admin is the user of the admin console (admin and stats).
+	Admin string
+	Mode  Mode
+	// PoolSize is default_pool_size; MaxClients max_client_conn.
+	PoolSize, MaxClients int
+	// TLS: the pooler's own certificate and key, which clients see, and the CA that
+	// signed the instances' certificates, which PgBouncer verifies.
+	CertFile, KeyFile, CAFile string
+	// Parameters are the user's other settings (spec.pooler.parameters), checked by
+	// Check.
+	Parameters map[string]string
+}
+
+// Owned are the settings the pooler sets itself: where it listens, how it
+// authenticates, TLS, its admin, the pools it is given fields for, and where it logs.
+// A user's value for one of them is refused (CheckParameters).
+var Owned = []string{
+	"admin_users", "auth_dbname", "auth_file", "auth_hba_file", "auth_query", "auth_type", "auth_user",
+	"client_tls_ca_file", "client_tls_cert_file", "client_tls_key_file", "client_tls_sslmode",
+	"conffile", "default_pool_size", "listen_addr", "listen_port", "logfile", "max_client_conn",
+	"peer_id", "pidfile", "pool_mode", "server_tls_ca_file", "server_tls_cert_file", "server_tls_key_file",
+	"server_tls_sslmode", "service_name", "so_reuseport", "stats_users", "syslog", "syslog_facility",
+	"syslog_ident", "unix_socket_dir", "unix_socket_group", "unix_socket_mode", "user",
+}
+
+var (
+	nameRE  = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+	hostRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.:-]*$`)
+	valueRE = regexp.MustCompile(`^[^\x00-\x1f\x7f"%]*$`)
+)
+
+// CheckParameters says what is wrong with a user's PgBouncer parameters, "" when
+// nothing is: a name that is no setting's shape, one of Owned, or a value with a line
+// break, a control character, a double quote or a percent sign (an %include).
+func CheckParameters(params map[string]string) string {
+	var problems []string
+	for _, name := range sortedKeys(params) {
+		value := params[name]
+		switch {
+		case !nameRE.MatchString(name):
+			problems = append(problems, fmt.Sprintf("%q is not a PgBouncer setting's name (lower case letters, digits and _)", name))
+		case slices.Contains(Owned, name):
+			problems = append(problems, fmt.Sprintf("%s is set by pgpilot", name))
+		case !valueRE.MatchString(value):
+			problems = append(problems, fmt.Sprintf("%s: the value may not hold a line break, a control character, '\"' or '%%'", name))
+		}
+	}
+	return strings.Join(problems, "; ")
+}
+
+// Render writes the configuration file. It refuses parameters CheckParameters refuses.
+func (c Config) Render() (string, error) {
+	if why := CheckParameters(c.Parameters); why != "" {
+		return "", fmt.Errorf("pooler parameters: %s", why)
+	}
+	switch c.Mode {
+	case Session, Transaction, Statement:
+	default:
+		return "", fmt.Errorf("pool mode %q: want session, transaction or statement", c.Mode)
+	}
+	if !hostRE.MatchString(c.Server) {
+		return "", fmt.Errorf("server %q is not a host name or address", c.Server)
+	}
+	for _, v := range []string{c.AuthUser, c.Admin} {
+		if !nameRE.MatchString(v) {
+			return "", fmt.Errorf("user %q cannot be written into pgbouncer.ini", v)
+		}
+	}
+	var b strings.Builder
+	b.WriteString("; Written by the pgpilot pooler agent; changes are overwritten.\n[databases]\n")
+	// Every database the client names, on the one server.
+	fmt.Fprintf(&b, "* = host=%s port=%d auth_user=%s\n\n[pgbouncer]\n", c.Server, c.Port, c.AuthUser)
+	set := func(name, value string) { fmt.Fprintf(&b, "%s = %s\n", name, value) }
+	set("listen_addr", "*")
+	set("listen_port", strconv.Itoa(c.ListenPort))
+	set("unix_socket_dir", c.SocketDir)
+	set("auth_type", "hba")
+	set("auth_hba_file", c.HBAFile)
+	set("auth_file", c.AuthFile)
+	set("auth_user", c.AuthUser)
+	set("auth_query", c.AuthQuery)
+	set("admin_users", c.Admin)
+	set("stats_users", c.Admin)
+	set("pool_mode", string(c.Mode))
+	set("default_pool_size", strconv.Itoa(c.PoolSize))
+	set("max_client_conn", strconv.Itoa(c.MaxClients))
+	if c.CertFile != "" {
+		set("client_tls_sslmode", "require")
+		set("client_tls_cert_file", c.CertFile)
+		set("client_tls_key_file", c.KeyFile)
+	}
+	if c.CAFile != "" {
+		set("server_tls_sslmode", "verify-full")
+		set("server_tls_ca_file", c.CAFile)
+	}
+	for _, name := range sortedKeys(c.Parameters) {
+		set(name, c.Parameters[name])
+	}
+	return b.String(), nil
+}
+
+// HBA is the pooler's auth_hba_file. Clients log in with SCRAM (over TLS when tls),
+// their secret looked up by AuthUser; AuthUser and Admin are users of the auth file,
+// which PgBouncer would otherwise let in as clients: AuthUser never is, and Admin only
+// through the Unix socket, to the admin console.
+func (c Config) HBA() string {
+	tls := c.CertFile != ""
+	var b strings.Builder
+	b.WriteString("# Written by the pgpilot pooler agent; changes are overwritten.\n")
+	fmt.Fprintf(&b, "local pgbouncer %s scram-sha-256\n", c.Admin)
+	b.WriteString("local all all reject\n")
+	for _, net := range []string{"0.0.0.0/0", "::/0"} {
+		fmt.Fprintf(&b, "host all %s %s reject\n", c.AuthUser, net)
+		fmt.Fprintf(&b, "host all %s %s reject\n", c.Admin, net)
+		fmt.Fprintf(&b, "host pgbouncer all %s reject\n", net)
+		if tls {
+			fmt.Fprintf(&b, "hostssl all all %s scram-sha-256\n", net)
+			fmt.Fprintf(&b, "hostnossl all all %s reject\n", net)
+		} else {
+			fmt.Fprintf(&b, "host all all %s scram-sha-256\n", net)
+		}
+	}
+	return b.String()
+}
+
+// AuthFileLine is one user of the auth file, with its password or SCRAM secret.
+func AuthFileLine(user, secret string) string {
+	quote := func(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+	return quote(user) + " " + quote(secret) + "\n"
+}
+
+func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
