@@ -10,14 +10,22 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/testr"
 	"github.com/jackc/pgx/v5"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/pooler"
 	"github.com/pgpilot/pgpilot/internal/pooler/pgbouncer"
 	"github.com/pgpilot/pgpilot/internal/protocol/poolerauth"
+	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
+	"github.com/pgpilot/pgpilot/test/testutil"
 )
 
 // PgBouncerBin is where Debian's pgbouncer package puts its program; make test-quick
@@ -31,15 +39,7 @@ const PgBouncerBin = "/usr/sbin/pgbouncer"
 // a handover will look to a pooler's clients.
 func TestPgBouncerPausesAndMoves(t *testing.T) {
 	t.Parallel()
-	// Under the run's work directory, which the postgres OS user can traverse.
-	dir, err := os.MkdirTemp(workDir, "pooler-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := poolerDir(t)
 	a, b := startPlainPostgres(t, filepath.Join(dir, "a")), startPlainPostgres(t, filepath.Join(dir, "b"))
 	a.psql(t, "CREATE ROLE alice LOGIN PASSWORD 'alice-pw'")
 	// b stands for a standby promoted: the same catalog, so the same SCRAM secret (the
@@ -54,12 +54,11 @@ func TestPgBouncerPausesAndMoves(t *testing.T) {
 	}
 
 	run := filepath.Join(dir, "pooler")
-	mustMkdir(t, run, 0o700)
-	port := freeTCPPort(t)
-	cfg := pgbouncer.Config{ListenPort: port, SocketDir: run, AuthFile: filepath.Join(run, "users.txt"), HBAFile: filepath.Join(run, "hba.conf"),
-		Server: "127.0.0.1", Port: a.port, AuthUser: poolerauth.Role, AuthQuery: poolerauth.Query, Admin: "pgpilot_admin",
-		Mode: pgbouncer.Transaction, PoolSize: 2, MaxClients: 100, Parameters: map[string]string{"query_wait_timeout": "60"}}
-	ini := filepath.Join(run, "pgbouncer.ini")
+	cfg := pgbouncer.Config{Server: "127.0.0.1", Port: a.port, Mode: pgbouncer.Transaction, PoolSize: 2, MaxClients: 100,
+		Parameters: map[string]string{"query_wait_timeout": "60"}}
+	ini, admin := startPgBouncer(t, run, &cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	write := func() {
 		text, err := cfg.Render()
 		if err != nil {
@@ -67,33 +66,7 @@ func TestPgBouncerPausesAndMoves(t *testing.T) {
 		}
 		mustWrite(t, ini, []byte(text))
 	}
-	write()
-	mustWrite(t, cfg.HBAFile, []byte(cfg.HBA()))
-	mustWrite(t, cfg.AuthFile, []byte(pgbouncer.AuthFileLine(poolerauth.Role, "pooler-pw")+pgbouncer.AuthFileLine("pgpilot_admin", "admin-pw")))
-	chownR(t, run)
-	cmd := exec.Command(PgBouncerBin, ini)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: pgUID, Gid: pgGID}}
-	log := startLogged(t, cmd)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("pgbouncer's log:\n%s", lastBytes(log.bytes(), 4000))
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var admin *pgbouncer.Admin
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var err error
-		if admin, err = pgbouncer.Dial(ctx, run, port, "pgpilot_admin", "admin-pw"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("PgBouncer's admin console did not answer: %v\n%s", err, log.bytes())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	defer admin.Close(ctx)
+	port := cfg.ListenPort
 
 	client := func(user, password string) (*pgx.Conn, error) {
 		c, err := pgx.ParseConfig(fmt.Sprintf("host=127.0.0.1 port=%d user=%s password=%s dbname=postgres sslmode=disable", port, user, password))
@@ -264,6 +237,62 @@ func startPlainPostgres(t *testing.T, dir string) plainPostgres {
 }
 
 // psql runs each statement as the postgres superuser, through the socket.
+// poolerDir is a directory of the test's under the run's work directory, which the
+// postgres OS user can traverse; removed when the test ends.
+func poolerDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(workDir, "pooler-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// startPgBouncer fills in cfg's listening port, files, lookup role and admin, writes its
+// files in run (created) and starts PgBouncer as the postgres OS user, stopped when the
+// test ends; it returns the configuration file and an admin session (password
+// "admin-pw"; the lookup role's is "pooler-pw").
+func startPgBouncer(t *testing.T, run string, cfg *pgbouncer.Config) (string, *pgbouncer.Admin) {
+	t.Helper()
+	mustMkdir(t, run, 0o700)
+	cfg.ListenPort, cfg.SocketDir = freeTCPPort(t), run
+	cfg.AuthFile, cfg.HBAFile = filepath.Join(run, "users.txt"), filepath.Join(run, "hba.conf")
+	cfg.AuthUser, cfg.AuthQuery, cfg.Admin = poolerauth.Role, poolerauth.Query, "pgpilot_admin"
+	ini := filepath.Join(run, "pgbouncer.ini")
+	text, err := cfg.Render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, ini, []byte(text))
+	mustWrite(t, cfg.HBAFile, []byte(cfg.HBA()))
+	mustWrite(t, cfg.AuthFile, []byte(pgbouncer.AuthFileLine(poolerauth.Role, "pooler-pw")+pgbouncer.AuthFileLine("pgpilot_admin", "admin-pw")))
+	chownR(t, run)
+	cmd := exec.Command(PgBouncerBin, ini)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: pgUID, Gid: pgGID}}
+	log := startLogged(t, cmd)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pgbouncer's log:\n%s", lastBytes(log.bytes(), 4000))
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		admin, err := pgbouncer.Dial(context.Background(), run, cfg.ListenPort, "pgpilot_admin", "admin-pw")
+		if err == nil {
+			t.Cleanup(func() { _ = admin.Close(context.Background()) })
+			return ini, admin
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("PgBouncer's admin console did not answer: %v\n%s", err, log.bytes())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func (s plainPostgres) psql(t *testing.T, statements ...string) {
 	t.Helper()
 	for _, sql := range statements {
@@ -309,4 +338,168 @@ func freeTCPPort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// The pooler's agent keeps PgBouncer on the holder of the primary Lease (docs/pooler.md):
+// clients of the pooler write on the new primary after a switchover without knowing
+// where it is, and every write acknowledged through the pooler is on the new primary. It
+// prints how many statements failed, how many of those closed the client's connection,
+// and the longest a statement took: until the primary's agent pauses the poolers before
+// its handover (not built yet), a statement in flight when the old primary ends its
+// sessions fails, and PgBouncer closes that client's connection.
+func TestPoolerFollowsTheLease(t *testing.T) {
+	t.Parallel()
+	c := newOperatedCluster(t, 3)
+	startOperated(t, c)
+	primary, target := c.instances[0], c.instances[2]
+	setup := append([]string{"CREATE ROLE " + poolerauth.Role + " LOGIN PASSWORD 'pooler-pw'"}, poolerauth.SetupSQL()...)
+	if err := primary.superExec(strings.Join(setup, ";\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.writeThroughRW("CREATE TABLE pooled (id bigint PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	ips := map[string]string{}
+	for _, in := range c.instances {
+		ips[in.pod] = in.ip
+	}
+	address := func(pod string) string { return ips[pod] }
+
+	dir := poolerDir(t)
+	run := filepath.Join(dir, "run")
+	// TLS to the instances without verifying them (a pod verifies them with the
+	// cluster's CA: verify-full).
+	cfg := pgbouncer.Config{Server: primary.ip, Port: 5432, Mode: pgbouncer.Transaction, PoolSize: 5, MaxClients: 100,
+		ServerSSLMode: "require", Parameters: map[string]string{"query_wait_timeout": "60"}}
+	ini, _ := startPgBouncer(t, run, &cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := &pooler.Follower{
+		Lease: func(ctx context.Context) (primarylease.Record, error) {
+			var l coordinationv1.Lease
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: dbv1.NamesOf(c.name).PrimaryLease()}, &l)
+			return primarylease.Parse(&l), err
+		},
+		Writable: pooler.Probe{Address: address, Port: 5432, User: poolerauth.Role, Password: "pooler-pw", Database: "app",
+			SSLMode: "require", Timeout: time.Second}.Writable,
+		Pool:   &pooler.Bouncer{Config: cfg, Ini: ini, Address: address, AdminPassword: "admin-pw", PauseTimeout: 5 * time.Second},
+		Period: 50 * time.Millisecond, Log: testr.New(t),
+	}
+	followed := make(chan struct{})
+	go func() {
+		defer close(followed)
+		f.Run(ctx)
+	}()
+	defer func() { cancel(); <-followed }()
+	on := func(pod string) error {
+		if s := f.State(); s != (pooler.State{Pointed: pod}) {
+			return fmt.Errorf("the pool is %+v, want on %s", s, pod)
+		}
+		return nil
+	}
+	testutil.Eventually(t, 30*time.Second, func() error { return on(primary.pod) })
+
+	// Clients of the pooler, each on one connection, connecting again only when the
+	// pooler closes it.
+	const clients = 10
+	type outcome struct {
+		acked            []int64
+		failed, reclosed int
+		stall            time.Duration
+		errors           map[string]int
+	}
+	connect := func() (*pgx.Conn, error) {
+		cc, err := pgx.ParseConfig(fmt.Sprintf("host=127.0.0.1 port=%d user=app dbname=app sslmode=disable", cfg.ListenPort))
+		if err != nil {
+			return nil, err
+		}
+		cc.Password, cc.DefaultQueryExecMode = c.creds.App.Password, pgx.QueryExecModeExec
+		return pgx.ConnectConfig(ctx, cc)
+	}
+	stop := make(chan struct{})
+	outcomes := make(chan outcome, clients)
+	for i := range clients {
+		conn, err := connect()
+		if err != nil {
+			t.Fatalf("client %d through the pooler: %v", i, err)
+		}
+		go func() {
+			o := outcome{errors: map[string]int{}}
+			defer func() {
+				if conn != nil {
+					_ = conn.Close(context.Background())
+				}
+				outcomes <- o
+			}()
+			for id := int64(i) * 1_000_000; ; id++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				var err error
+				if conn == nil {
+					conn, err = connect()
+				}
+				if err == nil {
+					sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+					_, err = conn.Exec(sctx, "INSERT INTO pooled VALUES ($1)", id)
+					scancel()
+				}
+				o.stall = max(o.stall, time.Since(start))
+				if err != nil {
+					o.errors[err.Error()]++
+				}
+				switch {
+				case err == nil:
+					o.acked = append(o.acked, id)
+				case conn != nil && conn.IsClosed():
+					o.failed, o.reclosed = o.failed+1, o.reclosed+1
+					conn = nil
+				default:
+					o.failed++
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	c.annotate(dbv1.AnnotationSwitchoverTo, target.pod)
+	testutil.Eventually(t, time.Minute, func() error {
+		if h := c.holder(); h != target.pod {
+			return fmt.Errorf("the Lease names %q", h)
+		}
+		return on(target.pod)
+	})
+	time.Sleep(time.Second)
+	close(stop)
+	var acked []int64
+	failed, closed, stall := 0, 0, time.Duration(0)
+	errs := map[string]int{}
+	for range clients {
+		o := <-outcomes
+		acked = append(acked, o.acked...)
+		failed, closed, stall = failed+o.failed, closed+o.reclosed, max(stall, o.stall)
+		for e, n := range o.errors {
+			errs[e] += n
+		}
+	}
+	for e, n := range errs {
+		t.Logf("%d× %s", n, e)
+	}
+	t.Logf("switchover through the pooler, %d clients: %d statements acknowledged, %d failed (%d of them closing the client's connection), the longest took %s",
+		clients, len(acked), failed, closed, stall.Round(time.Millisecond))
+	if len(acked) == 0 || failed == len(acked) {
+		t.Fatalf("%d acknowledged, %d failed: the clients did not write through the pooler", len(acked), failed)
+	}
+	var onTarget int64
+	if err := target.onSession(func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, "SELECT count(*) FROM pooled WHERE id = ANY($1)", acked).Scan(&onTarget)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if onTarget != int64(len(acked)) {
+		t.Errorf("%d of the %d statements acknowledged through the pooler are on the new primary", onTarget, len(acked))
+	}
 }

@@ -49,6 +49,9 @@ type Config struct {
 	// TLS: the pooler's own certificate and key, which clients see, and the CA that
 	// signed the instances' certificates, which PgBouncer verifies.
 	CertFile, KeyFile, CAFile string
+	// ServerSSLMode is server_tls_sslmode: verify-full when empty and CAFile is set
+	// (in a pod, always); require encrypts without verifying (tests without the CA).
+	ServerSSLMode string
 	// Parameters are the user's other settings (spec.pooler.parameters), checked by
 	// Check.
 	Parameters map[string]string
@@ -62,7 +65,7 @@ var Owned = []string{
 	"client_tls_ca_file", "client_tls_cert_file", "client_tls_key_file", "client_tls_sslmode",
 	"conffile", "default_pool_size", "listen_addr", "listen_port", "logfile", "max_client_conn",
 	"peer_id", "pidfile", "pool_mode", "server_tls_ca_file", "server_tls_cert_file", "server_tls_key_file",
-	"server_tls_sslmode", "service_name", "so_reuseport", "stats_users", "syslog", "syslog_facility",
+	"server_login_retry", "server_tls_sslmode", "service_name", "so_reuseport", "stats_users", "syslog", "syslog_facility",
 	"syslog_ident", "unix_socket_dir", "unix_socket_group", "unix_socket_mode", "user",
 }
 
@@ -127,13 +130,22 @@ func (c Config) Render() (string, error) {
 	set("pool_mode", string(c.Mode))
 	set("default_pool_size", strconv.Itoa(c.PoolSize))
 	set("max_client_conn", strconv.Itoa(c.MaxClients))
+	// After a failed login to the server (the old primary stopping, the new one not yet
+	// letting clients in), a pool waits this long before it tries again: PgBouncer's 15 s
+	// would hold its clients that long after every move of the primary.
+	set("server_login_retry", "1")
 	if c.CertFile != "" {
 		set("client_tls_sslmode", "require")
 		set("client_tls_cert_file", c.CertFile)
 		set("client_tls_key_file", c.KeyFile)
 	}
-	if c.CAFile != "" {
+	switch {
+	case c.ServerSSLMode != "":
+		set("server_tls_sslmode", c.ServerSSLMode)
+	case c.CAFile != "":
 		set("server_tls_sslmode", "verify-full")
+	}
+	if c.CAFile != "" {
 		set("server_tls_ca_file", c.CAFile)
 	}
 	for _, name := range sortedKeys(c.Parameters) {

@@ -41,7 +41,7 @@ func TestRender(t *testing.T) {
 	for _, want := range []string{
 		"* = host=my-db-1.my-db-headless.ns.svc port=5432 auth_user=pgpilot_pooler\n",
 		"auth_type = hba\n", "auth_hba_file = /run/pgbouncer/hba.conf\n", "auth_query = SELECT usename, passwd FROM f($1)\n",
-		"pool_mode = transaction\n", "default_pool_size = 20\n", "max_client_conn = 1000\n",
+		"pool_mode = transaction\n", "server_login_retry = 1\n", "default_pool_size = 20\n", "max_client_conn = 1000\n",
 		"client_tls_sslmode = require\n", "server_tls_sslmode = verify-full\n", "server_tls_ca_file = /tls/ca.crt\n",
 		"query_wait_timeout = 60\n",
 	} {

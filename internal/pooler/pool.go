@@ -1,0 +1,151 @@
+package pooler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgpilot/pgpilot/internal/pooler/pgbouncer"
+)
+
+// Bouncer is a Pool on a running PgBouncer: its configuration file, rewritten to
+// move the pool, and its admin console, a session per command.
+type Bouncer struct {
+	// Config is the configuration; Point changes its Server.
+	Config pgbouncer.Config
+	// Ini is the configuration file PgBouncer was started with.
+	Ini string
+	// Address is a pod's address (its name in the headless Service).
+	Address func(pod string) string
+	// AdminPassword is Config.Admin's, from the auth file.
+	AdminPassword string
+	// PauseTimeout bounds PAUSE, which waits for the queries in flight: one stuck on a
+	// primary that died would hold it for as long as TCP takes to notice. Past it the
+	// pool counts as paused (PgBouncer holds new queries from the moment it is asked),
+	// and the move goes on; those queries fail, as they would without a pooler.
+	PauseTimeout time.Duration
+}
+
+// Pause implements Pool.
+func (b *Bouncer) Pause(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, b.PauseTimeout)
+	defer cancel()
+	err := b.admin(pctx, (*pgbouncer.Admin).Pause)
+	if err != nil && errors.Is(pctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+		return nil
+	}
+	return err
+}
+
+// Resume implements Pool.
+func (b *Bouncer) Resume(ctx context.Context) error { return b.admin(ctx, (*pgbouncer.Admin).Resume) }
+
+// Point implements Pool: the configuration with the pool's server at pod, written
+// whole (a rename) and reloaded. PgBouncer closes the server connections to the old
+// address as they are released.
+func (b *Bouncer) Point(ctx context.Context, pod string) error {
+	cfg := b.Config
+	cfg.Server = b.Address(pod)
+	text, err := cfg.Render()
+	if err != nil {
+		return err
+	}
+	if err := replaceFile(b.Ini, []byte(text)); err != nil {
+		return err
+	}
+	b.Config = cfg
+	return b.admin(ctx, (*pgbouncer.Admin).Reload)
+}
+
+func (b *Bouncer) admin(ctx context.Context, cmd func(*pgbouncer.Admin, context.Context) error) error {
+	a, err := pgbouncer.Dial(ctx, b.Config.SocketDir, b.Config.ListenPort, b.Config.Admin, b.AdminPassword)
+	if err != nil {
+		return err
+	}
+	defer a.Close(context.WithoutCancel(ctx))
+	return cmd(a, ctx)
+}
+
+// Probe says whether a pod accepts writes: a session as User, straight to the pod's
+// address, finds postgres out of recovery. An instance that is not yet confirmed as
+// the primary refuses every session (its lockout), so a yes means clients can write.
+type Probe struct {
+	Address        func(pod string) string
+	Port           int
+	User, Password string
+	// Database is where the session goes.
+	Database string
+	// SSLMode and SSLRootCert are libpq's: verify-full with the cluster's CA in a pod.
+	SSLMode, SSLRootCert string
+	// Timeout bounds one probe.
+	Timeout time.Duration
+}
+
+// Writable implements Follower.Writable.
+func (p Probe) Writable(ctx context.Context, pod string) bool {
+	cctx, cancel := context.WithTimeout(ctx, p.Timeout)
+	defer cancel()
+	cfg := p.config(pod)
+	if cfg == nil {
+		return false
+	}
+	conn, err := pgx.ConnectConfig(cctx, cfg)
+	if err != nil {
+		return false
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var recovery bool
+	if err := conn.QueryRow(cctx, "SELECT pg_catalog.pg_is_in_recovery()").Scan(&recovery); err != nil {
+		return false
+	}
+	return !recovery
+}
+
+// config is the probe's connection to pod; nil when the settings do not parse. The
+// address goes in the settings, not after them: pgx derives the TLS server name that
+// verify-full checks from the host it parses.
+func (p Probe) config(pod string) *pgx.ConnConfig {
+	settings := fmt.Sprintf("host=%s port=%d user=%s dbname=%s sslmode=%s", quote(p.Address(pod)), p.Port, quote(p.User), quote(p.Database), quote(p.SSLMode))
+	if p.SSLRootCert != "" {
+		settings += " sslrootcert=" + quote(p.SSLRootCert)
+	}
+	cfg, err := pgx.ParseConfig(settings)
+	if err != nil {
+		return nil
+	}
+	cfg.Password = p.Password
+	cfg.ConnectTimeout = p.Timeout
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	return cfg
+}
+
+// quote is a libpq keyword value in single quotes.
+func quote(v string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
+}
+
+// replaceFile writes path anew by a rename, so that PgBouncer never reads half of it,
+// with the mode and owner the file had.
+func replaceFile(path string, b []byte) error {
+	old, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".new")
+	if err := os.WriteFile(tmp, b, old.Mode().Perm()); err != nil {
+		return err
+	}
+	if st, ok := old.Sys().(*syscall.Stat_t); ok && os.Geteuid() == 0 {
+		if err := os.Chown(tmp, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+	}
+	return os.Rename(tmp, path)
+}
