@@ -84,7 +84,7 @@ type Follower struct {
 
 // Run follows the Lease until ctx ends.
 func (f *Follower) Run(ctx context.Context) {
-	tick := time.NewTicker(f.Period)
+	tick := time.NewTicker(max(f.Period, 10*time.Millisecond))
 	defer tick.Stop()
 	for {
 		f.Once(ctx)
@@ -105,8 +105,10 @@ func (f *Follower) Once(ctx context.Context) {
 		return
 	}
 	for range 3 { // at most: pause, then point and resume
-		writable := rec.Holder != "" && f.Writable(ctx, rec.Holder)
-		step := Next(rec.Holder, writable, f.State())
+		s := f.State()
+		// Next reads writable only while paused: a settled pool opens no session.
+		writable := s.Paused && rec.Holder != "" && f.Writable(ctx, rec.Holder)
+		step := Next(rec.Holder, writable, s)
 		if step == (Step{}) {
 			return
 		}

@@ -51,10 +51,13 @@ func TestNext(t *testing.T) {
 	}
 }
 
-// fakePool records the steps a Follower takes; fail makes the next call of that name fail.
+// fakePool records the steps a Follower takes; fail makes the next call of that name
+// fail. Like PgBouncer's admin console behind Bouncer, it refuses to resume a pool that
+// is not paused, and a pause or a resume is taken only while ordered so.
 type fakePool struct {
-	calls []string
-	fail  string
+	calls  []string
+	fail   string
+	paused bool
 }
 
 func (p *fakePool) do(name string) error {
@@ -65,8 +68,22 @@ func (p *fakePool) do(name string) error {
 	p.calls = append(p.calls, name)
 	return nil
 }
-func (p *fakePool) Pause(context.Context) error               { return p.do("pause") }
-func (p *fakePool) Resume(context.Context) error              { return p.do("resume") }
+func (p *fakePool) Pause(context.Context) error {
+	if p.paused {
+		return errors.New("paused twice: the follower lost track of the pool")
+	}
+	err := p.do("pause")
+	p.paused = p.paused || err == nil
+	return err
+}
+func (p *fakePool) Resume(context.Context) error {
+	if !p.paused {
+		return errors.New("resumed a pool that is not paused")
+	}
+	err := p.do("resume")
+	p.paused = p.paused && err != nil
+	return err
+}
 func (p *fakePool) Point(_ context.Context, pod string) error { return p.do("point " + pod) }
 
 // A move of the role, seen by a Follower's reads of the Lease: paused while no holder
@@ -124,7 +141,7 @@ func TestProbeSettings(t *testing.T) {
 	if cfg.Host != "db-1.db-headless.ns.svc" || cfg.Port != 5432 || cfg.User != "pgpilot_pooler" || cfg.Database != "app" || cfg.Password != `pa'ss\word` {
 		t.Errorf("config %s:%d %s %s %q", cfg.Host, cfg.Port, cfg.User, cfg.Database, cfg.Password)
 	}
-	if cfg.TLSConfig == nil || cfg.TLSConfig.ServerName != "db-1.db-headless.ns.svc" || cfg.TLSConfig.InsecureSkipVerify && cfg.TLSConfig.VerifyPeerCertificate == nil {
+	if cfg.TLSConfig == nil || cfg.TLSConfig.ServerName != "db-1.db-headless.ns.svc" || cfg.TLSConfig.InsecureSkipVerify || cfg.TLSConfig.RootCAs == nil {
 		t.Errorf("TLS %+v: want the pod's name verified", cfg.TLSConfig)
 	}
 	if got := quote(`a'b\c`); got != `'a\'b\\c'` {

@@ -199,13 +199,16 @@ func (c *cluster) kubelet(ctx context.Context) {
 				continue
 			}
 			if p := existing[in.pod]; created[in.pod] && (p == nil || !p.DeletionTimestamp.IsZero()) {
+				// As the kubelet does: the pod stays Terminating while its agent stops
+				// (a primary hands over meanwhile, seen by the operator as a pod being
+				// deleted, not as one gone), and goes once it has.
+				primary := c.holder()
+				in.stop()
 				if p != nil {
 					_ = k8s.Delete(ctx, p, client.GracePeriodSeconds(0))
 				}
 				// Recorded once the agent runs again, so that a restart counted is one
 				// done; with who was primary as the pod went.
-				primary := c.holder()
-				in.stop()
 				in.start()
 				c.mu.Lock()
 				c.restarts = append(c.restarts, restart{pod: in.pod, primary: primary})
@@ -319,6 +322,9 @@ func (c *cluster) readWrite() *instance {
 	}
 	var endpoints []*instance
 	for _, p := range pods.Items {
+		if !p.DeletionTimestamp.IsZero() {
+			continue // a terminating pod is no endpoint of a Service
+		}
 		for _, cond := range p.Status.Conditions {
 			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
 				for _, in := range c.instances {

@@ -48,9 +48,19 @@ func TestPgBouncerPausesAndMoves(t *testing.T) {
 	secret := a.text(t, "SELECT rolpassword FROM pg_authid WHERE rolname = 'alice'")
 	b.psql(t, "CREATE ROLE alice LOGIN PASSWORD '"+secret+"'")
 	for _, s := range []plainPostgres{a, b} {
-		s.psql(t, "CREATE ROLE boss LOGIN SUPERUSER PASSWORD 'boss-pw'",
+		s.psql(t, "CREATE ROLE boss LOGIN SUPERUSER PASSWORD 'boss-pw'", "CREATE ROLE heir LOGIN PASSWORD 'heir-pw' IN ROLE boss",
+			"CREATE ROLE maker LOGIN CREATEROLE PASSWORD 'maker-pw'", "SET password_encryption = 'md5'; CREATE ROLE old LOGIN PASSWORD 'old-pw'",
 			"CREATE ROLE "+poolerauth.Role+" LOGIN PASSWORD 'pooler-pw'", "CREATE TABLE t (id int)", "GRANT ALL ON t TO alice")
 		s.psql(t, poolerauth.SetupSQL()...)
+	}
+
+	// A schema pgpilot that a database owner made first is refused, not used.
+	a.psql(t, "CREATE DATABASE squat OWNER alice")
+	squat := append([]string{"SET ROLE alice; CREATE SCHEMA pgpilot; RESET ROLE"}, poolerauth.SetupSQL()...)
+	out, err := asPostgres("psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", a.socket, "-p", strconv.Itoa(a.port), "-U", "postgres",
+		"-d", "squat", "-c", strings.Join(squat, ";\n")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "is not owned by a superuser") {
+		t.Errorf("the lookup function's setup in a database whose owner made the schema pgpilot: %v\n%s", err, out)
 	}
 
 	run := filepath.Join(dir, "pooler")
@@ -83,9 +93,17 @@ func TestPgBouncerPausesAndMoves(t *testing.T) {
 		}
 		return p
 	}
-	if c, err := client("boss", "boss-pw"); err == nil {
+	for user, why := range map[string]string{"boss": "a superuser", "heir": "a member of a superuser role", "maker": "a role with CREATEROLE",
+		"old": "a role with an md5 password"} {
+		if c, err := client(user, user+"-pw"); err == nil {
+			_ = c.Close(ctx)
+			t.Errorf("%s, %s, logged in through the pooler; the lookup must not answer for one", user, why)
+		}
+	}
+	if c, err := client("alice", "alice-pw"); err != nil {
+		t.Fatalf("alice, an ordinary role, through the pooler: %v", err)
+	} else {
 		_ = c.Close(ctx)
-		t.Error("a superuser logged in through the pooler; the lookup must not answer for one")
 	}
 	if c, err := client(poolerauth.Role, "pooler-pw"); err == nil {
 		_ = c.Close(ctx)
@@ -143,6 +161,9 @@ func TestPgBouncerPausesAndMoves(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("PAUSE did not return 10 s after the last transaction ended")
 	}
+	if err := admin.Pause(ctx); err != nil {
+		t.Errorf("PAUSE of a paused PgBouncer: %v, want no error", err)
+	}
 
 	// Paused: a query waits, and runs on the new server once the pool moved.
 	held := time.Now()
@@ -163,6 +184,9 @@ func TestPgBouncerPausesAndMoves(t *testing.T) {
 	}
 	if err := admin.Resume(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if err := admin.Resume(ctx); err != nil {
+		t.Errorf("RESUME of a running PgBouncer: %v, want no error", err)
 	}
 	select {
 	case err := <-ran:
@@ -490,7 +514,7 @@ func TestPoolerFollowsTheLease(t *testing.T) {
 	}
 	t.Logf("switchover through the pooler, %d clients: %d statements acknowledged, %d failed (%d of them closing the client's connection), the longest took %s",
 		clients, len(acked), failed, closed, stall.Round(time.Millisecond))
-	if len(acked) == 0 || failed == len(acked) {
+	if len(acked) == 0 {
 		t.Fatalf("%d acknowledged, %d failed: the clients did not write through the pooler", len(acked), failed)
 	}
 	var onTarget int64

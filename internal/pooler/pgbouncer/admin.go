@@ -2,10 +2,13 @@ package pgbouncer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Admin is a session on PgBouncer's admin console (the pseudo-database "pgbouncer"),
@@ -36,11 +39,27 @@ func (a *Admin) Close(ctx context.Context) error { return a.conn.Close(ctx) }
 
 // Pause makes PgBouncer let every transaction in flight finish, close its server
 // connections and hold new queries until Resume. It returns once no server connection
-// is left, or with ctx's error (PgBouncer then goes on pausing).
-func (a *Admin) Pause(ctx context.Context) error { return a.command(ctx, "PAUSE") }
+// is left, or with ctx's error (PgBouncer then goes on pausing). A PgBouncer paused
+// already is no error: whoever asks wants it paused.
+func (a *Admin) Pause(ctx context.Context) error {
+	return ignoring(a.command(ctx, "PAUSE"), "already suspended/paused")
+}
 
-// Resume lets held queries go on, on server connections opened anew.
-func (a *Admin) Resume(ctx context.Context) error { return a.command(ctx, "RESUME") }
+// Resume lets held queries go on, on server connections opened anew. A PgBouncer that
+// is not paused (restarted, say) is no error.
+func (a *Admin) Resume(ctx context.Context) error {
+	return ignoring(a.command(ctx, "RESUME"), "pooler is not paused/suspended")
+}
+
+// ignoring is err, or nil when PgBouncer's message is state's (its admin console
+// answers a PAUSE of a paused pooler, or a RESUME of a running one, with an error).
+func ignoring(err error, state string) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && strings.Contains(pgErr.Message, state) {
+		return nil
+	}
+	return err
+}
 
 // Reload reads the configuration file again (a new server address, say).
 func (a *Admin) Reload(ctx context.Context) error { return a.command(ctx, "RELOAD") }
