@@ -643,6 +643,9 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 		st.Gate = gateState(gate, a.allowed())
 	}
 	st.GateImpostorsTerminated = a.gateImpostors.Load()
+	a.mu.Lock()
+	st.ParametersHash = a.cluster.ParametersHash()
+	a.mu.Unlock()
 	var arch agentapi.ArchiverStatus
 	if st.Running && (st.Role == agentapi.RolePrimary || st.Role == agentapi.RoleReplica) {
 		if err := a.db.Observe(ctx, &st, &arch, st.Role == agentapi.RolePrimary); err != nil {

@@ -169,6 +169,11 @@ type Status struct {
 	// instance's data with another database's, and what a person can do; empty when it
 	// refuses nothing.
 	Refusal string `json:"refusal,omitempty"`
+	// ParametersHash identifies the settings of spec.postgresql.parameters this agent has
+	// taken (clusterconfig.Config.ParametersHash): PendingRestart is measured against
+	// them. Instances that report different ones have not all seen the same change yet
+	// (the kubelet updates each pod's copy of the configuration on its own).
+	ParametersHash string `json:"parametersHash,omitempty"`
 	// PendingRestart are the settings postgresql.conf changes that the running
 	// postmaster cannot take without a restart (pg_settings.pending_restart), by name;
 	// empty when none wait.

@@ -9,6 +9,8 @@
 package clusterconfig
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -151,6 +153,14 @@ type S3Store struct {
 type Bootstrap struct {
 	Database string `json:"database"`
 	Owner    string `json:"owner"`
+}
+
+// ParametersHash identifies Parameters (the settings the agent writes into
+// postgresql.conf): instances that report the same have taken the same settings.
+func (c Config) ParametersHash() string {
+	b, _ := json.Marshal(c.Parameters) // a map's keys are marshalled sorted
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
 }
 
 // Load reads and checks config.json.

@@ -157,6 +157,16 @@ func unsettled(in Input) string {
 			return fmt.Sprintf("%s is not ready", i.Name)
 		}
 	}
+	// Which settings wait for a restart is measured by each agent against the settings
+	// it has taken: one that has not taken the change yet reports nothing pending, and
+	// would look like an instance already running with the new settings.
+	for _, i := range in.Instances {
+		for _, j := range in.Instances {
+			if i.Status.ParametersHash != j.Status.ParametersHash && i.Status.ParametersHash != "" && j.Status.ParametersHash != "" {
+				return fmt.Sprintf("the instances have not all taken the same settings yet (%s and %s differ)", i.Name, j.Name)
+			}
+		}
+	}
 	primary := find(in.Instances, in.Primary)
 	if primary == nil || primary.Status.Role != agentapi.RolePrimary {
 		return fmt.Sprintf("the primary %q is not running as primary", in.Primary)

@@ -31,6 +31,10 @@ func pending(settings ...agentapi.PendingSetting) func(*Instance) {
 	return func(i *Instance) { i.Status.PendingRestart = settings }
 }
 
+func hashed(h string) func(*Instance) {
+	return func(i *Instance) { i.Status.ParametersHash = h }
+}
+
 func rejecting(i *Instance) {
 	i.Status.ConfigRejected = `invalid value for parameter "shared_buffers": "lots"`
 }
@@ -81,6 +85,12 @@ func TestPlan(t *testing.T) {
 		{"primary db-1: switchover to db-0", Input{Instances: []Instance{
 			inst("db-0", 0), inst("db-1", 1, primaryOf("db-0", "db-2"), pending(sharedBuffers)), inst("db-2", 2),
 		}, Replicas: 3, Primary: "db-1"}, Switchover, "db-0", "from db-1 to db-0"},
+		{"a standby has not taken the change yet: its empty pending list says nothing, wait", Input{Instances: three(opts(pending(sharedBuffers), hashed("new")),
+			opts(hashed("old")), opts(hashed("new"))), Replicas: 3, Primary: "db-0"},
+			Wait, "", "have not all taken the same settings"},
+		{"every instance has taken it: the standbys' lists are to be believed", Input{Instances: three(opts(pending(sharedBuffers), hashed("new")),
+			opts(hashed("new")), opts(hashed("new"))), Replicas: 3, Primary: "db-0"},
+			Switchover, "db-1", "switching over from db-0 to db-1"},
 		{"the switchover target lags: wait (the failover controller would refuse)", Input{Instances: three(all, opts(func(i *Instance) { i.Status.Position = "0/1" }), nil), Replicas: 3, Primary: "db-0"},
 			Wait, "", "db-1 is 83886079 bytes behind"},
 		{"a switchover under way: wait", Input{Instances: three(all, nil, nil), Replicas: 3, Primary: "db-0", Switchover: "db-1"},
