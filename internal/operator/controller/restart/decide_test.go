@@ -3,6 +3,9 @@ package restart
 import (
 	"strings"
 	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 )
@@ -151,5 +154,36 @@ func TestRecordOf(t *testing.T) {
 	r = RecordOf(Decide(Input{Instances: in, Replicas: 3, Primary: "db-0"}), in)
 	if r.Pending || len(r.Rejected) != 1 || r.Rejected["db-1"] == "" || !strings.Contains(r.RejectedMessage(), `db-1: invalid value for parameter "shared_buffers"`) {
 		t.Errorf("rejected: %+v", r)
+	}
+}
+
+// A switchover is asked for only once it has stayed the decision for switchoverConfirm:
+// a standby's empty list of waiting settings may be one read before postgres took the
+// file.
+func TestConfirmedSwitchover(t *testing.T) {
+	r := &Reconciler{switchovers: map[types.NamespacedName]decided{}}
+	key := types.NamespacedName{Namespace: "ns", Name: "db"}
+	t0 := time.Unix(1000, 0)
+	for i, tc := range []struct {
+		target string
+		at     time.Duration
+		forget bool
+		want   bool
+	}{
+		{"db-1", 0, false, false},
+		{"db-1", 2 * time.Second, false, false},
+		{"db-2", 3 * time.Second, false, false}, // another target: counted anew
+		{"db-2", 5 * time.Second, false, false},
+		{"db-2", 6 * time.Second, false, true},
+		{"db-2", 7 * time.Second, false, false}, // asked for: a new decision starts over
+		{"db-2", 8 * time.Second, true, false},  // another decision came between
+		{"db-2", 12 * time.Second, false, true},
+	} {
+		if tc.forget {
+			r.forgetSwitchover(key)
+		}
+		if got := r.confirmedSwitchover(key, tc.target, t0.Add(tc.at)); got != tc.want {
+			t.Errorf("step %d (%s at %s): %v, want %v", i, tc.target, tc.at, got, tc.want)
+		}
 	}
 }

@@ -87,12 +87,53 @@ type Reconciler struct {
 	mu sync.Mutex
 	// changed is when each cluster's ConfigMap last changed, as this process saw it.
 	changed map[types.NamespacedName]time.Time
+	// switchovers are the switchovers decided and not yet asked for, and since when
+	// (confirmedSwitchover).
+	switchovers map[types.NamespacedName]decided
+}
+
+// decided is a switchover's target and when it was first decided.
+type decided struct {
+	target string
+	at     time.Time
+}
+
+// switchoverConfirm is how long a switchover must stay the decision, every cycle,
+// before it is asked for. It rests on the standbys' empty lists of settings waiting
+// for a restart, and a list read a moment after the agent wrote postgresql.conf and
+// signalled postgres can be empty because postgres has not read the file yet: the
+// controller then switched over to a standby that had not restarted, and back.
+const switchoverConfirm = 3 * time.Second
+
+// confirmedSwitchover says whether the switchover to target, decided now for key, has
+// been the decision for switchoverConfirm; forgetSwitchover drops it when any other
+// decision is made.
+func (r *Reconciler) confirmedSwitchover(key types.NamespacedName, target string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d, ok := r.switchovers[key]
+	if !ok || d.target != target {
+		r.switchovers[key] = decided{target: target, at: now}
+		return false
+	}
+	if now.Sub(d.at) < switchoverConfirm {
+		return false
+	}
+	delete(r.switchovers, key)
+	return true
+}
+
+func (r *Reconciler) forgetSwitchover(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.switchovers, key)
 }
 
 // NewReconciler returns a Reconciler; agentURL nil means
 // https://<pod IP>:8008.
 func NewReconciler(c client.Client, recorder record.EventRecorder, agentURL func(*corev1.Pod) string) *Reconciler {
-	return &Reconciler{client: c, recorder: recorder, fleet: fleet.New(c, agentURL), changed: map[types.NamespacedName]time.Time{}}
+	return &Reconciler{client: c, recorder: recorder, fleet: fleet.New(c, agentURL), changed: map[types.NamespacedName]time.Time{},
+		switchovers: map[types.NamespacedName]decided{}}
 }
 
 // +kubebuilder:rbac:groups=db.example.com,resources=postgresclusters,verbs=get;list;watch;patch
@@ -238,6 +279,10 @@ func (r *Reconciler) record(ctx context.Context, c *dbv1.PostgresCluster, next R
 // act carries out d.
 func (r *Reconciler) act(ctx context.Context, c *dbv1.PostgresCluster, d Decision, pods []corev1.Pod, access fleet.Access) error {
 	logger := log.FromContext(ctx)
+	key := types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
+	if d.Action != Switchover {
+		r.forgetSwitchover(key)
+	}
 	switch d.Action {
 	case RestartStandby, RestartPrimary:
 		pod := podNamed(pods, d.Target)
@@ -254,6 +299,10 @@ func (r *Reconciler) act(ctx context.Context, c *dbv1.PostgresCluster, d Decisio
 			return fmt.Errorf("restarting %s: %w", d.Target, err)
 		}
 	case Switchover:
+		if !r.confirmedSwitchover(key, d.Target, time.Now()) {
+			logger.V(1).Info("Switchover to apply settings decided; asked for once it stays the decision", "to", d.Target, "for", switchoverConfirm.String())
+			return nil
+		}
 		logger.Info("Switching over to apply settings", "to", d.Target, "reason", d.Reason)
 		r.recorder.Event(c, corev1.EventTypeNormal, dbv1.ReasonSwitchingOverForRestart, d.Reason)
 		return switchover.Request(ctx, r.client, c, d.Target)
