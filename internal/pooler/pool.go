@@ -35,18 +35,18 @@ type Bouncer struct {
 
 // Pause implements Pool.
 func (b *Bouncer) Pause(ctx context.Context) error {
-	a, err := b.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer a.Close(context.WithoutCancel(ctx))
+	return b.admin(ctx, func(a *pgbouncer.Admin, ctx context.Context) error { return b.pause(ctx, a) })
+}
+
+// pause sends PAUSE on a.
+func (b *Bouncer) pause(ctx context.Context, a *pgbouncer.Admin) error {
 	// The deadline bounds the wait for PAUSE's answer only: once the command is sent,
 	// PgBouncer pauses whether or not the answer comes in time. (pgx's default on a
 	// deadline closes the connection and sends PgBouncer no cancel request, which
 	// would resume it.)
 	pctx, cancel := context.WithTimeout(ctx, b.PauseTimeout)
 	defer cancel()
-	err = a.Pause(pctx)
+	err := a.Pause(pctx)
 	if err != nil && errors.Is(pctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
 		return nil
 	}
@@ -73,12 +73,8 @@ func (b *Bouncer) Point(ctx context.Context, pod string) error {
 	return b.admin(ctx, (*pgbouncer.Admin).Reload)
 }
 
-func (b *Bouncer) dial(ctx context.Context) (*pgbouncer.Admin, error) {
-	return pgbouncer.Dial(ctx, b.Config.SocketDir, b.Config.ListenPort, b.Config.Admin, b.AdminPassword)
-}
-
 func (b *Bouncer) admin(ctx context.Context, cmd func(*pgbouncer.Admin, context.Context) error) error {
-	a, err := b.dial(ctx)
+	a, err := pgbouncer.Dial(ctx, b.Config.SocketDir, b.Config.ListenPort, b.Config.Admin, b.AdminPassword)
 	if err != nil {
 		return err
 	}

@@ -586,7 +586,7 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 	now := time.Now()
 	a.mu.Lock()
 	st := agentapi.Status{Pod: a.cfg.PodName, Role: a.role, Fenced: a.fenced, Error: a.lastErr, Refusal: a.lastRefusal, Term: view.Term, Holder: view.Holder,
-		Frozen: a.frozen, Handover: a.lastHandover, SetAside: slices.Clone(a.setAsides)}
+		Frozen: a.frozen, Handover: a.lastHandover, SetAside: slices.Clone(a.setAsides), ParametersHash: a.cluster.ParametersHash()}
 	if a.proc != nil {
 		st.Running = true
 		started := a.proc.Started
@@ -643,9 +643,6 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 		st.Gate = gateState(gate, a.allowed())
 	}
 	st.GateImpostorsTerminated = a.gateImpostors.Load()
-	a.mu.Lock()
-	st.ParametersHash = a.cluster.ParametersHash()
-	a.mu.Unlock()
 	var arch agentapi.ArchiverStatus
 	if st.Running && (st.Role == agentapi.RolePrimary || st.Role == agentapi.RoleReplica) {
 		if err := a.db.Observe(ctx, &st, &arch, st.Role == agentapi.RolePrimary); err != nil {

@@ -160,11 +160,14 @@ func unsettled(in Input) string {
 	// Which settings wait for a restart is measured by each agent against the settings
 	// it has taken: one that has not taken the change yet reports nothing pending, and
 	// would look like an instance already running with the new settings.
-	for _, i := range in.Instances {
-		for _, j := range in.Instances {
-			if i.Status.ParametersHash != j.Status.ParametersHash && i.Status.ParametersHash != "" && j.Status.ParametersHash != "" {
-				return fmt.Sprintf("the instances have not all taken the same settings yet (%s and %s differ)", i.Name, j.Name)
-			}
+	var first *Instance
+	for k := range in.Instances {
+		switch i := &in.Instances[k]; {
+		case i.Status.ParametersHash == "": // an agent that does not say
+		case first == nil:
+			first = i
+		case i.Status.ParametersHash != first.Status.ParametersHash:
+			return fmt.Sprintf("the instances have not all taken the same settings yet (%s and %s differ)", first.Name, i.Name)
 		}
 	}
 	primary := find(in.Instances, in.Primary)
