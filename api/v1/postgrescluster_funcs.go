@@ -151,6 +151,26 @@ func (n Names) ServerTLSSecret() string { return n.Cluster + "-server-tls" }
 // pg_basebackup and pg_rewind log in with it, without a password.
 func (n Names) ReplicationTLSSecret() string { return n.Cluster + "-replication-tls" }
 
+// PoolerReadWrite names the read-write pooler's Deployment, Service and
+// PodDisruptionBudget (spec.pooler).
+func (n Names) PoolerReadWrite() string { return n.Cluster + "-pooler-rw" }
+
+// PoolerReadOnly names the read-only pooler's (spec.pooler.readOnly).
+func (n Names) PoolerReadOnly() string { return n.Cluster + "-pooler-ro" }
+
+// PoolerHeadless is the read-write pooler pods' headless Service, which publishes
+// every pod's address, ready or not: the primary's agent asks each to pause before a
+// handover. It also names the pooler's ServiceAccount and NetworkPolicy.
+func (n Names) PoolerHeadless() string { return n.Cluster + "-pooler" }
+
+// PoolerTLSSecret holds the certificate the pooler serves to its clients, for the
+// pooler Services' names.
+func (n Names) PoolerTLSSecret() string { return n.Cluster + "-pooler-tls" }
+
+// PoolerClientTLSSecret holds the pooler's client certificate: PgBouncer logs in to
+// the instances with it as the lookup role (poolerauth.Role), without a password.
+func (n Names) PoolerClientTLSSecret() string { return n.Cluster + "-pooler-client-tls" }
+
 // ConfigMap holds the agents' config.json.
 func (n Names) ConfigMap() string { return n.Cluster + "-config" }
 

@@ -127,6 +127,68 @@ type PostgresClusterSpec struct {
 	// from a CA of the cluster's own, published in the Secret <cluster>-ca (ca.crt).
 	// +optional
 	TLS TLSSpec `json:"tls,omitempty"`
+
+	// pooler puts PgBouncer in front of the cluster: the Services <cluster>-pooler-rw
+	// (and <cluster>-pooler-ro with readOnly), which hold clients' queries while the
+	// primary moves in a switchover, a rolling update or a drain instead of failing
+	// them (docs/pooler.md). None when unset.
+	// +optional
+	Pooler *PoolerSpec `json:"pooler,omitempty"`
+}
+
+// PoolerSpec is a cluster's PgBouncer pooler.
+type PoolerSpec struct {
+	// instances is how many PgBouncer pods serve each of the pooler's Services; they
+	// prefer different nodes, and a drain keeps all but one.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=32
+	// +kubebuilder:default=2
+	// +optional
+	Instances int32 `json:"instances,omitempty"`
+
+	// mode is PgBouncer's pool_mode: when a server connection goes back to the pool
+	// for another client. transaction (the default) at the end of each transaction;
+	// session when the client disconnects (session state such as SET, LISTEN, advisory
+	// locks and temporary tables needs it); statement after each statement.
+	// +kubebuilder:validation:Enum=session;transaction;statement
+	// +kubebuilder:default=transaction
+	// +optional
+	Mode string `json:"mode,omitempty"`
+
+	// poolSize is how many server connections each pooler pod opens per user and
+	// database (default_pool_size).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	// +kubebuilder:default=20
+	// +optional
+	PoolSize int32 `json:"poolSize,omitempty"`
+
+	// maxClientConnections is how many client connections each pooler pod accepts
+	// (max_client_conn).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	// +kubebuilder:default=1000
+	// +optional
+	MaxClientConnections int32 `json:"maxClientConnections,omitempty"`
+
+	// readOnly adds the Service <cluster>-pooler-ro, pooling connections to the
+	// replicas that serve reads (<cluster>-ro).
+	// +optional
+	ReadOnly bool `json:"readOnly,omitempty"`
+
+	// parameters are other pgbouncer.ini settings. What pgpilot sets itself (where it
+	// listens, authentication, TLS, the admin users, the pool sizes and mode above,
+	// logging targets) is refused, and values are one line without '"' or '%'.
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z_][a-z0-9_]*$'))",message="pooler parameters are PgBouncer settings' names: lower case letters, digits and _"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k in ['admin_users', 'auth_dbname', 'auth_file', 'auth_hba_file', 'auth_query', 'auth_type', 'auth_user', 'client_tls_ca_file', 'client_tls_cert_file', 'client_tls_key_file', 'client_tls_sslmode', 'conffile', 'default_pool_size', 'listen_addr', 'listen_port', 'logfile', 'max_client_conn', 'peer_id', 'pidfile', 'pool_mode', 'server_tls_ca_file', 'server_tls_cert_file', 'server_tls_key_file', 'server_login_retry', 'server_tls_sslmode', 'service_name', 'so_reuseport', 'stats_users', 'syslog', 'syslog_facility', 'syslog_ident', 'unix_socket_dir', 'unix_socket_group', 'unix_socket_mode', 'user']))",message="pooler parameters set by pgpilot cannot be given: admin_users, auth_dbname, auth_file, auth_hba_file, auth_query, auth_type, auth_user, client_tls_*, conffile, default_pool_size (use poolSize), listen_addr, listen_port, logfile, max_client_conn (use maxClientConnections), peer_id, pidfile, pool_mode (use mode), server_tls_*, server_login_retry, service_name, so_reuseport, stats_users, syslog*, unix_socket_*, user"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].matches('^[^\\x00-\\x1f\\x7f\"%]*$'))",message="pooler parameter values are one line, without control characters, double quotes or percent signs"
+	// +optional
+	Parameters map[string]string `json:"parameters,omitempty"`
+
+	// resources of the PgBouncer container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 }
 
 // StorageSpec is the persistent volume of each instance.
@@ -428,6 +490,10 @@ type PostgresClusterStatus struct {
 	// +optional
 	LastBackup string `json:"lastBackup,omitempty"`
 
+	// pooler is the pooler's state (spec.pooler); absent without one.
+	// +optional
+	Pooler *PoolerStatus `json:"pooler,omitempty"`
+
 	// lastFailover is the last automatic failover.
 	// +optional
 	LastFailover *FailoverRecord `json:"lastFailover,omitempty"`
@@ -482,6 +548,21 @@ type InstanceStatus struct {
 	// operator restarts the instances one at a time (the PendingRestart condition).
 	// +optional
 	PendingRestart []string `json:"pendingRestart,omitempty"`
+}
+
+// PoolerStatus is the pooler as last seen.
+type PoolerStatus struct {
+	// instances is how many pooler pods run the read-write pool, readyInstances how
+	// many of them are ready.
+	Instances      int32 `json:"instances"`
+	ReadyInstances int32 `json:"readyInstances"`
+	// primary is the instance the ready read-write pooler pods send queries to, "" while
+	// they disagree or hold them (paused while the primary moves).
+	// +optional
+	Primary string `json:"primary,omitempty"`
+	// message says what keeps the pooler from serving, when something does.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // VolumeStatus is an instance's PersistentVolumeClaim as last seen.
@@ -539,6 +620,7 @@ type Phase string
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyInstances`
 // +kubebuilder:printcolumn:name="Primary",type=string,JSONPath=`.status.currentPrimary`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Pooler",type=string,JSONPath=`.status.pooler.readyInstances`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.spec.version == oldSelf.spec.version || !has(self.status) || !has(self.status.dataVersion) || int(self.spec.version) >= int(self.status.dataVersion)",messageExpression="'spec.version cannot change from ' + oldSelf.spec.version + ' to ' + self.spec.version + ': the data is PostgreSQL ' + self.status.dataVersion + ' (status.dataVersion), and PostgreSQL cannot move data to an older major; keep ' + self.status.dataVersion + ' or a newer major (docs/operations.md, Major version upgrades)'"
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 50 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be at most 50 characters of lowercase letters, digits and '-', start with a letter and end with a letter or digit: it names the cluster's Services and pods"

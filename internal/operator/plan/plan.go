@@ -60,6 +60,8 @@ type Plan struct {
 	// Upgrade is a major version upgrade under way: the data is older than
 	// spec.version. Nil otherwise.
 	Upgrade *Upgrade `json:"upgrade,omitempty"`
+	// Pooler is spec.pooler's PgBouncer pods; nil without one.
+	Pooler *Pooler `json:"pooler,omitempty"`
 }
 
 // Upgrade is what the pods need while their data is an older major than their image
@@ -130,6 +132,8 @@ type Operator struct {
 	// a pod.
 	Namespace  string `json:"namespace"`
 	AgentImage string `json:"agentImage"`
+	// PoolerImage is PgBouncer's (RELATED_IMAGE_PGBOUNCER), for spec.pooler.
+	PoolerImage string `json:"poolerImage"`
 	// PostgresImages are the operator's images by major version; DefaultPostgresImages
 	// the chart's, used where the operator has none.
 	PostgresImages        map[string]string `json:"postgresImages"`
@@ -228,6 +232,9 @@ func Decide(cluster Cluster, v Values, observed Observed) (*Plan, error) {
 		}
 	}
 	mountCustomQueries(p, v.Monitoring.CustomQueries)
+	if err := planPooler(p, cluster.Name, v); err != nil {
+		return nil, err
+	}
 	if cluster.RestartedAt != "" {
 		p.PodAnnotations = map[string]string{dbv1.AnnotationRestartedAt: cluster.RestartedAt}
 	}

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 )
 
 // Mode is PgBouncer's pool_mode: when a server connection goes back to the pool.
@@ -53,50 +55,19 @@ type Config struct {
 	// (in a pod, always); require encrypts without verifying (tests without the CA).
 	ServerSSLMode string
 	// Parameters are the user's other settings (spec.pooler.parameters), checked by
-	// Check.
+	// clusterconfig.CheckPoolerParameters.
 	Parameters map[string]string
 }
 
-// Owned are the settings the pooler sets itself: where it listens, how it
-// authenticates, TLS, its admin, the pools it is given fields for, and where it logs.
-// A user's value for one of them is refused (CheckParameters).
-var Owned = []string{
-	"admin_users", "auth_dbname", "auth_file", "auth_hba_file", "auth_query", "auth_type", "auth_user",
-	"client_tls_ca_file", "client_tls_cert_file", "client_tls_key_file", "client_tls_sslmode",
-	"conffile", "default_pool_size", "listen_addr", "listen_port", "logfile", "max_client_conn",
-	"peer_id", "pidfile", "pool_mode", "server_tls_ca_file", "server_tls_cert_file", "server_tls_key_file",
-	"server_login_retry", "server_tls_sslmode", "service_name", "so_reuseport", "stats_users", "syslog", "syslog_facility",
-	"syslog_ident", "unix_socket_dir", "unix_socket_group", "unix_socket_mode", "user",
-}
-
 var (
-	nameRE  = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
-	hostRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.:-]*$`)
-	valueRE = regexp.MustCompile(`^[^\x00-\x1f\x7f"%]*$`)
+	nameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+	hostRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.:-]*$`)
 )
 
-// CheckParameters says what is wrong with a user's PgBouncer parameters, "" when
-// nothing is: a name that is no setting's shape, one of Owned, or a value with a line
-// break, a control character, a double quote or a percent sign (an %include).
-func CheckParameters(params map[string]string) string {
-	var problems []string
-	for _, name := range sortedKeys(params) {
-		value := params[name]
-		switch {
-		case !nameRE.MatchString(name):
-			problems = append(problems, fmt.Sprintf("%q is not a PgBouncer setting's name (lower case letters, digits and _)", name))
-		case slices.Contains(Owned, name):
-			problems = append(problems, fmt.Sprintf("%s is set by pgpilot", name))
-		case !valueRE.MatchString(value):
-			problems = append(problems, fmt.Sprintf("%s: the value may not hold a line break, a control character, '\"' or '%%'", name))
-		}
-	}
-	return strings.Join(problems, "; ")
-}
-
-// Render writes the configuration file. It refuses parameters CheckParameters refuses.
+// Render writes the configuration file. It refuses parameters
+// clusterconfig.CheckPoolerParameters refuses.
 func (c Config) Render() (string, error) {
-	if why := CheckParameters(c.Parameters); why != "" {
+	if why := clusterconfig.CheckPoolerParameters(c.Parameters); why != "" {
 		return "", fmt.Errorf("pooler parameters: %s", why)
 	}
 	switch c.Mode {

@@ -5,29 +5,6 @@ import (
 	"testing"
 )
 
-func TestCheckParameters(t *testing.T) {
-	for _, tc := range []struct {
-		params map[string]string
-		want   string // a part of the message; "" for none
-	}{
-		{map[string]string{"query_wait_timeout": "60", "server_idle_timeout": "600", "application_name_add_host": "1"}, ""},
-		{map[string]string{"auth_type": "trust"}, "auth_type is set by pgpilot"},
-		{map[string]string{"listen_port": "6432"}, "listen_port is set by pgpilot"},
-		{map[string]string{"admin_users": "alice"}, "admin_users is set by pgpilot"},
-		{map[string]string{"server_tls_sslmode": "disable"}, "server_tls_sslmode is set by pgpilot"},
-		{map[string]string{"Query_Wait": "1"}, `"Query_Wait" is not a PgBouncer setting's name`},
-		{map[string]string{"x = 1\nauth_type": "trust"}, "is not a PgBouncer setting's name"},
-		{map[string]string{"server_reset_query": "DISCARD ALL\nauth_type = trust"}, "server_reset_query: the value may not hold a line break"},
-		{map[string]string{"ignore_startup_parameters": "%include /etc/passwd"}, "may not hold"},
-		{map[string]string{"ignore_startup_parameters": `a"b`}, "may not hold"},
-	} {
-		got := CheckParameters(tc.params)
-		if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
-			t.Errorf("CheckParameters(%q) = %q, want %q", tc.params, got, tc.want)
-		}
-	}
-}
-
 func TestRender(t *testing.T) {
 	c := Config{ListenPort: 5432, SocketDir: "/run/pgbouncer", AuthFile: "/run/pgbouncer/users.txt", HBAFile: "/run/pgbouncer/hba.conf",
 		Server: "my-db-1.my-db-headless.ns.svc", Port: 5432, AuthUser: "pgpilot_pooler", AuthQuery: "SELECT usename, passwd FROM f($1)",

@@ -65,6 +65,10 @@ type Config struct {
 	// Resources are the postgres container's, for the settings tuned from them
 	// (package tuning).
 	Resources tuning.Resources `json:"resources,omitempty"`
+	// Pooler is set when spec.pooler is: the primary's agent keeps the pooler's lookup
+	// role and function (package poolerauth), and the pooler agents read their
+	// PgBouncer settings here.
+	Pooler *Pooler `json:"pooler,omitempty"`
 }
 
 // Upgrade is spec.upgrade.
