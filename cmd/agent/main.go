@@ -230,7 +230,7 @@ func run(args []string) error {
 		return err
 	}
 
-	cfg.Credentials = &pgconf.APICredentials{Dir: *authDir}
+	cfg.Credentials = &agentapi.MountedCredentials{Dir: *authDir}
 	if cfg.Credentials.PeerToken() == "" {
 		log.Info("No agent API credentials yet: every call but the probes is refused until they are mounted", "dir", *authDir)
 	}

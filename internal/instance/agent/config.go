@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pgpilot/pgpilot/internal/instance/pgconf"
+	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 )
 
 // Config is how one agent is set up: from the pod's environment and flags.
@@ -50,7 +51,7 @@ type Config struct {
 	AgentPort int
 	// pgconf.Credentials authenticate calls to this agent's API, and hold the token this
 	// agent calls its peers with (failsafe).
-	Credentials *pgconf.APICredentials
+	Credentials *agentapi.MountedCredentials
 	// CustomQueriesPath is the user's custom queries file (spec.monitoring.customQueries,
 	// docs/monitoring.md); "" when none is configured.
 	CustomQueriesPath string

@@ -86,10 +86,15 @@ func Tokens(tokens map[Purpose]string) Digests {
 	return d
 }
 
-// authorize checks the request's bearer token against the purposes allowed. It returns
+// authorize is Authorize with the server's credentials.
+func (s *Server) authorize(r *http.Request, allowed ...Purpose) (int, string) {
+	return Authorize(s.creds, r, allowed...)
+}
+
+// Authorize checks the request's bearer token against the purposes allowed. It returns
 // 200, or the status code to answer with and a reason that is safe to log and to send
 // (it never contains the token).
-func (s *Server) authorize(r *http.Request, allowed ...Purpose) (int, string) {
+func Authorize(creds Credentials, r *http.Request, allowed ...Purpose) (int, string) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
 		return http.StatusUnauthorized, "missing bearer token"
@@ -98,7 +103,7 @@ func (s *Server) authorize(r *http.Request, allowed ...Purpose) (int, string) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return http.StatusUnauthorized, "authorization is not a bearer token"
 	}
-	purpose := s.creds.PurposeOf(strings.TrimLeft(token, " "))
+	purpose := creds.PurposeOf(strings.TrimLeft(token, " "))
 	switch {
 	case purpose == "":
 		return http.StatusUnauthorized, "wrong bearer token"

@@ -1,6 +1,7 @@
 // Package certificates keeps each cluster's TLS material: a CA of its own, the server
 // certificate its instances serve and the replication role's client certificate, each
-// in a Secret the instance pods mount, renewed before it expires.
+// in a Secret the instance pods mount, and with spec.pooler the pooler's server and
+// client certificates, which its pods mount; each renewed before it expires.
 package certificates
 
 import (
@@ -26,6 +27,7 @@ import (
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/operator/pki"
 	"github.com/pgpilot/pgpilot/internal/operator/secrets"
+	"github.com/pgpilot/pgpilot/internal/protocol/poolerauth"
 )
 
 // Keys of the TLS Secrets: those of the kubernetes.io/tls type, and ca.crt as
@@ -77,13 +79,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	next := time.Time{}
-	for _, leaf := range []struct {
+	type leafSecret struct {
 		secret string
 		req    pki.Request
-	}{
+	}
+	leaves := []leafSecret{
 		{names.ServerTLSSecret(), ServerRequest(&cluster)},
 		{names.ReplicationTLSSecret(), ReplicationRequest()},
-	} {
+	}
+	if cluster.Spec.Pooler != nil {
+		leaves = append(leaves,
+			leafSecret{names.PoolerTLSSecret(), PoolerRequest(&cluster)},
+			leafSecret{names.PoolerClientTLSSecret(), PoolerClientRequest()})
+	}
+	for _, leaf := range leaves {
 		renew, err := r.ensureLeaf(ctx, &cluster, leaf.secret, leaf.req, ca, now)
 		if err != nil {
 			return ctrl.Result{}, err
@@ -114,6 +123,26 @@ func ServerRequest(c *dbv1.PostgresCluster) pki.Request {
 // method logs in the role its common name names.
 func ReplicationRequest() pki.Request {
 	return pki.Request{CommonName: dbv1.ReplicationUser, Usage: pki.Client}
+}
+
+// PoolerRequest is the certificate the pooler serves, to its clients (PgBouncer) and to
+// the instances' agents and Prometheus (the pooler agent's API): the names of the
+// pooler's Services and of each pod behind its headless Service.
+func PoolerRequest(c *dbv1.PostgresCluster) pki.Request {
+	n, ns := c.Names(), c.Namespace
+	var dns []string
+	for _, svc := range []string{n.PoolerReadWrite(), n.PoolerReadOnly(), n.PoolerHeadless()} {
+		dns = append(dns, svc, svc+"."+ns, svc+"."+ns+".svc", svc+"."+ns+".svc.cluster.local")
+	}
+	headless := n.PoolerHeadless() + "." + ns + ".svc"
+	dns = append(dns, "*."+headless, "*."+headless+".cluster.local")
+	return pki.Request{CommonName: n.PoolerReadWrite() + "." + ns + ".svc", DNSNames: dns, Usage: pki.Server}
+}
+
+// PoolerClientRequest is the pooler's client certificate: PgBouncer logs in to the
+// instances as the lookup role with it (pg_hba.conf's cert method), without a password.
+func PoolerClientRequest() pki.Request {
+	return pki.Request{CommonName: poolerauth.Role, Usage: pki.Client}
 }
 
 // ensureCA returns the cluster's CA, making it first when its Secret is missing. A CA
