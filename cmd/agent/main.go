@@ -5,6 +5,7 @@
 //	agent run [flags]                        supervise postgres (as PID 1: a minimal init, then the agent)
 //	agent archive-wal [flags] PATH NAME      postgres's archive_command
 //	agent restore-wal [flags] NAME PATH      postgres's restore_command
+//	agent pooler [flags]                     the pooler agent, beside PgBouncer (docs/pooler.md)
 //
 // `agent run -h` lists the flags.
 package main
@@ -39,7 +40,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: agent install DST | agent carry [ROOT] DIR | agent run [flags] | agent archive-wal [flags] PATH NAME | agent restore-wal [flags] NAME PATH")
+		fmt.Fprintln(os.Stderr, "usage: agent install DST | agent carry [ROOT] DIR | agent run [flags] | agent archive-wal [flags] PATH NAME | agent restore-wal [flags] NAME PATH | agent pooler [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -72,8 +73,10 @@ func main() {
 		err = archiveWAL(os.Args[2:])
 	case "restore-wal":
 		os.Exit(restoreWAL(os.Args[2:]))
+	case "pooler":
+		err = runPooler(os.Args[2:])
 	default:
-		fmt.Fprintf(os.Stderr, "agent: unknown command %q; want install, carry, run, archive-wal or restore-wal\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "agent: unknown command %q; want install, carry, run, archive-wal, restore-wal or pooler\n", os.Args[1])
 		os.Exit(2)
 	}
 	if err != nil {

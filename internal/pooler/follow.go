@@ -32,6 +32,11 @@ type Step struct {
 type State struct {
 	Pointed string
 	Paused  bool
+	// Held: the primary's agent asked for a pause before it hands over (Follower.Hold),
+	// and the Lease still names it in the same term. The pool stays paused even
+	// though the primary would still accept writes for a moment: its lockout is about
+	// to end every session on it.
+	Held bool
 }
 
 // Next decides from the Lease's holder ("" while the role moves) and whether that
@@ -40,6 +45,10 @@ type State struct {
 // fail, up to PgBouncer's query_wait_timeout.
 func Next(holder string, writable bool, s State) Step {
 	switch {
+	case s.Held:
+		if !s.Paused {
+			return Step{Pause: true, Why: fmt.Sprintf("%s hands over the primary role", holder)}
+		}
 	case holder == "":
 		if !s.Paused {
 			return Step{Pause: true, Why: "the primary Lease names no holder: the role is moving"}
@@ -74,40 +83,84 @@ type Follower struct {
 	// it out of recovery).
 	Writable func(ctx context.Context, pod string) bool
 	Pool     Pool
-	// Period is how often the Lease is read.
-	Period time.Duration
-	Log    logr.Logger
+	// Period is how often the Lease is read; Changed, when set, receives when it
+	// changed.
+	Period  time.Duration
+	Changed <-chan struct{}
+	Log     logr.Logger
 
+	// once serialises Once: the Lease's changes, the period and Hold all take steps.
+	once  sync.Mutex
 	mu    sync.Mutex
 	state State
+	hold  hold
 }
 
-// Run follows the Lease until ctx ends.
+// hold is a pause asked for by the primary's agent: it lasts while the Lease names
+// holder in term, until at most until.
+type hold struct {
+	holder string
+	term   int32
+	until  time.Time
+}
+
+// Hold pauses the pool now, and keeps it paused while the Lease names holder in term,
+// for at most d: the primary's agent asks for it before its handover (docs/pooler.md).
+// A handover that is abandoned leaves the pool held until d passes. It returns once
+// the pool is paused (the transactions in flight ended), or with the reason it is not.
+func (f *Follower) Hold(ctx context.Context, holder string, term int32, d time.Duration) error {
+	f.mu.Lock()
+	f.hold = hold{holder: holder, term: term, until: time.Now().Add(d)}
+	f.mu.Unlock()
+	f.Once(ctx)
+	if !f.State().Paused {
+		return fmt.Errorf("the pool is not paused yet")
+	}
+	return nil
+}
+
+// Run follows the Lease until ctx ends: at once when Changed receives (the Lease
+// changed), every Period otherwise, and every waitPeriod while the pool waits for a
+// holder that accepts writes.
 func (f *Follower) Run(ctx context.Context) {
-	tick := time.NewTicker(max(f.Period, 10*time.Millisecond))
-	defer tick.Stop()
 	for {
 		f.Once(ctx)
+		wait := max(f.Period, 10*time.Millisecond)
+		if f.State().Paused {
+			wait = min(wait, waitPeriod)
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-f.Changed:
+		case <-time.After(wait):
 		}
 	}
 }
 
+// waitPeriod is how often a paused pool asks whether the holder accepts writes: the
+// clients' queries wait meanwhile.
+const waitPeriod = 50 * time.Millisecond
+
 // Once reads the Lease and takes the steps it calls for, until none is left or one
 // fails (the next call tries again).
 func (f *Follower) Once(ctx context.Context) {
+	f.once.Lock()
+	defer f.once.Unlock()
 	rec, err := f.Lease(ctx)
 	if err != nil {
 		f.Log.Info("Cannot read the primary Lease", "error", err.Error())
 		return
 	}
 	for range 3 { // at most: pause, then point and resume
+		f.mu.Lock()
+		h := f.hold
+		f.state.Held = h.holder != "" && h.holder == rec.Holder && h.term == rec.Term && time.Now().Before(h.until)
+		f.mu.Unlock()
 		s := f.State()
-		// Next reads writable only while paused: a settled pool opens no session.
-		writable := s.Paused && rec.Holder != "" && f.Writable(ctx, rec.Holder)
+		// Next reads writable only while paused and not held: a settled pool opens no
+		// session, nor does one held on a primary that is locking its clients out.
+		writable := s.Paused && !s.Held && rec.Holder != "" && f.Writable(ctx, rec.Holder)
 		step := Next(rec.Holder, writable, s)
 		if step == (Step{}) {
 			return

@@ -42,6 +42,8 @@ func TestNext(t *testing.T) {
 		{"the first holder", "db-0", true, paused(""), Step{Point: "db-0", Resume: true}},
 		{"the same holder back (a switchover given back)", "db-0", true, paused("db-0"), Step{Resume: true}},
 		{"the same holder back, not yet writable", "db-0", false, paused("db-0"), Step{}},
+		{"held by the holder handing over", "db-0", true, State{Pointed: "db-0", Held: true}, Step{Pause: true}},
+		{"held and paused: never resumed on the holder handing over", "db-0", true, State{Pointed: "db-0", Paused: true, Held: true}, Step{}},
 	} {
 		got := Next(tc.holder, tc.writable, tc.s)
 		got.Why = ""
@@ -127,6 +129,51 @@ func TestFollowerFollowsAMove(t *testing.T) {
 	}
 	if got := read(); got != "" {
 		t.Errorf("with the Lease unreadable: %q, want nothing done", got)
+	}
+}
+
+// A pause asked for by the primary's agent before its handover holds the pool while the
+// Lease names that primary in the same term, though it still accepts writes, and ends
+// when the Lease moves on, or when the hold's time is up (an abandoned handover).
+func TestFollowerHoldsForAHandover(t *testing.T) {
+	rec := primarylease.Record{Holder: "db-0", Term: 1}
+	pool := &fakePool{}
+	f := &Follower{
+		Lease:    func(context.Context) (primarylease.Record, error) { return rec, nil },
+		Writable: func(context.Context, string) bool { return true },
+		Pool:     pool, Log: logr.Discard(),
+	}
+	ctx := context.Background()
+	f.Once(ctx)
+	pool.calls = nil
+	if err := f.Hold(ctx, "db-0", 1, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		setup func()
+		want  string
+	}{
+		{func() {}, ""}, // held: db-0 is locking its clients out
+		{func() { rec = primarylease.Record{Term: 1} }, ""},
+		{func() { rec = primarylease.Record{Holder: "db-1", Term: 2} }, "point db-1, resume"},
+		{func() { _ = f.Hold(ctx, "db-0", 1, time.Minute) }, ""}, // a late ask, for a term gone: nothing held
+	} {
+		tc.setup()
+		pool.calls = nil
+		f.Once(ctx)
+		if got := strings.Join(pool.calls, ", "); got != tc.want {
+			t.Errorf("step %d: %q, want %q (state %+v)", i, got, tc.want, f.State())
+		}
+	}
+	// An abandoned handover: the hold ends with its time.
+	if err := f.Hold(ctx, "db-1", 2, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(60 * time.Millisecond)
+	pool.calls = nil
+	f.Once(ctx)
+	if got := strings.Join(pool.calls, ", "); got != "resume" {
+		t.Errorf("after the hold's time: %q, want resume", got)
 	}
 }
 

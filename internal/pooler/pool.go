@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -31,6 +32,9 @@ type Bouncer struct {
 	// pool counts as paused (PgBouncer holds new queries from the moment it is asked),
 	// and the move goes on; those queries fail, as they would without a pooler.
 	PauseTimeout time.Duration
+
+	// mu serialises the configuration's changes: a move and a change of settings.
+	mu sync.Mutex
 }
 
 // Pause implements Pool.
@@ -60,8 +64,24 @@ func (b *Bouncer) Resume(ctx context.Context) error { return b.admin(ctx, (*pgbo
 // whole (a rename) and reloaded. PgBouncer closes the server connections to the old
 // address as they are released.
 func (b *Bouncer) Point(ctx context.Context, pod string) error {
+	return b.Configure(ctx, func(c *pgbouncer.Config) { c.Server = b.Address(pod) })
+}
+
+// Configure changes the configuration with change, writes it whole (a rename) and
+// reloads it; a configuration that does not render is refused and the file left.
+// Config is read under the same lock: read it through Current once PgBouncer runs.
+func (b *Bouncer) Configure(ctx context.Context, change func(*pgbouncer.Config)) error {
+	if err := b.write(change); err != nil {
+		return err
+	}
+	return b.admin(ctx, (*pgbouncer.Admin).Reload)
+}
+
+func (b *Bouncer) write(change func(*pgbouncer.Config)) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	cfg := b.Config
-	cfg.Server = b.Address(pod)
+	change(&cfg)
 	text, err := cfg.Render()
 	if err != nil {
 		return err
@@ -70,11 +90,24 @@ func (b *Bouncer) Point(ctx context.Context, pod string) error {
 		return err
 	}
 	b.Config = cfg
-	return b.admin(ctx, (*pgbouncer.Admin).Reload)
+	return nil
 }
 
+// Current is the configuration as last written.
+func (b *Bouncer) Current() pgbouncer.Config {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.Config
+}
+
+// Reload makes PgBouncer read its files again: its certificates, once renewed.
+func (b *Bouncer) Reload(ctx context.Context) error { return b.admin(ctx, (*pgbouncer.Admin).Reload) }
+
 func (b *Bouncer) admin(ctx context.Context, cmd func(*pgbouncer.Admin, context.Context) error) error {
-	a, err := pgbouncer.Dial(ctx, b.Config.SocketDir, b.Config.ListenPort, b.Config.Admin, b.AdminPassword)
+	b.mu.Lock()
+	socket, port, user := b.Config.SocketDir, b.Config.ListenPort, b.Config.Admin
+	b.mu.Unlock()
+	a, err := pgbouncer.Dial(ctx, socket, port, user, b.AdminPassword)
 	if err != nil {
 		return err
 	}
@@ -92,7 +125,10 @@ type Probe struct {
 	// Database is where the session goes.
 	Database string
 	// SSLMode and SSLRootCert are libpq's: verify-full with the cluster's CA in a pod.
+	// SSLCert and SSLKey are the client certificate User logs in with (in a pod, the
+	// pooler's: pg_hba.conf's cert method, no Password).
 	SSLMode, SSLRootCert string
+	SSLCert, SSLKey      string
 	// Timeout bounds one probe.
 	Timeout time.Duration
 }
@@ -124,6 +160,9 @@ func (p Probe) config(pod string) *pgx.ConnConfig {
 	settings := fmt.Sprintf("host=%s port=%d user=%s dbname=%s sslmode=%s", quote(p.Address(pod)), p.Port, quote(p.User), quote(p.Database), quote(p.SSLMode))
 	if p.SSLRootCert != "" {
 		settings += " sslrootcert=" + quote(p.SSLRootCert)
+	}
+	if p.SSLCert != "" {
+		settings += " sslcert=" + quote(p.SSLCert) + " sslkey=" + quote(p.SSLKey)
 	}
 	cfg, err := pgx.ParseConfig(settings)
 	if err != nil {

@@ -47,3 +47,39 @@ app.kubernetes.io/component: database
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: pgpilot
 {{- end -}}
+
+{{/*
+postgrescluster.poolerSelectorLabels select one pool's PgBouncer pods (spec.pooler); the
+argument is (list $ "rw") or (list $ "ro"). They carry no db.example.com/cluster label:
+that label makes a pod one of the cluster's instances to the operator.
+*/}}
+{{- define "postgrescluster.poolerSelectorLabels" -}}
+{{- $root := index . 0 -}}
+db.example.com/pooler: {{ include "postgrescluster.name" $root | quote }}
+db.example.com/pool: {{ index . 1 | quote }}
+app.kubernetes.io/name: pgbouncer
+{{- end -}}
+
+{{/*
+postgrescluster.poolerLabels go on the pooler pods.
+*/}}
+{{- define "postgrescluster.poolerLabels" -}}
+{{ include "postgrescluster.poolerSelectorLabels" . }}
+app.kubernetes.io/instance: {{ include "postgrescluster.name" (index . 0) | quote }}
+app.kubernetes.io/component: pooler
+app.kubernetes.io/managed-by: pgpilot
+app.kubernetes.io/part-of: pgpilot
+{{- end -}}
+
+{{/*
+postgrescluster.poolerObjectLabels go on the pooler's objects: the cluster's label, by
+which the operator watches what it renders, with the pooler's component.
+*/}}
+{{- define "postgrescluster.poolerObjectLabels" -}}
+db.example.com/cluster: {{ include "postgrescluster.name" . | quote }}
+app.kubernetes.io/name: pgbouncer
+app.kubernetes.io/instance: {{ include "postgrescluster.name" . | quote }}
+app.kubernetes.io/component: pooler
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: pgpilot
+{{- end -}}

@@ -51,6 +51,10 @@ type Config struct {
 	// TLS: the pooler's own certificate and key, which clients see, and the CA that
 	// signed the instances' certificates, which PgBouncer verifies.
 	CertFile, KeyFile, CAFile string
+	// ServerCertFile and ServerKeyFile are the client certificate PgBouncer presents to
+	// the server: AuthUser logs in with it (pg_hba.conf's cert method), without a
+	// password. Other users' logins ignore it (SCRAM).
+	ServerCertFile, ServerKeyFile string
 	// ServerSSLMode is server_tls_sslmode: verify-full when empty and CAFile is set
 	// (in a pod, always); require encrypts without verifying (tests without the CA).
 	ServerSSLMode string
@@ -118,6 +122,10 @@ func (c Config) Render() (string, error) {
 	}
 	if c.CAFile != "" {
 		set("server_tls_ca_file", c.CAFile)
+	}
+	if c.ServerCertFile != "" {
+		set("server_tls_cert_file", c.ServerCertFile)
+		set("server_tls_key_file", c.ServerKeyFile)
 	}
 	for _, name := range sortedKeys(c.Parameters) {
 		set(name, c.Parameters[name])

@@ -576,6 +576,16 @@ func TestRenderErrors(t *testing.T) {
 			wantErr: "operator.agentImage is required",
 		},
 		{
+			name:    "a pooler without PgBouncer's image",
+			opts:    renderOptions(readmeValues(set("pooler", map[string]any{}))),
+			wantErr: "RELATED_IMAGE_PGBOUNCER",
+		},
+		{
+			name:    "a pooler setting pgpilot owns",
+			opts:    renderOptions(readmeValues(set("pooler", map[string]any{"parameters": map[string]any{"auth_type": "trust"}}), set("operator.poolerImage", poolerImage))),
+			wantErr: "spec.pooler.parameters: auth_type is set by pgpilot",
+		},
+		{
 			name:    "no version",
 			opts:    renderOptions(readmeValues(set("version", nil))),
 			wantErr: "version is required",

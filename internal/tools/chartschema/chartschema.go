@@ -20,6 +20,7 @@ const operatorValues = `{
   "properties": {
     "namespace": {"type": "string"},
     "agentImage": {"type": "string"},
+    "poolerImage": {"type": "string"},
     "agentImagePullPolicy": {"type": "string", "enum": ["Always", "IfNotPresent", "Never"]},
     "postgresImages": {"type": "object", "additionalProperties": {"type": "string"}},
     "defaultPostgresImages": {"type": "object", "additionalProperties": {"type": "string"}}
