@@ -14,6 +14,7 @@ import (
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/instance/gate"
 	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
+	"github.com/pgpilot/pgpilot/internal/protocol/poolerauth"
 	"github.com/pgpilot/pgpilot/internal/protocol/tuning"
 )
 
@@ -355,11 +356,16 @@ func Conninfo(kv map[string]string) string {
 
 // HBAConf renders pg_hba.conf. Over the local socket: the superuser by peer (the agent
 // runs as the postgres OS user), the custom queries' role by peer through
-// pg_ident.conf's map, everyone else by password. Over the network, TLS only:
-// the replication role by its client certificate alone (streaming, pg_basebackup, and
-// pg_rewind's connection to the postgres database), the superuser not at all unless
-// superuserNetwork, everyone else by password (SCRAM). A connection without TLS matches
-// the last line and is refused with its reason.
+// pg_ident.conf's map, the pooler's lookup role not at all, everyone else by password.
+// Over the network, TLS only: the replication role by its client certificate alone
+// (streaming, pg_basebackup, and pg_rewind's connection to the postgres database), the
+// pooler's lookup role (poolerauth.Role) by its client certificate alone, to any
+// database but for replication, the superuser not at all unless superuserNetwork,
+// everyone else by password (SCRAM). The two certificate roles' reject lines keep them
+// from the password lines below, whatever password someone gives them. The pooler's
+// line is there whether or not a pooler is configured: only the cluster's CA issues
+// its certificate. A connection without TLS matches the last line and is refused with
+// its reason.
 func HBAConf(replicationUser string, superuserNetwork bool) string {
 	superuser := "reject"
 	if superuserNetwork {
@@ -369,16 +375,19 @@ func HBAConf(replicationUser string, superuserNetwork bool) string {
 # TYPE     DATABASE     USER      ADDRESS  METHOD
 local      all          postgres           peer
 local      all          %[3]s    peer map=pgpilot
+local      all          %[4]s     reject
 local      all          all                scram-sha-256
 local      replication  postgres           peer
 hostssl    replication  %[1]s  all      cert
 hostssl    postgres     %[1]s  all      cert
 host       all          %[1]s  all      reject
+hostssl    all          %[4]s  all      cert
+host       all          %[4]s  all      reject
 host       replication  all       all      reject
 hostssl    all          postgres  all      %[2]s
 hostssl    all          all       all      scram-sha-256
 hostnossl  all          all       all      reject
-`, replicationUser, superuser, MonitorUser)
+`, replicationUser, superuser, MonitorUser, poolerauth.Role)
 }
 
 // IdentConf renders pg_ident.conf: the agent (the postgres OS user) may log in as
@@ -409,7 +418,9 @@ const MonitorUser = "pgpilot_monitor"
 // LockedOutHBAConf renders pg_hba.conf for a primary that locked its clients out: the
 // agent's own local sessions (the superuser and the custom queries' role by peer, the
 // commit gate) and the standbys' replication connections stay; every other connection is
-// refused, with that reason in the client's error.
+// refused, with that reason in the client's error. The pooler's lookup role is refused
+// like any client: a pooler takes a session of it that finds postgres out of recovery
+// as the sign that the primary accepts writes (docs/pooler.md).
 func LockedOutHBAConf(replicationUser string) string {
 	return fmt.Sprintf(`# Written by the pgpilot agent: this primary may not acknowledge commits now (its
 # Lease is not confirmed), so clients are locked out; edits are lost.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pgpilot/pgpilot/internal/operator/pki"
+	"github.com/pgpilot/pgpilot/internal/protocol/poolerauth"
 )
 
 // Network logins are TLS only; the replication role by certificate alone; the superuser
@@ -30,6 +31,47 @@ func TestHBAConf(t *testing.T) {
 	if open := HBAConf("repl", true); !strings.Contains(strings.Join(hbaLines(open), "\n"), "hostssl all postgres all scram-sha-256") {
 		t.Errorf("superuserNetworkAccess does not let the superuser in:\n%s", open)
 	}
+	// The pooler's lookup role: by its certificate over TLS, to any database, and by
+	// nothing else, a password included, whether or not the superuser may log in.
+	for _, network := range []bool{false, true} {
+		conf := hbaLines(HBAConf("repl", network))
+		for _, c := range []struct {
+			conn, db, want string
+		}{
+			{"hostssl", "app", "cert"}, {"hostssl", "postgres", "cert"}, {"hostssl", "template1", "cert"},
+			{"hostnossl", "app", "reject"}, {"local", "app", "reject"}, {"hostssl", "replication", "reject"},
+		} {
+			if got := hbaMethod(conf, c.conn, c.db, poolerauth.Role); got != c.want {
+				t.Errorf("superuserNetwork %v: %s to %s as %s: %q, want %q", network, c.conn, c.db, poolerauth.Role, got, c.want)
+			}
+		}
+	}
+	// Everyone else as before: the application owner by password, over TLS only.
+	for conn, want := range map[string]string{"hostssl": "scram-sha-256", "hostnossl": "reject", "local": "scram-sha-256"} {
+		if got := hbaMethod(closed, conn, "app", "app"); got != want {
+			t.Errorf("%s to app as app: %q, want %q", conn, got, want)
+		}
+	}
+}
+
+// hbaMethod is the method of the first line of conf (hbaLines) that a connection of
+// type conn ("local", "hostssl", "hostnossl") to db ("replication" for a replication
+// connection) as user matches, as PostgreSQL picks it; "" when none does.
+func hbaMethod(conf []string, conn, db, user string) string {
+	for _, l := range conf {
+		f := strings.Fields(l)
+		typ, database, role := f[0], f[1], f[2]
+		method := f[len(f)-1]
+		if strings.HasPrefix(method, "map=") {
+			method = f[len(f)-2]
+		}
+		typeOK := typ == conn || (typ == "host" && conn != "local")
+		dbOK := database == db || (database == "all" && db != "replication")
+		if typeOK && dbOK && (role == "all" || role == user) {
+			return method
+		}
+	}
+	return ""
 }
 
 // hbaLines are a pg_hba.conf's lines without comments, their fields one space apart.
@@ -119,6 +161,12 @@ func TestLockedOutHBAConf(t *testing.T) {
 	}
 	if last := conf[len(conf)-1]; !strings.HasPrefix(last, "host ") || !strings.HasSuffix(last, "reject") {
 		t.Errorf("the last line %q does not refuse every network connection", last)
+	}
+	// The pooler relies on a locked-out primary refusing its lookup role.
+	for _, conn := range []string{"hostssl", "hostnossl", "local"} {
+		if got := hbaMethod(conf, conn, "app", poolerauth.Role); got != "reject" {
+			t.Errorf("locked out: %s as %s: %q, want reject", conn, poolerauth.Role, got)
+		}
 	}
 	in := ConfInput{ReplicationUser: "repl", LockedOut: true}
 	if in.HBA() != LockedOutHBAConf("repl") {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/pgpilot/pgpilot/internal/instance/pgconf"
+	"github.com/pgpilot/pgpilot/internal/protocol/poolerauth"
 )
 
 // WriteHBA writes pg_hba.conf only when the lockout state changes (each write is a
@@ -54,6 +55,10 @@ func TestWriteHBAWritesOnlyChanges(t *testing.T) {
 		}
 		if locked := strings.Contains(string(b), "clients are locked out"); locked != s.wantLocked {
 			t.Errorf("%s: pg_hba.conf locks clients out: %v, want %v", s.name, locked, s.wantLocked)
+		}
+		// The pooler's lookup role is let in by its certificate, except while locked out.
+		if pooler := strings.Contains(string(b), " "+poolerauth.Role+" "); pooler == s.wantLocked {
+			t.Errorf("%s: pg_hba.conf has a line for %s: %v, want %v", s.name, poolerauth.Role, pooler, !s.wantLocked)
 		}
 	}
 }
