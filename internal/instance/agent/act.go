@@ -689,6 +689,7 @@ func (a *Agent) maintainPrimary(ctx context.Context) error {
 	if err := a.keepSlots(ctx, false); err != nil {
 		return err
 	}
+	a.keepPoolerAuth(ctx)
 	if from, to := a.upgradeDue(ctx); to != "" && a.allowed() {
 		return a.runUpgrade(ctx, from, to)
 	}

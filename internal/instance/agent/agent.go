@@ -137,6 +137,7 @@ type Agent struct {
 	backups  map[string]*backupJob
 	runCtx   context.Context // Run's context: background work ends with it
 	custom   customQueries   // the custom queries' file (stats)
+	pooler   poolerAuth      // the pooler's lookup role and function (poolerauth.go)
 	// durability is what keepDurability reset or kept (guarded by mu).
 	durability durabilityResets
 	// confCheck is what postgres said of the settings last written (confcheck.go).

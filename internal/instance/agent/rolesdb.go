@@ -13,8 +13,10 @@ import (
 
 // ApplyRoles makes the primary's roles and databases what req says (PUT /roles): it
 // reads the catalog, plans with PlanRoles, and runs each step, one item's failure
-// leaving the others to run. Only a primary does; any other instance answers
-// ErrConflict, and the operator sends it again to the next primary.
+// leaving the others to run. A database of req where the pooler's lookup function
+// could not be set up says so in its result (poolerauth.go). Only a primary does; any
+// other instance answers ErrConflict, and the operator sends it again to the next
+// primary.
 func (a *Agent) ApplyRoles(ctx context.Context, req agentapi.RolesRequest) (agentapi.RolesResult, error) {
 	a.mu.Lock()
 	role := a.role
@@ -47,5 +49,7 @@ func (a *Agent) ApplyRoles(ctx context.Context, req agentapi.RolesRequest) (agen
 			a.log.Info("Reconciled a role or database", "kind", s.Kind, "name", s.Name, "done", s.Done)
 		}
 	}
-	return res.Summarize(req, plan), ctx.Err()
+	out := res.Summarize(req, plan)
+	a.addPoolerAuthFailures(&out)
+	return out, ctx.Err()
 }
