@@ -70,7 +70,7 @@ func TestCRDNamesAndColumns(t *testing.T) {
 	for _, c := range v.AdditionalPrinterColumns {
 		cols = append(cols, strings.ToUpper(c.Name))
 	}
-	if want := []string{"VERSION", "INSTANCES", "READY", "PRIMARY", "PHASE", "AGE"}; !slices.Equal(cols, want) {
+	if want := []string{"VERSION", "INSTANCES", "READY", "PRIMARY", "PHASE", "POOLER", "AGE"}; !slices.Equal(cols, want) {
 		t.Errorf("printer columns = %v, want %v", cols, want)
 	}
 	if v.Subresources == nil || v.Subresources.Status == nil {

@@ -552,14 +552,10 @@ type InstanceStatus struct {
 
 // PoolerStatus is the pooler as last seen.
 type PoolerStatus struct {
-	// instances is how many pooler pods run the read-write pool, readyInstances how
-	// many of them are ready.
+	// instances is how many pooler pods the read-write pool asks for, readyInstances
+	// how many of them are ready to take clients.
 	Instances      int32 `json:"instances"`
 	ReadyInstances int32 `json:"readyInstances"`
-	// primary is the instance the ready read-write pooler pods send queries to, "" while
-	// they disagree or hold them (paused while the primary moves).
-	// +optional
-	Primary string `json:"primary,omitempty"`
 	// message says what keeps the pooler from serving, when something does.
 	// +optional
 	Message string `json:"message,omitempty"`

@@ -169,6 +169,7 @@ func run(args []string) error {
 	fs.StringVar(&cfg.TLS.Source, "tls", env("PGPILOT_TLS", "/etc/pgpilot/tls"), "Directory of the mounted certificates: server/ (tls.crt, tls.key, ca.crt) and replication/ (the replication role's client certificate and the cluster's CA).")
 	fs.StringVar(&cfg.CustomQueriesPath, "custom-queries", os.Getenv("PGPILOT_CUSTOM_QUERIES"), "The custom queries' file (spec.monitoring.customQueries); empty when none is configured.")
 	authDir := fs.String("auth", "/etc/pgpilot/agent", "Directory of the agent API's credentials (the Secret <cluster>-agent-auth): control.sha256, metrics.sha256, peer. Without them every call but the probes is refused.")
+	poolers := fs.String("poolers", "", "host:port,... of the pooler agents a handover asks to pause (tests); default every address behind the pooler's headless Service.")
 	peers := fs.String("peers", "", "pod=host,... overrides for reaching other instances (tests); default <pod>.<headless Service>.<namespace>.svc.")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for reading the primary Lease; in-cluster config when empty.")
 	zopts := logging.Options()
@@ -205,6 +206,9 @@ func run(args []string) error {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			overrides[k] = v
 		}
+	}
+	if *poolers != "" {
+		cfg.PoolerAddresses = strings.Split(*poolers, ",")
 	}
 	cfg.PeerName = func(pod string) string {
 		return pod + "." + cluster.Services.Headless + "." + cfg.Namespace + ".svc"

@@ -18,34 +18,12 @@ import (
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 )
 
-// PauseRequest is the body of POST /pause: the primary's agent, before its handover,
-// asks the pooler to hold clients' queries while the Lease names it in Term.
-type PauseRequest struct {
-	Primary string `json:"primary"`
-	Term    int32  `json:"term"`
-}
-
-// Status is GET /status: where the pool points and whether it holds queries.
-type Status struct {
-	// Pool is "rw" or "ro".
-	Pool string `json:"pool"`
-	// Primary is the instance the read-write pool sends queries to ("" for the
-	// read-only pool).
-	Primary string `json:"primary,omitempty"`
-	Paused  bool   `json:"paused"`
-	Held    bool   `json:"held"`
-	Ready   bool   `json:"ready"`
-}
-
-// PausePath is the pooler agent's pause endpoint.
-const PausePath = "/pause"
-
 // serveAPI serves the pooler agent's HTTPS API until ctx ends:
 //
 //	GET  /healthz  the agent runs (the liveness probe; no token)
 //	GET  /readyz   PgBouncer answers and the pod is not stopping (readiness; no token)
 //	POST /pause    hold queries while a primary hands over (the agents' peer token)
-//	GET  /status   Status (the operator's or a peer's token)
+//	GET  /status   agentapi.PoolerStatus (the operator's or a peer's token)
 //	GET  /metrics  Prometheus series (the metrics or the operator's token)
 func (p *poolerAgent) serveAPI(ctx context.Context) error {
 	creds := p.opts.Credentials
@@ -68,7 +46,7 @@ func (p *poolerAgent) serveAPI(ctx context.Context) error {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("POST "+PausePath, guard(p.pause, agentapi.Peer))
+	mux.HandleFunc("POST "+agentapi.PathPoolerPause, guard(p.pause, agentapi.Peer))
 	mux.HandleFunc("GET /status", guard(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, p.status(r.Context()))
 	}, agentapi.Control, agentapi.Peer))
@@ -112,7 +90,7 @@ func (p *poolerAgent) pause(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusConflict, map[string]string{"error": "the read-only pool does not follow the primary"})
 		return
 	}
-	var req PauseRequest
+	var req agentapi.PoolerPauseRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil || req.Primary == "" {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "want {\"primary\": pod, \"term\": n}"})
 		return
@@ -127,8 +105,8 @@ func (p *poolerAgent) pause(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, p.status(r.Context()))
 }
 
-func (p *poolerAgent) status(ctx context.Context) Status {
-	s := Status{Pool: "ro", Ready: p.Ready(ctx)}
+func (p *poolerAgent) status(ctx context.Context) agentapi.PoolerStatus {
+	s := agentapi.PoolerStatus{Pool: "ro", Ready: p.Ready(ctx)}
 	if p.follower != nil {
 		st := p.follower.State()
 		s.Pool, s.Primary, s.Paused, s.Held = "rw", st.Pointed, st.Paused, st.Held

@@ -35,6 +35,10 @@ type Config struct {
 	ClusterConfigPath string
 	// SecretsDir holds superuser/, replication/ and app/, each with username and password.
 	SecretsDir string
+	// PoolerAddresses, when set, are the pooler agents' addresses (host:port) a
+	// handover asks to pause, instead of those behind the pooler's headless Service
+	// (tests).
+	PoolerAddresses []string
 	// PeerHost maps an instance's pod name to the host its postgres answers on.
 	PeerHost func(pod string) string
 	// PeerName maps an instance's pod name to the name its certificate is verified

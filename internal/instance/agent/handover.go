@@ -345,6 +345,7 @@ func (a *Agent) release(ctx context.Context, h agentapi.Handover, reason string)
 // waits for it before anything else.
 func (a *Agent) demote(ctx context.Context, answered func(error)) error {
 	a.checkpointBeforeStop(ctx)
+	a.pausePoolers(ctx, a.lease.View().Term)
 	h, stopped := a.handover(ctx, false)
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -403,6 +404,7 @@ func (a *Agent) shutdown() {
 		return
 	}
 	a.checkpointBeforeStop(ctx)
+	a.pausePoolers(ctx, view.Term)
 	h, stopped := a.handover(ctx, true)
 	defer func() { <-stopped }()
 	// The stop may have used the whole shutdown timeout; the release gets its own few

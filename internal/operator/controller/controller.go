@@ -96,8 +96,8 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// CacheOptions keeps only pgpilot's Pods, Secrets, ConfigMaps, Leases, StatefulSets and
-// volume claims in the cache (those labelled with a cluster), not every one in the
+// CacheOptions keeps only pgpilot's Pods, Secrets, ConfigMaps, Leases, StatefulSets,
+// volume claims and Deployments (the pooler's) in the cache (those labelled with a cluster), not every one in the
 // cluster, and none with its managed fields, which no controller reads (a pod's are a
 // third of it).
 func CacheOptions() cache.Options {
@@ -114,6 +114,7 @@ func CacheOptions() cache.Options {
 		&coordinationv1.Lease{}:         labelled,
 		&appsv1.StatefulSet{}:           {Label: selector, Transform: slimStatefulSet},
 		&corev1.PersistentVolumeClaim{}: labelled,
+		&appsv1.Deployment{}:            labelled,
 	}}
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -22,6 +23,9 @@ import (
 // Observed is everything the status of a cluster is computed from.
 type Observed struct {
 	Cluster *dbv1.PostgresCluster
+	// Pooler is the read-write pooler's Deployment (spec.pooler); nil without one, or
+	// before the chart made it.
+	Pooler *appsv1.Deployment
 	// Pods are the cluster's instance pods, sorted by name.
 	Pods []corev1.Pod
 	// Primary is the holder of the primary Lease, "" when there is none yet.
@@ -126,6 +130,7 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 		}
 	}
 
+	st.Pooler = poolerStatus(c, o.Pooler)
 	phase, reason, message := phaseOf(o, primaryReady, st.ReadyInstances)
 	phase, reason, message = notStreaming(o, phase, reason, message)
 	reason, message = notRunning(o, problems, phase, reason, message)
@@ -448,4 +453,31 @@ func healthConditions(h report.Health, generation int64) []dbv1.Condition {
 		one(dbv1.ConditionVolumeSpace, dbv1.ReasonVolumeSpaceAvailable,
 			"Every instance's volume is less than 90% used and does not fill within a day at the current rate", dbv1.ReasonVolumeFillingUp, volumes...),
 	}
+}
+
+// poolerStatus is status.pooler: the read-write pool's pods, from its Deployment, and
+// what keeps them from serving; nil without spec.pooler.
+func poolerStatus(c *dbv1.PostgresCluster, d *appsv1.Deployment) *dbv1.PoolerStatus {
+	if c.Spec.Pooler == nil {
+		return nil
+	}
+	s := &dbv1.PoolerStatus{Instances: max(c.Spec.Pooler.Instances, 1)}
+	if d == nil {
+		s.Message = "the pooler's Deployment " + c.Names().PoolerReadWrite() + " does not exist yet"
+		return s
+	}
+	if d.Spec.Replicas != nil {
+		s.Instances = *d.Spec.Replicas
+	}
+	s.ReadyInstances = d.Status.ReadyReplicas
+	for _, cond := range d.Status.Conditions {
+		if cond.Status == corev1.ConditionFalse && cond.Message != "" && cond.Type != appsv1.DeploymentAvailable ||
+			cond.Type == appsv1.DeploymentReplicaFailure && cond.Status == corev1.ConditionTrue {
+			s.Message = cond.Message
+		}
+	}
+	if s.Message == "" && s.ReadyInstances < s.Instances {
+		s.Message = fmt.Sprintf("%d of %d pooler pods are ready: kubectl describe pods -l db.example.com/pooler=%s says why", s.ReadyInstances, s.Instances, c.Name)
+	}
+	return s
 }

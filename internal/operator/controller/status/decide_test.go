@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -971,5 +972,43 @@ func TestDecideHealth(t *testing.T) {
 	creating := status.Decide(status.Observed{Cluster: newCluster(), Pods: pods("db-0"), Primary: "db-0", Health: health}, now)
 	if c := dbv1.FindCondition(creating.Conditions, dbv1.ConditionConnectionsAvailable); c != nil {
 		t.Errorf("a cluster never healthy has %+v", c)
+	}
+}
+
+// status.pooler reports the read-write pool's pods from its Deployment, and says what
+// keeps them from serving; nothing without spec.pooler.
+func TestPoolerStatus(t *testing.T) {
+	withPooler := &dbv1.PostgresCluster{Spec: dbv1.PostgresClusterSpec{Pooler: &dbv1.PoolerSpec{Instances: 2}}}
+	withPooler.Name = "db"
+	deployment := func(replicas, ready int32, conds ...appsv1.DeploymentCondition) *appsv1.Deployment {
+		return &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: &replicas},
+			Status: appsv1.DeploymentStatus{ReadyReplicas: ready, Conditions: conds}}
+	}
+	for _, tc := range []struct {
+		name    string
+		c       *dbv1.PostgresCluster
+		d       *appsv1.Deployment
+		want    *dbv1.PoolerStatus
+		message string
+	}{
+		{name: "no pooler", c: &dbv1.PostgresCluster{}, d: deployment(2, 2)},
+		{name: "not rendered yet", c: withPooler, want: &dbv1.PoolerStatus{Instances: 2}, message: "does not exist yet"},
+		{name: "serving", c: withPooler, d: deployment(2, 2), want: &dbv1.PoolerStatus{Instances: 2, ReadyInstances: 2}},
+		{name: "one pod not ready", c: withPooler, d: deployment(2, 1), want: &dbv1.PoolerStatus{Instances: 2, ReadyInstances: 1}, message: "1 of 2 pooler pods are ready"},
+		{name: "a pod the ReplicaSet cannot create", c: withPooler, d: deployment(2, 1, appsv1.DeploymentCondition{
+			Type: appsv1.DeploymentReplicaFailure, Status: corev1.ConditionTrue, Message: `pods "db-pooler-rw-x" is forbidden: exceeded quota`}),
+			want: &dbv1.PoolerStatus{Instances: 2, ReadyInstances: 1}, message: "exceeded quota"},
+	} {
+		got := status.Decide(status.Observed{Cluster: tc.c, Pooler: tc.d}, metav1.Now()).Pooler
+		if (got == nil) != (tc.want == nil) {
+			t.Fatalf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+		if got == nil {
+			continue
+		}
+		if got.Instances != tc.want.Instances || got.ReadyInstances != tc.want.ReadyInstances ||
+			!strings.Contains(got.Message, tc.message) || (tc.message == "") != (got.Message == "") {
+			t.Errorf("%s: %+v, want %+v with a message holding %q", tc.name, got, tc.want, tc.message)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -80,6 +81,7 @@ func NewReconciler(c client.Client, reader client.Reader, clk clock.PassiveClock
 // +kubebuilder:rbac:groups=db.example.com,resources=postgresbackups,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=list;create;patch
 
 // Reconcile observes, decides and writes the status once, only when it changed.
@@ -170,6 +172,17 @@ func (r *Reconciler) observe(ctx context.Context, c *dbv1.PostgresCluster) (Obse
 		}
 	case !apierrors.IsNotFound(err):
 		return obs, err
+	}
+
+	if c.Spec.Pooler != nil {
+		var d appsv1.Deployment
+		err := r.client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Names().PoolerReadWrite()}, &d)
+		switch {
+		case err == nil:
+			obs.Pooler = &d
+		case !apierrors.IsNotFound(err):
+			return obs, err
+		}
 	}
 
 	rep, err := report.Read(ctx, r.client, c)
@@ -277,6 +290,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Secret{}, byLabel).
 		Watches(&dbv1.PostgresBackup{}, byLabel).
 		Watches(&corev1.PersistentVolumeClaim{}, byLabel).
+		Watches(&appsv1.Deployment{}, byLabel).
 		// Clusters are independent: one worker left 1,000 new clusters' status
 		// minutes behind.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4})
