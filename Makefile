@@ -31,7 +31,9 @@ PROMETHEUS := $(TOOLS)/prometheus-$(PROMETHEUS_VERSION)/prometheus
 export PROMTOOL PROMETHEUS
 
 # OLM bundle and catalog. IMAGE_TAG_BASE names the images: $(IMAGE_TAG_BASE):<version>
-# (the operator), $(IMAGE_TAG_BASE)-bundle:v<version>, $(IMAGE_TAG_BASE)-catalog:v<version>.
+# (the operator), $(IMAGE_TAG_BASE)-bundle:v<version>, $(IMAGE_TAG_BASE)-catalog:v<version>,
+# and $(IMAGE_TAG_BASE)-pgbouncer:<PgBouncer's version> (the pooler's, make image-pgbouncer;
+# its version is config/manager's RELATED_IMAGE_PGBOUNCER's tag).
 IMAGE_TAG_BASE ?= example.com/pgpilot
 # The operator image the bundle's CSV runs: IMG when given, else $(IMAGE_TAG_BASE):$(VERSION).
 BUNDLE_OPERATOR_IMG ?= $(if $(filter file,$(origin IMG)),$(IMAGE_TAG_BASE):$(VERSION),$(IMG))
@@ -171,6 +173,10 @@ image-operator: ## Build the operator image as a tarball in $PGPILOT_CACHE/image
 image-postgres: ## Build (once per Debian version) the PostgreSQL 15 image pgpilot-postgres:15 as a tarball; root to build.
 	@bash hack/images/postgres.sh
 
+.PHONY: image-pgbouncer
+image-pgbouncer: ## Build (once per Debian version) the pooler's PgBouncer image pgpilot-pgbouncer:<version> as a tarball; root to build.
+	@bash hack/images/pgbouncer.sh
+
 ##@ Local cluster and end to end (root: network namespaces, mounts, cgroups)
 
 .PHONY: demo
@@ -222,7 +228,7 @@ olm-e2e: $(OPM) $(OPERATOR_SDK) $(KUSTOMIZE) ## On a fresh local cluster with OL
 .PHONY: bundle
 bundle: $(KUSTOMIZE) $(OPERATOR_SDK) ## Regenerate the OLM bundle (bundle/, bundle.Dockerfile) from config/ and validate it.
 	KUSTOMIZE=$(KUSTOMIZE) OPERATOR_SDK=$(OPERATOR_SDK) VERSION=$(VERSION) OPERATOR_IMG=$(BUNDLE_OPERATOR_IMG) \
-		CHANNELS=$(CHANNELS) DEFAULT_CHANNEL=$(DEFAULT_CHANNEL) bash hack/bundle.sh
+		IMAGE_TAG_BASE=$(IMAGE_TAG_BASE) CHANNELS=$(CHANNELS) DEFAULT_CHANNEL=$(DEFAULT_CHANNEL) bash hack/bundle.sh
 	$(OPERATOR_SDK) bundle validate ./bundle --image-builder none --select-optional suite=operatorframework
 
 .PHONY: bundle-build

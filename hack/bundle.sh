@@ -6,9 +6,11 @@
 #   KUSTOMIZE OPERATOR_SDK  the tools
 #   VERSION                 the bundle's version (CSV pgpilot.v<VERSION>)
 #   OPERATOR_IMG            the operator image the CSV runs (and RELATED_IMAGE_AGENT)
+#   IMAGE_TAG_BASE          RELATED_IMAGE_PGBOUNCER is $IMAGE_TAG_BASE-pgbouncer, with
+#                           config/manager's tag (PgBouncer's version); unset, config's
 #   CHANNELS DEFAULT_CHANNEL
 #
-# config/ itself is not modified: the operator image is set in a copy of it.
+# config/ itself is not modified: the images are set in a copy of it.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,6 +23,18 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cp -R "$root/config" "$root/PROJECT" "$work/"
 (cd "$work/config/manager" && "$KUSTOMIZE" edit set image "controller=$OPERATOR_IMG")
+# PgBouncer's image is published beside the operator's (hack/images/pgbouncer.sh).
+if [ -n "${IMAGE_TAG_BASE:-}" ]; then
+  manager=$work/config/manager/manager.yaml
+  awk -v repo="$IMAGE_TAG_BASE-pgbouncer" '
+    prev ~ /- name: RELATED_IMAGE_PGBOUNCER$/ && match($0, /value: .*:/) {
+      print substr($0, 1, RSTART - 1) "value: " repo ":" substr($0, RSTART + RLENGTH); done = 1; prev = ""; next
+    }
+    { print; prev = $0 }
+    END { exit !done }' "$manager" >"$work/manager.yaml" ||
+    { echo "bundle.sh: config/manager/manager.yaml sets no RELATED_IMAGE_PGBOUNCER" >&2; exit 1; }
+  mv "$work/manager.yaml" "$manager"
+fi
 
 # operator-sdk reads PROJECT (package name and layout) from its working directory and the
 # manifests, the CSV base included, from a pipe.

@@ -12,7 +12,9 @@ if "$kubectl" version --request-timeout=5s >/dev/null 2>&1; then
   echo "Running pgpilot against the cluster of context ${context}; installing the CRDs first."
   "$kubectl" apply --server-side -f config/crd/bases >/dev/null
   : "${RELATED_IMAGE_AGENT:=${IMG:-controller:latest}}"
-  export RELATED_IMAGE_AGENT
+  # PgBouncer's, for spec.pooler: config/manager's unless given.
+  : "${RELATED_IMAGE_PGBOUNCER:=$(awk '/- name: RELATED_IMAGE_PGBOUNCER$/ { getline; print $2; exit }' config/manager/manager.yaml)}"
+  export RELATED_IMAGE_AGENT RELATED_IMAGE_PGBOUNCER
   trap 'kill 0' EXIT INT TERM
   bin/manager --metrics-bind-address=0 --health-probe-bind-address=:8081 &
   bin/controller --metrics-bind-address=0 --health-probe-bind-address=:8082 &

@@ -21,7 +21,7 @@ E2E_PG_NEXT=17
 step() { printf '\n==> %s\n' "$*" >&2; }
 
 # build_images sets OPERATOR_TAR, OPERATOR_IMAGE, POSTGRES_TAR, POSTGRES_IMAGE,
-# POSTGRES_NEXT_TAR and POSTGRES_NEXT_IMAGE.
+# POSTGRES_NEXT_TAR, POSTGRES_NEXT_IMAGE, PGBOUNCER_TAR and PGBOUNCER_IMAGE.
 build_images() {
   local out
   step "Building the operator image (the three binaries, the chart; seconds once Go's cache is warm)"
@@ -36,6 +36,10 @@ build_images() {
   out=$(bash "$REPO_ROOT/hack/images/postgres.sh" "$E2E_PG_NEXT")
   POSTGRES_NEXT_TAR=$(sed -n 1p <<<"$out")
   POSTGRES_NEXT_IMAGE=$(sed -n 2p <<<"$out")
+  step "Building the PgBouncer image of the pooler from Debian packages (about a minute, once)"
+  out=$(bash "$REPO_ROOT/hack/images/pgbouncer.sh")
+  PGBOUNCER_TAR=$(sed -n 1p <<<"$out")
+  PGBOUNCER_IMAGE=$(sed -n 2p <<<"$out")
 }
 
 # build_s3_image sets S3_TAR and S3_IMAGE: versitygw (hack/versitygw.sh builds it) as an
@@ -128,13 +132,14 @@ _teardown() {
   exit "$status"
 }
 
-# push_images pushes the operator and PostgreSQL images to the local cluster's registry,
-# where the node pulls them from under their own names.
+# push_images pushes the operator, PostgreSQL and PgBouncer images to the local cluster's
+# registry, where the node pulls them from under their own names.
 push_images() {
   step "Pushing the images to the cluster's registry"
   bash "$LC/push-image.sh" "$OPERATOR_TAR" "$OPERATOR_IMAGE"
   bash "$LC/push-image.sh" "$POSTGRES_TAR" "$POSTGRES_IMAGE"
   bash "$LC/push-image.sh" "$POSTGRES_NEXT_TAR" "$POSTGRES_NEXT_IMAGE"
+  bash "$LC/push-image.sh" "$PGBOUNCER_TAR" "$PGBOUNCER_IMAGE"
 }
 
 # deploy_operator applies config/default with the local images, and waits until the
@@ -172,6 +177,8 @@ patches:
               value: ${POSTGRES_IMAGE}
             - name: RELATED_IMAGE_POSTGRES_${E2E_PG_NEXT}
               value: ${POSTGRES_NEXT_IMAGE}
+            - name: RELATED_IMAGE_PGBOUNCER
+              value: ${PGBOUNCER_IMAGE}
 YAML
   step "Deploying pgpilot (config/default) with the local images"
   bash "$LC/exec.sh" kubectl apply --server-side --force-conflicts -k "$overlay" >&2

@@ -45,8 +45,15 @@ func run(kubeconfigPath, samplePath string) error {
 	if !filepath.IsAbs(kubeconfigPath) {
 		kubeconfigPath = filepath.Join(root, kubeconfigPath)
 	}
-	if os.Getenv("RELATED_IMAGE_AGENT") == "" {
-		os.Setenv("RELATED_IMAGE_AGENT", "pgpilot:dev")
+	// No node runs the pods: the images need names only, the local builds' (make
+	// image-operator, make image-pgbouncer) unless given.
+	for name, image := range map[string]string{
+		"RELATED_IMAGE_AGENT":     "pgpilot:dev",
+		"RELATED_IMAGE_PGBOUNCER": "pgpilot-pgbouncer:1.18.0",
+	} {
+		if os.Getenv(name) == "" {
+			os.Setenv(name, image)
+		}
 	}
 	fmt.Println("Starting a local kube-apiserver and etcd (built from source on first use, about 5 minutes)...")
 	env, err := devenv.StartControlPlane(root)

@@ -222,6 +222,8 @@ func TestDeploymentIsConfigDefault(t *testing.T) {
 			switch c.Env[j].Name {
 			case "RELATED_IMAGE_AGENT":
 				c.Env[j].Value = image
+			case "RELATED_IMAGE_PGBOUNCER":
+				c.Env[j].Value = pgbouncerImage(t, c.Env[j].Value)
 			case "WATCH_NAMESPACE":
 				c.Env[j] = corev1.EnvVar{Name: "WATCH_NAMESPACE", ValueFrom: watchNamespaceFromOLM}
 			}
@@ -284,8 +286,19 @@ func ruleSet(rules []rbacv1.PolicyRule) []string {
 	return slices.Compact(out)
 }
 
+// pgbouncerImage is what make bundle makes of config's PgBouncer image: pgpilot's own,
+// published beside the operator's ($(IMAGE_TAG_BASE)-pgbouncer), with config's tag.
+func pgbouncerImage(t *testing.T, fromConfig string) string {
+	t.Helper()
+	i := strings.LastIndex(fromConfig, ":")
+	if i < 0 || strings.Contains(fromConfig[i:], "/") {
+		t.Fatalf("config's RELATED_IMAGE_PGBOUNCER %q has no tag", fromConfig)
+	}
+	return makefileVar(t, "IMAGE_TAG_BASE") + "-pgbouncer" + fromConfig[i:]
+}
+
 // relatedImages lists every image the operator may run, from its RELATED_IMAGE_*
-// variables: its own (for the agent) and the pinned PostgreSQL images.
+// variables: its own (for the agent), the pinned PostgreSQL images and PgBouncer's.
 func TestRelatedImages(t *testing.T) {
 	csv := loadBundle(t).CSV
 	want := map[string]string{}
@@ -307,6 +320,11 @@ func TestRelatedImages(t *testing.T) {
 		if !strings.HasPrefix(got["postgres-"+major], "postgres:"+major+".") {
 			t.Errorf("no pinned postgres:%s image in relatedImages: %v", major, got)
 		}
+	}
+	// PgBouncer's, for spec.pooler: hack/images/pgbouncer.sh's, pinned to PgBouncer's version.
+	pinned := regexp.MustCompile(`^` + regexp.QuoteMeta(makefileVar(t, "IMAGE_TAG_BASE")) + `-pgbouncer:\d+\.\d+\.\d+$`)
+	if !pinned.MatchString(got["pgbouncer"]) {
+		t.Errorf("no pinned %s image in relatedImages: %v", pinned, got)
 	}
 	if got["agent"] != csv.Annotations["containerImage"] {
 		t.Errorf("agent image %q is not the operator's %q", got["agent"], csv.Annotations["containerImage"])

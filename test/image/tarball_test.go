@@ -34,38 +34,13 @@ func TestOperatorTarballMatchesTheDockerfile(t *testing.T) {
 	img := readImage(t)
 	fsRoot := layout(t, img)
 
-	cmd := exec.Command("bash", filepath.Join(img.root, "hack", "images", "operator.sh"))
-	cmd.Dir = img.root
-	cmd.Env = append(os.Environ(), "PGPILOT_CACHE="+t.TempDir())
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("operator.sh: %v\n%s", err, stderr.String())
-	}
-	lines := strings.Fields(string(out))
-	if len(lines) != 2 {
-		t.Fatalf("operator.sh printed %q, want the tarball and the image reference", out)
-	}
-	tarball, ref := lines[0], lines[1]
+	tarball, ref := buildImage(t, img.root, "operator.sh", "PGPILOT_CACHE="+t.TempDir())
 	tag := strings.TrimPrefix(ref, "pgpilot:")
 	if filepath.Base(tarball) != "pgpilot-"+tag+".tar" {
 		t.Errorf("the tarball %s is not named after the reference %s", tarball, ref)
 	}
 
-	small := readSmallFiles(t, tarball)
-	var manifests []struct {
-		Config   string
-		RepoTags []string
-		Layers   []string
-	}
-	if err := json.Unmarshal(small["manifest.json"], &manifests); err != nil || len(manifests) != 1 {
-		t.Fatalf("manifest.json: %v %+v", err, manifests)
-	}
-	m := manifests[0]
-	if !slices.Contains(m.RepoTags, ref) || len(m.Layers) != 1 {
-		t.Fatalf("manifest.json: %+v, want one layer and the tag %s", m, ref)
-	}
+	m, small := readManifest(t, tarball, ref)
 	if !strings.HasPrefix(strings.TrimPrefix(m.Config, "sha256:"), tag) {
 		t.Errorf("the tag %s is not the image ID %s", tag, m.Config)
 	}
@@ -114,7 +89,7 @@ func TestOperatorTarballMatchesTheDockerfile(t *testing.T) {
 	}
 	want := map[string]tarballEntry{}
 	bins := filepath.Join("usr", "local", "bin")
-	err = filepath.WalkDir(fsRoot, func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(fsRoot, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == fsRoot {
 			return err
 		}
@@ -161,6 +136,49 @@ func TestOperatorTarballMatchesTheDockerfile(t *testing.T) {
 	}
 }
 
+// buildImage runs the script of hack/images, with env added to the test's environment,
+// and returns the image tarball and the image reference it prints.
+func buildImage(t *testing.T, root, script string, env ...string) (tarball, ref string) {
+	t.Helper()
+	cmd := exec.Command("bash", filepath.Join(root, "hack", "images", script))
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", script, err, stderr.String())
+	}
+	lines := strings.Fields(string(out))
+	if len(lines) != 2 {
+		t.Fatalf("%s printed %q, want the tarball and the image reference", script, out)
+	}
+	return lines[0], lines[1]
+}
+
+// imageManifest is an image's entry in an image tarball's manifest.json.
+type imageManifest struct {
+	Config   string
+	RepoTags []string
+	Layers   []string
+}
+
+// readManifest returns the one image of an image tarball, which must be tagged ref and
+// have one layer, and the tarball's small files (readSmallFiles), its config among them.
+func readManifest(t *testing.T, tarball, ref string) (imageManifest, map[string][]byte) {
+	t.Helper()
+	small := readSmallFiles(t, tarball)
+	var manifests []imageManifest
+	if err := json.Unmarshal(small["manifest.json"], &manifests); err != nil || len(manifests) != 1 {
+		t.Fatalf("manifest.json: %v %+v", err, manifests)
+	}
+	m := manifests[0]
+	if !slices.Contains(m.RepoTags, ref) || len(m.Layers) != 1 {
+		t.Fatalf("manifest.json: %+v, want one layer and the tag %s", m, ref)
+	}
+	return m, small
+}
+
 // readSmallFiles returns the content of a tar file's members under a megabyte: an image
 // tarball's manifest and config.
 func readSmallFiles(t *testing.T, file string) map[string][]byte {
@@ -193,23 +211,8 @@ func readSmallFiles(t *testing.T, file string) map[string][]byte {
 // skipContent names.
 func readLayer(t *testing.T, file, layer string, skipContent func(string) bool) map[string]tarballEntry {
 	t.Helper()
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	outer := tar.NewReader(f)
-	for {
-		hdr, err := outer.Next()
-		if err != nil {
-			t.Fatalf("%s has no %s: %v", file, layer, err)
-		}
-		if hdr.Name == layer {
-			break
-		}
-	}
 	out := map[string]tarballEntry{}
-	gz, err := gzip.NewReader(outer)
+	gz, err := gzip.NewReader(openMember(t, file, layer))
 	if err != nil {
 		t.Fatalf("%s: %v", layer, err)
 	}
@@ -233,5 +236,26 @@ func readLayer(t *testing.T, file, layer string, skipContent func(string) bool) 
 			e.Content = string(data)
 		}
 		out[name] = e
+	}
+}
+
+// openMember returns a reader of the member name of the tar file, which is closed when
+// the test ends.
+func openMember(t *testing.T, file, name string) io.Reader {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	tr := tar.NewReader(f)
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			t.Fatalf("%s has no %s: %v", file, name, err)
+		}
+		if hdr.Name == name {
+			return tr
+		}
 	}
 }
