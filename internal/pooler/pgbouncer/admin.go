@@ -81,6 +81,12 @@ type Pool struct {
 	ServersActive, ServersIdle int64
 	// MaxWaitMicros is how long the oldest waiting client has waited.
 	MaxWaitMicros int64
+	// ServersUsed were idle longer than server_check_delay and wait for
+	// server_check_query; ServersTested run server_reset_query or server_check_query;
+	// ServersLogin are logging in.
+	ServersUsed, ServersTested, ServersLogin int64
+	// Mode is the pool's pool_mode.
+	Mode Mode
 }
 
 // Pools reads SHOW POOLS.
@@ -89,6 +95,12 @@ func (a *Admin) Pools(ctx context.Context) ([]Pool, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parsePools(rows), nil
+}
+
+// parsePools reads SHOW POOLS's rows by column name: a column a newer PgBouncer adds is
+// ignored, one an older lacks is 0.
+func parsePools(rows []map[string]string) []Pool {
 	var pools []Pool
 	for _, r := range rows {
 		pools = append(pools, Pool{
@@ -96,9 +108,88 @@ func (a *Admin) Pools(ctx context.Context) ([]Pool, error) {
 			ClientsActive: atoi(r["cl_active"]), ClientsWaiting: atoi(r["cl_waiting"]),
 			ServersActive: atoi(r["sv_active"]), ServersIdle: atoi(r["sv_idle"]),
 			MaxWaitMicros: atoi(r["maxwait"])*1_000_000 + atoi(r["maxwait_us"]),
+			ServersUsed:   atoi(r["sv_used"]), ServersTested: atoi(r["sv_tested"]), ServersLogin: atoi(r["sv_login"]),
+			Mode: Mode(r["pool_mode"]),
 		})
 	}
-	return pools, nil
+	return pools
+}
+
+// DatabaseStats is a row of SHOW STATS: one database's totals since PgBouncer started
+// (the pseudo-database "pgbouncer", the admin console, has one too).
+type DatabaseStats struct {
+	Database string
+	// Transactions and Queries are the ones PgBouncer pooled (total_xact_count,
+	// total_query_count).
+	Transactions, Queries int64
+	// ReceivedBytes came from clients, SentBytes went to them (total_received,
+	// total_sent).
+	ReceivedBytes, SentBytes int64
+	// TransactionMicros and QueryMicros are the time transactions and queries took
+	// (total_xact_time, total_query_time), counted from when the client sent the query,
+	// so a wait for a server connection is in both; WaitMicros is the time clients
+	// waited for a server connection (total_wait_time).
+	TransactionMicros, QueryMicros, WaitMicros int64
+}
+
+// Stats reads SHOW STATS.
+func (a *Admin) Stats(ctx context.Context) ([]DatabaseStats, error) {
+	rows, err := a.show(ctx, "SHOW STATS")
+	if err != nil {
+		return nil, err
+	}
+	return parseStats(rows), nil
+}
+
+// parseStats reads SHOW STATS's rows by column name (later versions than 1.18 add
+// columns, ignored here).
+func parseStats(rows []map[string]string) []DatabaseStats {
+	var stats []DatabaseStats
+	for _, r := range rows {
+		stats = append(stats, DatabaseStats{
+			Database:     r["database"],
+			Transactions: atoi(r["total_xact_count"]), Queries: atoi(r["total_query_count"]),
+			ReceivedBytes: atoi(r["total_received"]), SentBytes: atoi(r["total_sent"]),
+			TransactionMicros: atoi(r["total_xact_time"]), QueryMicros: atoi(r["total_query_time"]),
+			WaitMicros: atoi(r["total_wait_time"]),
+		})
+	}
+	return stats
+}
+
+// Lists is SHOW LISTS: how many of each of PgBouncer's objects it holds.
+type Lists struct {
+	Databases, Users, Pools int64
+	// UsedClients are the clients connected (LoginClients of them logging in);
+	// FreeClients the client objects allocated and unused. The same for servers.
+	FreeClients, UsedClients, LoginClients int64
+	FreeServers, UsedServers               int64
+}
+
+// Lists reads SHOW LISTS.
+func (a *Admin) Lists(ctx context.Context) (Lists, error) {
+	rows, err := a.show(ctx, "SHOW LISTS")
+	if err != nil {
+		return Lists{}, err
+	}
+	return parseLists(rows), nil
+}
+
+// parseLists reads SHOW LISTS's rows, one per list (column list) with its count
+// (column items); a list PgBouncer does not report is 0, one it adds is ignored.
+func parseLists(rows []map[string]string) Lists {
+	var l Lists
+	fields := map[string]*int64{
+		"databases": &l.Databases, "users": &l.Users, "pools": &l.Pools,
+		"free_clients": &l.FreeClients, "used_clients": &l.UsedClients, "login_clients": &l.LoginClients,
+		"free_servers": &l.FreeServers, "used_servers": &l.UsedServers,
+	}
+	for _, r := range rows {
+		if f, ok := fields[r["list"]]; ok {
+			*f = atoi(r["items"])
+		}
+	}
+	return l
 }
 
 // show runs a SHOW command and returns its rows by column name, as text.
