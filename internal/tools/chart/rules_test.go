@@ -14,7 +14,8 @@ import (
 )
 
 // The alert rules the chart renders, run by a real promtool against series written to
-// make each alert fire, and not fire (testdata/rules_test.yaml). promtool is built
+// make each alert fire, and not fire (testdata/rules_test.yaml), with every optional
+// rule rendered (synchronous replicas, a backup schedule, a pooler). promtool is built
 // from the Go module proxy once (make promtool, which make test-quick runs first and
 // exports as PROMTOOL).
 func TestAlertRules(t *testing.T) {
@@ -23,7 +24,8 @@ func TestAlertRules(t *testing.T) {
 		Name: name, Namespace: namespace,
 		APIVersions: []string{"monitoring.coreos.com/v1", podMonitorAPI, "monitoring.coreos.com/v1/PrometheusRule"},
 		Values: readmeValues(set("monitoring.enabled", true), set("postgresql.synchronousReplicas", 1),
-			set("backup.schedule", "0 3 * * *"), set("backup.store.volume.claimName", "backups")),
+			set("backup.schedule", "0 3 * * *"), set("backup.store.volume.claimName", "backups"),
+			set("pooler.instances", 2), set("operator.poolerImage", poolerImage)),
 	})
 	obj, ok := m.find("PrometheusRule", name)
 	if !ok {
