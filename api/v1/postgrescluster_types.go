@@ -178,11 +178,12 @@ type PoolerSpec struct {
 
 	// parameters are other pgbouncer.ini settings. What pgpilot sets itself (where it
 	// listens, authentication, TLS, the admin users, the pool sizes and mode above,
-	// logging targets) is refused, and values are one line without '"' or '%'.
+	// logging targets) is refused by the API server; values must be one line without
+	// '"' or '%', which the operator checks before it renders anything and says in the
+	// Ready condition (a CEL rule over every value exceeds the API server's cost budget).
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z_][a-z0-9_]*$'))",message="pooler parameters are PgBouncer settings' names: lower case letters, digits and _"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k in ['admin_users', 'auth_dbname', 'auth_file', 'auth_hba_file', 'auth_query', 'auth_type', 'auth_user', 'client_tls_ca_file', 'client_tls_cert_file', 'client_tls_key_file', 'client_tls_sslmode', 'conffile', 'default_pool_size', 'listen_addr', 'listen_port', 'logfile', 'max_client_conn', 'peer_id', 'pidfile', 'pool_mode', 'server_tls_ca_file', 'server_tls_cert_file', 'server_tls_key_file', 'server_login_retry', 'server_tls_sslmode', 'service_name', 'so_reuseport', 'stats_users', 'syslog', 'syslog_facility', 'syslog_ident', 'unix_socket_dir', 'unix_socket_group', 'unix_socket_mode', 'user']))",message="pooler parameters set by pgpilot cannot be given: admin_users, auth_dbname, auth_file, auth_hba_file, auth_query, auth_type, auth_user, client_tls_*, conffile, default_pool_size (use poolSize), listen_addr, listen_port, logfile, max_client_conn (use maxClientConnections), peer_id, pidfile, pool_mode (use mode), server_tls_*, server_login_retry, service_name, so_reuseport, stats_users, syslog*, unix_socket_*, user"
-	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].matches('^[^\\x00-\\x1f\\x7f\"%]*$'))",message="pooler parameter values are one line, without control characters, double quotes or percent signs"
 	// +optional
 	Parameters map[string]string `json:"parameters,omitempty"`
 

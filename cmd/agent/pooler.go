@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -41,6 +42,7 @@ func runPooler(args []string) error {
 	fs.StringVar(&o.PgBouncer, "pgbouncer", "", "PgBouncer's program (default: pgbouncer on PATH, else /usr/sbin/pgbouncer).")
 	fs.DurationVar(&o.Linger, "linger", 5*time.Second, "How long a stopping pooler keeps serving, not ready, while the Services drop it.")
 	fs.DurationVar(&o.StopTimeout, "stop-timeout", 20*time.Second, "How long PgBouncer's safe shutdown may wait for the transactions in flight.")
+	peers := fs.String("peers", "", "pod=host,... overrides for reaching the instances (tests); default <pod>.<headless Service>.<namespace>.svc.")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for reading the primary Lease; in-cluster config when empty.")
 	zopts := logging.Options()
 	zopts.BindFlags(fs)
@@ -78,6 +80,15 @@ func runPooler(args []string) error {
 	restCfg.Timeout = 10 * time.Second
 	if o.Kube, err = kubernetes.NewForConfig(restCfg); err != nil {
 		return err
+	}
+	if *peers != "" {
+		hosts := map[string]string{}
+		for _, kv := range strings.Split(*peers, ",") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				hosts[k] = v
+			}
+		}
+		o.Address = func(pod string) string { return hosts[pod] }
 	}
 	o.Credentials = &agentapi.MountedCredentials{Dir: *authDir}
 	o.Registry = prometheus.NewRegistry()

@@ -138,7 +138,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	if o.Registry != nil {
-		o.Registry.MustRegister(p.collector())
+		o.Registry.MustRegister(p.collector(), NewCollector(bouncer.Dial, CollectorTimeout, log.WithName("metrics")))
 	}
 	apiDone := make(chan error, 1)
 	go func() { apiDone <- p.serveAPI(runCtx) }()

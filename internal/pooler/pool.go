@@ -103,11 +103,16 @@ func (b *Bouncer) Current() pgbouncer.Config {
 // Reload makes PgBouncer read its files again: its certificates, once renewed.
 func (b *Bouncer) Reload(ctx context.Context) error { return b.admin(ctx, (*pgbouncer.Admin).Reload) }
 
-func (b *Bouncer) admin(ctx context.Context, cmd func(*pgbouncer.Admin, context.Context) error) error {
+// Dial opens a session on PgBouncer's admin console.
+func (b *Bouncer) Dial(ctx context.Context) (*pgbouncer.Admin, error) {
 	b.mu.Lock()
 	socket, port, user := b.Config.SocketDir, b.Config.ListenPort, b.Config.Admin
 	b.mu.Unlock()
-	a, err := pgbouncer.Dial(ctx, socket, port, user, b.AdminPassword)
+	return pgbouncer.Dial(ctx, socket, port, user, b.AdminPassword)
+}
+
+func (b *Bouncer) admin(ctx context.Context, cmd func(*pgbouncer.Admin, context.Context) error) error {
+	a, err := b.Dial(ctx)
 	if err != nil {
 		return err
 	}

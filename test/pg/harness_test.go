@@ -172,6 +172,7 @@ func run(m *testing.M) int {
 	// on PostgresCluster objects only, so the tests that drive agents through bare
 	// Leases are left alone.
 	os.Setenv("RELATED_IMAGE_AGENT", "pgpilot:pg-tests")
+	os.Setenv("RELATED_IMAGE_PGBOUNCER", "pgbouncer:pg-tests")
 	ctrl.SetLogger(logr.Discard()) // the agents' logs are what these tests show
 	klog.SetLogger(logr.Discard())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -221,6 +222,9 @@ type cluster struct {
 	customQueries string
 	// operatorLog is the log of the cluster's operator (operated clusters).
 	operatorLog *bytes.Buffer
+	// poolers are the pooler agents' addresses (host:port) a handover asks to pause;
+	// "" for none.
+	poolers string
 
 	mu sync.Mutex
 	// revision labels the pods the kubelet stand-in creates, as the StatefulSet
@@ -426,7 +430,7 @@ func (in *instance) start() {
 		"--config", filepath.Join(in.c.dir, "config.json"), "--secrets", filepath.Join(in.c.dir, "secrets"),
 		"--api-address", in.ip+":8008", "--auth", filepath.Join(in.c.dir, "auth"), "--tls", in.c.tlsDir(),
 		"--peers", cmp.Or(in.peers, in.c.peers()), "--kubeconfig", filepath.Join(in.dir, "kubeconfig"), "--shutdown-timeout", "20s",
-		"--lease-probe", "500ms", "--linger", "0s", "--custom-queries", in.c.customQueries)
+		"--lease-probe", "500ms", "--linger", "0s", "--custom-queries", in.c.customQueries, "--poolers", in.c.poolers)
 	in.cmd.Stdout, in.cmd.Stderr = syncWriter(in.log), syncWriter(in.log)
 	in.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: pgUID, Gid: pgGID}, Pdeathsig: syscall.SIGKILL}
 	in.cmd.Env = append(os.Environ(), "HOME="+in.dir, "LC_ALL=C.UTF-8")
