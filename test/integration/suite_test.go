@@ -60,6 +60,7 @@ func run(m *testing.M) int {
 	// The Deployment sets these from config/manager; the tests leave the PostgreSQL
 	// images unset so the chart's pinned defaults are used.
 	os.Setenv("RELATED_IMAGE_AGENT", agentImage)
+	os.Setenv("RELATED_IMAGE_PGBOUNCER", poolerImage)
 	// As the downward API sets it in the operator's pod.
 	os.Setenv(managerflags.PodNamespaceEnv, devenv.OperatorNamespace)
 	env, err = devenv.StartControlPlane(repoRoot, filepath.Join(repoRoot, "test", "testdata", "crds"))
