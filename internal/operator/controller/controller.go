@@ -44,7 +44,7 @@ import (
 // watched are the kinds the controllers watch.
 var watched = []client.Object{
 	&dbv1.PostgresCluster{}, &dbv1.PostgresBackup{}, &corev1.Pod{}, &corev1.Secret{}, &corev1.ConfigMap{},
-	&coordinationv1.Lease{}, &appsv1.StatefulSet{}, &corev1.PersistentVolumeClaim{},
+	&coordinationv1.Lease{}, &appsv1.StatefulSet{}, &corev1.PersistentVolumeClaim{}, &appsv1.Deployment{},
 }
 
 // warmCaches starts the informers of every watched kind in every replica, the standbys'
