@@ -160,3 +160,24 @@ func TestKubectlArguments(t *testing.T) {
 		t.Errorf("kubectl flags (-want +got):\n%s", diff)
 	}
 }
+
+// A cluster with a pooler says where clients connect and how many pooler pods serve.
+func TestStatusShowsThePooler(t *testing.T) {
+	o := observed()
+	var out bytes.Buffer
+	if err := printStatus(&out, Summarize(o), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "Pooler:") {
+		t.Errorf("a pooler shown without spec.pooler:\n%s", out.String())
+	}
+	o.Cluster.Spec.Pooler = &dbv1.PoolerSpec{Instances: 2}
+	o.Cluster.Status.Pooler = &dbv1.PoolerStatus{Instances: 2, ReadyInstances: 1, Message: "1 of 2 pooler pods are ready"}
+	out.Reset()
+	if err := printStatus(&out, Summarize(o), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Pooler:        db-pooler-rw, 1 of 2 pods ready (1 of 2 pooler pods are ready)\n"; !strings.Contains(out.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, out.String())
+	}
+}

@@ -38,6 +38,15 @@ type Status struct {
 	Conditions []dbv1.Condition         `json:"conditions,omitempty"`
 	// ReplicationError says why the primary could not be asked about its standbys.
 	ReplicationError string `json:"replicationError,omitempty"`
+	// Pooler is status.pooler (spec.pooler), with its Service; nil without one.
+	Pooler *Pooler `json:"pooler,omitempty"`
+}
+
+// Pooler is the cluster's pooler as its status reports it.
+type Pooler struct {
+	dbv1.PoolerStatus
+	// Service is where clients connect: <name>-pooler-rw.
+	Service string `json:"service"`
 }
 
 // Instance is one instance pod.
@@ -195,6 +204,12 @@ func Summarize(o Observed) Status {
 		}
 		st.Instances = append(st.Instances, in)
 	}
+	if c.Spec.Pooler != nil {
+		st.Pooler = &Pooler{Service: c.Names().PoolerReadWrite()}
+		if p := c.Status.Pooler; p != nil {
+			st.Pooler.PoolerStatus = *p
+		}
+	}
 	for _, b := range o.Backups {
 		st.Backups[b.Status.Phase]++
 		if b.Status.Phase != dbv1.BackupCompleted || b.Status.StoppedAt == nil {
@@ -243,6 +258,13 @@ func printStatus(w io.Writer, st Status, now time.Time) error {
 		st.Backups[dbv1.BackupRunning]+st.Backups[dbv1.BackupPending])
 	if st.ReplicationError != "" {
 		fmt.Fprintf(w, "Replication:   unknown (%s)\n", st.ReplicationError)
+	}
+	if p := st.Pooler; p != nil {
+		fmt.Fprintf(w, "Pooler:        %s, %d of %d pods ready", p.Service, p.ReadyInstances, p.Instances)
+		if p.Message != "" {
+			fmt.Fprintf(w, " (%s)", p.Message)
+		}
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
