@@ -200,7 +200,7 @@ e2e-monitoring: $(PROMETHEUS) ## The monitoring proof on a fresh local cluster: 
 	@E2E_TAGS=monitoring E2E_RUN='^TestMonitoring$$' bash hack/e2e/run.sh
 
 .PHONY: chaos
-chaos: ## Run the fault suite on a fresh local cluster: every fault on the primary, async, sync and sync-local, CHAOS_ROUNDS (3) each (CHAOS_FAULTS=regexp, CHAOS_MODES=regexp, CHAOS_KEEP=1).
+chaos: ## Run the fault suite on a fresh local cluster: every fault on the primary, in every mode (async, async-budget, sync, sync-local, async-pooler, sync-pooler), CHAOS_ROUNDS (3) each (CHAOS_FAULTS=regexp, CHAOS_MODES=regexp, CHAOS_KEEP=1).
 	@bash hack/chaos/run.sh
 
 .PHONY: chaos-short

@@ -43,9 +43,20 @@ type mode struct {
 	localCommit bool
 	// lossBudget is spec.postgresql.lossBudget in bytes; 0 leaves it unset.
 	lossBudget int64
+	// pooler: the cluster has spec.pooler, and the writers go through <name>-pooler-rw
+	// (PgBouncer, transaction pooling) instead of -rw; the probe still asks every
+	// instance directly.
+	pooler bool
 }
 
-var modes = []mode{{"async", 0, false, 0}, {"async-budget", 0, false, lossBudget}, {"sync", 1, false, 0}, {"sync-local", 1, true, 0}}
+var modes = []mode{
+	{name: "async"},
+	{name: "async-budget", lossBudget: lossBudget},
+	{name: "sync", synchronousReplicas: 1},
+	{name: "sync-local", synchronousReplicas: 1, localCommit: true},
+	{name: "async-pooler", pooler: true},
+	{name: "sync-pooler", synchronousReplicas: 1, pooler: true},
+}
 
 // lossBudget is the async-budget mode's spec.postgresql.lossBudget: small enough that
 // a primary cut from its standbys but not from its clients, which loses every commit
@@ -69,6 +80,8 @@ type cluster struct {
 	// rw is the connection to the -rw Service as the application owner; app the same
 	// settings, for a pod's own address.
 	rw *pgx.ConnConfig
+	// pooled is the connection to the -pooler-rw Service (pooler modes), nil otherwise.
+	pooled *pgx.ConnConfig
 
 	// nextID is the first id of the next round's writer; history holds every attempt
 	// on this cluster's table so far, and lost the acknowledged ids already reported
@@ -102,6 +115,11 @@ func newCluster(t testing.TB, m mode, gen int) *cluster {
 	if m.lossBudget > 0 {
 		pgc.Spec.PostgreSQL.LossBudget = resource.NewQuantity(m.lossBudget, resource.BinarySI)
 	}
+	if m.pooler {
+		// One pod: the faults hit the instances, not the pooler; query_wait_timeout
+		// bounds how long a writer's statement waits for a primary.
+		pgc.Spec.Pooler = &dbv1.PoolerSpec{Instances: 1, Parameters: map[string]string{"query_wait_timeout": "30"}}
+	}
 	if err := k8s.Create(ctx, pgc); err != nil {
 		t.Fatal(err)
 	}
@@ -111,8 +129,23 @@ func newCluster(t testing.TB, m mode, gen int) *cluster {
 		t.Fatalf("cluster %s/%s not Healthy with every replica streaming: %v", c.ns, c.name, err)
 	}
 	var err error
-	if c.rw, err = c.connConfig(ctx); err != nil {
+	if c.rw, err = c.connConfig(ctx, dbv1.NamesOf(c.name).ReadWriteService()); err != nil {
 		t.Fatal(err)
+	}
+	if m.pooler {
+		testutil.Eventually(t, 5*time.Minute, func() error {
+			pgc, err := c.get(ctx)
+			if err != nil {
+				return err
+			}
+			if p := pgc.Status.Pooler; p == nil || p.ReadyInstances < 1 {
+				return fmt.Errorf("status.pooler %+v", p)
+			}
+			return nil
+		})
+		if c.pooled, err = c.connConfig(ctx, dbv1.NamesOf(c.name).PoolerReadWrite()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, sql := range []string{
 		"CREATE TABLE acked (id bigint PRIMARY KEY)",
@@ -269,9 +302,9 @@ func (c *cluster) renewBackOff(ctx context.Context) ([]string, error) {
 // connConfig returns the settings of a connection as the application owner to the -rw
 // Service, by its cluster IP (the suite runs in the node's network namespace, where
 // kube-proxy routes it).
-func (c *cluster) connConfig(ctx context.Context) (*pgx.ConnConfig, error) {
+func (c *cluster) connConfig(ctx context.Context, service string) (*pgx.ConnConfig, error) {
 	var s corev1.Service
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: dbv1.NamesOf(c.name).ReadWriteService()}, &s); err != nil {
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: service}, &s); err != nil {
 		return nil, err
 	}
 	var secret corev1.Secret
@@ -294,8 +327,32 @@ func (c *cluster) at(host string) *pgx.ConnConfig {
 	return cfg
 }
 
-// rwTarget is the writer's endpoint: the -rw Service.
-func (c *cluster) rwTarget(context.Context) (*pgx.ConnConfig, error) { return c.rw, nil }
+// rwTarget is the writer's endpoint: the -rw Service, or the -pooler-rw Service in a
+// pooler mode.
+func (c *cluster) rwTarget(context.Context) (*pgx.ConnConfig, error) {
+	if c.pooled != nil {
+		return c.pooled, nil
+	}
+	return c.rw, nil
+}
+
+// poolerIPs are the addresses of the cluster's pooler pods (none without a pooler).
+func (c *cluster) poolerIPs(ctx context.Context) ([]string, error) {
+	if c.pooled == nil {
+		return nil, nil
+	}
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace(c.ns), client.MatchingLabels{"db.example.com/pooler": c.name}); err != nil {
+		return nil, err
+	}
+	var ips []string
+	for _, p := range pods.Items {
+		if p.Status.PodIP != "" {
+			ips = append(ips, p.Status.PodIP)
+		}
+	}
+	return ips, nil
+}
 
 // probeTargets lists every instance pod that has an address.
 func (c *cluster) probeTargets(ctx context.Context) ([]testutil.ProbeTarget, error) {

@@ -383,7 +383,8 @@ func bulkKill(ctx context.Context, f *faulting) error {
 // runs in the node's network namespace, so its writers and probe reach the pod from
 // the node: directly (the probe, from the bridge's address) and through the -rw
 // Service (the writers, from the address the Service's route gives, masqueraded or
-// not by kube-proxy). The API server (on the node, but on its own port), the peers and
+// not by kube-proxy), and in a pooler mode from the pooler's pods. The API server (on
+// the node, but on its own port), the peers and
 // the operator (pods) are cut: the primary loses its Lease confirmation and its
 // standbys while clients still reach it, so what it acknowledges then is seen.
 func reachableCut(ctx context.Context, f *faulting) error {
@@ -394,6 +395,12 @@ func reachableCut(ctx context.Context, f *faulting) error {
 	if err != nil {
 		return err
 	}
+	// Through a pooler, the clients of the primary are the pooler's pods.
+	poolers, err := f.c.poolerIPs(ctx)
+	if err != nil {
+		return err
+	}
+	sources = append(sources, poolers...)
 	f.logf("clients of %s reach it from %v", f.primary.Name, sources)
 	// Inserted one by one at the head of their chain: the last inserted comes first, so
 	// the DROPs go in first and the exceptions after them.
