@@ -186,6 +186,9 @@ func bouncerConfig(o Options, cluster clusterconfig.Config) pgbouncer.Config {
 	}
 	if o.TLSDir != "" {
 		cfg.CertFile, cfg.KeyFile = filepath.Join(o.TLSDir, "tls.crt"), filepath.Join(o.TLSDir, "tls.key")
+		// The CA that issued the pooler's certificate, the cluster's: PgBouncer needs
+		// one for clients' certificates, and the image has no system bundle.
+		cfg.ClientCAFile = filepath.Join(o.TLSDir, "ca.crt")
 	}
 	if o.ClientTLSDir != "" {
 		cfg.ServerCertFile, cfg.ServerKeyFile = filepath.Join(o.ClientTLSDir, "tls.crt"), filepath.Join(o.ClientTLSDir, "tls.key")

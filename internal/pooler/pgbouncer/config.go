@@ -51,6 +51,12 @@ type Config struct {
 	// TLS: the pooler's own certificate and key, which clients see, and the CA that
 	// signed the instances' certificates, which PgBouncer verifies.
 	CertFile, KeyFile, CAFile string
+	// ClientCAFile is client_tls_ca_file: the CA a client's certificate is verified
+	// with when a client presents one (client_tls_sslmode require asks for none), the
+	// cluster's. Without it PgBouncer loads the system's CA bundle at its start, and
+	// refuses to start where there is none ("TLS setup failed: failed to load CA"), as
+	// in the pooler's image.
+	ClientCAFile string
 	// ServerCertFile and ServerKeyFile are the client certificate PgBouncer presents to
 	// the server: AuthUser logs in with it (pg_hba.conf's cert method), without a
 	// password. Other users' logins ignore it (SCRAM).
@@ -113,6 +119,9 @@ func (c Config) Render() (string, error) {
 		set("client_tls_sslmode", "require")
 		set("client_tls_cert_file", c.CertFile)
 		set("client_tls_key_file", c.KeyFile)
+		if c.ClientCAFile != "" {
+			set("client_tls_ca_file", c.ClientCAFile)
+		}
 	}
 	switch {
 	case c.ServerSSLMode != "":

@@ -9,7 +9,7 @@ func TestRender(t *testing.T) {
 	c := Config{ListenPort: 5432, SocketDir: "/run/pgbouncer", AuthFile: "/run/pgbouncer/users.txt", HBAFile: "/run/pgbouncer/hba.conf",
 		Server: "my-db-1.my-db-headless.ns.svc", Port: 5432, AuthUser: "pgpilot_pooler", AuthQuery: "SELECT usename, passwd FROM f($1)",
 		Admin: "pgpilot_admin", Mode: Transaction, PoolSize: 20, MaxClients: 1000,
-		CertFile: "/tls/tls.crt", KeyFile: "/tls/tls.key", CAFile: "/tls/ca.crt",
+		CertFile: "/tls/tls.crt", KeyFile: "/tls/tls.key", CAFile: "/tls/ca.crt", ClientCAFile: "/pooler-tls/ca.crt",
 		Parameters: map[string]string{"query_wait_timeout": "60"}}
 	text, err := c.Render()
 	if err != nil {
@@ -19,7 +19,8 @@ func TestRender(t *testing.T) {
 		"* = host=my-db-1.my-db-headless.ns.svc port=5432 auth_user=pgpilot_pooler\n",
 		"auth_type = hba\n", "auth_hba_file = /run/pgbouncer/hba.conf\n", "auth_query = SELECT usename, passwd FROM f($1)\n",
 		"pool_mode = transaction\n", "server_login_retry = 1\n", "default_pool_size = 20\n", "max_client_conn = 1000\n",
-		"client_tls_sslmode = require\n", "server_tls_sslmode = verify-full\n", "server_tls_ca_file = /tls/ca.crt\n",
+		"client_tls_sslmode = require\n", "client_tls_ca_file = /pooler-tls/ca.crt\n",
+		"server_tls_sslmode = verify-full\n", "server_tls_ca_file = /tls/ca.crt\n",
 		"query_wait_timeout = 60\n",
 	} {
 		if !strings.Contains(text, want) {
