@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -847,6 +848,9 @@ type apiProxy struct {
 	mu     sync.Mutex
 	cut    bool
 	conns  map[net.Conn]bool
+	// delay holds back every answer of the API server this long (setDelay): a slow
+	// API server, whose watch events and renewals both come late.
+	delay atomic.Int64
 }
 
 func newAPIProxy(t testing.TB, target string) *apiProxy {
@@ -888,7 +892,7 @@ func (p *apiProxy) serve(c net.Conn) {
 	p.mu.Unlock()
 	done := make(chan struct{}, 2)
 	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, delayed{up, &p.delay}); done <- struct{}{} }()
 	<-done
 	c.Close()
 	up.Close()
@@ -896,6 +900,23 @@ func (p *apiProxy) serve(c net.Conn) {
 	delete(p.conns, c)
 	delete(p.conns, up)
 	p.mu.Unlock()
+}
+
+// setDelay holds back the API server's answers to the agent by d (0: none).
+func (p *apiProxy) setDelay(d time.Duration) { p.delay.Store(int64(d)) }
+
+// delayed is a reader whose every read returns what it read after a delay.
+type delayed struct {
+	r     io.Reader
+	delay *atomic.Int64
+}
+
+func (d delayed) Read(b []byte) (int, error) {
+	n, err := d.r.Read(b)
+	if wait := time.Duration(d.delay.Load()); n > 0 && wait > 0 {
+		time.Sleep(wait)
+	}
+	return n, err
 }
 
 // setCut cuts (true) or restores (false) the agent's way to the API server.

@@ -2,6 +2,7 @@ package pg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -256,4 +257,69 @@ func TestSynchronousCommitOverridesAreReset(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A standby promoted before its Lease is confirmed lets no client in until it is. Here
+// the API server is slow for the standby (every answer comes late): its first renewal
+// after the promotion is answered a while after pg_promote. Until the agent reports the
+// Lease confirmed, every login is refused, the application's as a pooler's would be
+// (the pooler takes a login as a sign the primary accepts writes); then they succeed.
+// Before, pg_promote left the standby's pg_hba.conf in force, which let clients in
+// with their commits held by the commit gate alone.
+func TestPromotedPrimaryLetsNoClientInBeforeItsLeaseIsConfirmed(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 2)
+	c.startAll()
+	p, s := c.instances[0], c.instances[1]
+	s.waitRole(agentapi.RoleReplica, 1, upTimeout)
+	p.kill9()
+	s.proxy.setDelay(300 * time.Millisecond)
+	c.setLease(s.pod, true)
+	login := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		conn, err := s.conn(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.Background())
+		var recovery bool
+		if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovery); err != nil {
+			return err
+		}
+		if !recovery {
+			return nil
+		}
+		return errors.New("still in recovery")
+	}
+	unconfirmedPrimary := func() (bool, error) {
+		st, err := s.status()
+		if err != nil {
+			return false, err
+		}
+		return st.Role == agentapi.RolePrimary && (st.Confirmation == nil || !st.Confirmation.Valid), nil
+	}
+	refused, deadline := 0, time.Now().Add(time.Minute)
+	for ; time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		before, err := unconfirmedPrimary()
+		if err != nil || !before {
+			if st, err := s.status(); err == nil && st.Role == agentapi.RolePrimary {
+				break // confirmed
+			}
+			continue
+		}
+		err = login()
+		if after, _ := unconfirmedPrimary(); err == nil && after {
+			t.Fatalf("a client logged in to %s and found it out of recovery before its Lease was confirmed", s.pod)
+		}
+		if err != nil {
+			refused++
+		}
+	}
+	s.proxy.setDelay(0)
+	testutil.Eventually(t, 30*time.Second, login)
+	t.Logf("%d logins refused while %s was promoted and its Lease not yet confirmed; let in once it was", refused, s.pod)
+	if refused == 0 {
+		t.Errorf("no login was tried while %s was an unconfirmed primary: the test saw no such moment", s.pod)
+	}
 }

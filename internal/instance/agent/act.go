@@ -584,7 +584,7 @@ func (a *Agent) promote(ctx context.Context, view LeaseView) error {
 	promoted = true
 	promoteTook := time.Since(start) - ruleTook
 	// pgconf.Recovery ended: the configuration must not make it a standby at its next start.
-	if err := a.writeConfig(a.confInput(pgconf.AsPrimary, "")); err != nil {
+	if err := a.writeConfigAsPrimary(ctx); err != nil {
 		return err
 	}
 	a.startGate()
@@ -601,6 +601,25 @@ func (a *Agent) promote(ctx context.Context, view LeaseView) error {
 	return a.maintainPrimary(ctx)
 }
 
+// writeConfigAsPrimary writes a just-promoted instance's configuration as a primary's
+// and has postgres load its pg_hba.conf at once. A standby's pg_hba.conf lets clients
+// in (it serves reads); a primary whose Lease is not confirmed yet must not, and the
+// file written says so, but the guard (lockout.go) reloads only when it writes a change,
+// and it would find none: clients, a pooler's probe among them, could log in to a
+// primary that may not acknowledge until its Lease is confirmed. The sessions the
+// standby had are ended by the guard's next sweep.
+func (a *Agent) writeConfigAsPrimary(ctx context.Context) error {
+	if err := a.writeConfig(a.confInput(pgconf.AsPrimary, "")); err != nil {
+		return err
+	}
+	if err := a.db.Reload(ctx); err != nil {
+		// The guard's next write then reloads whatever it finds.
+		a.pg.ForgetHBA()
+		a.log.Error(err, "Reloading pg_hba.conf after the promotion")
+	}
+	return nil
+}
+
 // promoteOnto promotes the running standby onto the timeline the Lease reserved for
 // view's term (prepareTimeline) and returns it.
 func (a *Agent) promoteOnto(ctx context.Context, view LeaseView) (int64, error) {
@@ -608,7 +627,17 @@ func (a *Agent) promoteOnto(ctx context.Context, view LeaseView) (int64, error) 
 	if err != nil {
 		return 0, err
 	}
+	// A standby's pg_hba.conf lets clients in (it serves reads). Once promoted it may
+	// acknowledge nothing until its Lease is confirmed (I1), and a client that set
+	// synchronous_commit = local commits without the gate: unless the Lease is
+	// confirmed already, clients are locked out before pg_promote, and the guard keeps
+	// them out until it is (promoting makes it see a primary).
+	a.promoting.Store(true)
+	if !a.allowed() {
+		a.lockOut(ctx, "promoting before the primary Lease is confirmed")
+	}
 	if err := a.db.Promote(ctx); err != nil {
+		a.promoting.Store(false)
 		return 0, fmt.Errorf("promoting: %w", err)
 	}
 	if chose, err := a.db.CurrentTimeline(ctx); err == nil && chose != timeline {
@@ -650,7 +679,7 @@ func (a *Agent) startFormerStandby(ctx context.Context, view LeaseView) error {
 		return err
 	}
 	a.log.Info("Promoted", "timeline", timeline)
-	if err := a.writeConfig(a.confInput(pgconf.AsPrimary, "")); err != nil {
+	if err := a.writeConfigAsPrimary(ctx); err != nil {
 		return err
 	}
 	a.checkpointAfterPromotion()

@@ -59,6 +59,9 @@ type Agent struct {
 	// handingOver and fencedNow close the commit gate at once; the gate reads them on
 	// every reply, without the lock.
 	handingOver atomic.Bool
+	// promoting is set from just before pg_promote until the role is set after it: the
+	// guard (lockout.go) then treats the instance as the primary it is becoming.
+	promoting atomic.Bool
 	fencedNow   atomic.Bool
 	// lossLimit is how far the commit gate may confirm WAL (lossbudget.go).
 	lossLimit atomic.Uint64
@@ -298,6 +301,7 @@ func (a *Agent) setState(p *postgres.Process, role, upstream string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.proc, a.role, a.upstream = p, role, upstream
+	a.promoting.Store(false)
 	if role == agentapi.RolePrimary && (a.primarySince.IsZero() || a.primaryTerm != term) {
 		a.primarySince, a.primaryTerm, a.primaryReady = time.Now(), term, false
 	}

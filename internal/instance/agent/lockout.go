@@ -49,7 +49,7 @@ func (a *Agent) guardPrimary(ctx context.Context) {
 		switch {
 		case !running:
 			// A stopped postgres gets its pg_hba.conf from its next start (confInput).
-		case role == agentapi.RolePrimary && !a.allowed():
+		case (role == agentapi.RolePrimary || a.promoting.Load()) && !a.allowed():
 			a.lockOut(ctx, "the primary Lease is not confirmed")
 		case role == agentapi.RolePrimary || role == agentapi.RoleReplica:
 			a.letIn(ctx)
