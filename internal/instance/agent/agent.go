@@ -62,7 +62,7 @@ type Agent struct {
 	// promoting is set from just before pg_promote until the role is set after it: the
 	// guard (lockout.go) then treats the instance as the primary it is becoming.
 	promoting atomic.Bool
-	fencedNow   atomic.Bool
+	fencedNow atomic.Bool
 	// lossLimit is how far the commit gate may confirm WAL (lossbudget.go).
 	lossLimit atomic.Uint64
 	// gateImpostors counts the walsenders that took the gate's name, terminated.
