@@ -112,6 +112,7 @@ func Run(ctx context.Context, o Options) error {
 		address = func(pod string) string { return pod + "." + cluster.Services.Headless + "." + o.Namespace + ".svc" }
 	}
 	bouncer := &Bouncer{Config: cfg, Ini: ini, AdminPassword: password, PauseTimeout: 2 * time.Second, Address: address}
+	bouncer.Written(text)
 
 	cmd := exec.Command(o.PgBouncer, ini)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -218,9 +219,10 @@ type poolerAgent struct {
 	log      logr.Logger
 
 	mu sync.Mutex
-	// serving: not stopping. ready: the admin console answered at the last check.
-	serving, ready bool
-	checked        time.Time
+	// serving: not stopping. ready: the admin console answered at the last check;
+	// answered, when it last did.
+	serving, ready    bool
+	checked, answered time.Time
 }
 
 // probe is how the follower finds the holder accepting writes: a session as the lookup
@@ -270,6 +272,21 @@ func (p *poolerAgent) setReady(ready bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.ready, p.checked = ready, time.Now()
+	if ready {
+		p.answered = p.checked
+	}
+}
+
+// unanswered is how long a stuck PgBouncer may leave its admin console unanswered
+// before the liveness probe fails and the kubelet restarts the container.
+const unanswered = 30 * time.Second
+
+// Live says whether PgBouncer answered its admin console within unanswered (the
+// readiness probe asks every 2 s).
+func (p *poolerAgent) Live() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.serving || time.Since(p.answered) < unanswered
 }
 
 // Ready says whether clients should be sent here: not stopping, and the admin console
@@ -291,12 +308,12 @@ func (p *poolerAgent) Ready(ctx context.Context) bool {
 	return err == nil
 }
 
-// watchFiles applies changes of config.json's pooler settings and of the certificates
-// (a renewal): the configuration written again and reloaded.
+// watchFiles applies changes of config.json's pooler settings (the configuration
+// written again and reloaded, when it renders otherwise) and of the certificates (a
+// renewal: reloaded). A change that could not be applied is tried again.
 func (p *poolerAgent) watchFiles(ctx context.Context, configFile string) {
 	cfg := p.bouncer.Current()
-	files := []string{configFile, cfg.CertFile, cfg.ServerCertFile, cfg.CAFile}
-	stamps := func() string {
+	stamps := func(files ...string) string {
 		s := ""
 		for _, f := range files {
 			if f == "" {
@@ -308,32 +325,49 @@ func (p *poolerAgent) watchFiles(ctx context.Context, configFile string) {
 		}
 		return s
 	}
-	last := stamps()
+	certs := []string{cfg.CertFile, cfg.ServerCertFile, cfg.CAFile, cfg.ClientCAFile}
+	lastConfig, lastCerts := stamps(configFile), stamps(certs...)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(2 * time.Second):
 		}
-		now := stamps()
-		if now == last {
-			continue
+		if now := stamps(configFile); now != lastConfig {
+			if err := p.applySettings(ctx, configFile); err != nil {
+				p.log.Error(err, "Could not apply the pooler's new settings; trying again")
+			} else {
+				lastConfig = now
+			}
 		}
-		cluster, err := clusterconfig.Load(configFile)
-		if err != nil || cluster.Pooler == nil {
-			p.log.Info("Cannot read the pooler's settings; keeping the running ones", "file", configFile, "error", fmt.Sprint(err))
-			last = now
-			continue
+		if now := stamps(certs...); now != lastCerts {
+			if err := p.bouncer.Reload(ctx); err != nil {
+				p.log.Error(err, "Could not reload PgBouncer's renewed certificates; trying again")
+			} else {
+				p.log.Info("Reloaded PgBouncer's certificates")
+				lastCerts = now
+			}
 		}
-		err = p.bouncer.Configure(ctx, func(c *pgbouncer.Config) { settings(c, cluster.Pooler) })
-		if err != nil {
-			p.log.Error(err, "Could not apply the pooler's new settings")
-		} else {
-			p.log.Info("Applied the pooler's settings and certificates", "mode", cluster.Pooler.Mode,
-				"poolSize", cluster.Pooler.PoolSize, "maxClientConnections", cluster.Pooler.MaxClientConnections)
-		}
-		last = now
 	}
+}
+
+// applySettings writes config.json's pooler settings into pgbouncer.ini and reloads it
+// when they change it.
+func (p *poolerAgent) applySettings(ctx context.Context, configFile string) error {
+	cluster, err := clusterconfig.Load(configFile)
+	if err != nil {
+		return err
+	}
+	if cluster.Pooler == nil {
+		// spec.pooler removed: the chart removes this pod; the settings stay.
+		return nil
+	}
+	if err := p.bouncer.Configure(ctx, func(c *pgbouncer.Config) { settings(c, cluster.Pooler) }); err != nil {
+		return err
+	}
+	p.log.Info("The pooler's settings are in force", "mode", cluster.Pooler.Mode,
+		"poolSize", cluster.Pooler.PoolSize, "maxClientConnections", cluster.Pooler.MaxClientConnections)
+	return nil
 }
 
 // shutdown stops a pooler whose pod is deleted: not ready at once, so that the

@@ -20,7 +20,7 @@ import (
 
 // serveAPI serves the pooler agent's HTTPS API until ctx ends:
 //
-//	GET  /healthz  the agent runs (the liveness probe; no token)
+//	GET  /healthz  PgBouncer answered within 30 s (the liveness probe; no token)
 //	GET  /readyz   PgBouncer answers and the pod is not stopping (readiness; no token)
 //	POST /pause    hold queries while a primary hands over (the agents' peer token)
 //	GET  /status   agentapi.PoolerStatus (the operator's or a peer's token)
@@ -38,7 +38,13 @@ func (p *poolerAgent) serveAPI(ctx context.Context) error {
 		}
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !p.Live() {
+			http.Error(w, "PgBouncer has not answered its admin console for "+unanswered.String(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !p.Ready(r.Context()) {
 			http.Error(w, "not ready: PgBouncer does not answer, or the pod is stopping", http.StatusServiceUnavailable)

@@ -89,8 +89,10 @@ type Follower struct {
 	Changed <-chan struct{}
 	Log     logr.Logger
 
-	// once serialises Once: the Lease's changes, the period and Hold all take steps.
-	once  sync.Mutex
+	// turn serialises Once (the Lease's changes, the period and Hold all take steps),
+	// waited for under the caller's context: a pause asked for must not wait behind a
+	// step stuck on PgBouncer for longer than its asker does.
+	turn  chan struct{}
 	mu    sync.Mutex
 	state State
 	hold  hold
@@ -145,8 +147,10 @@ const waitPeriod = 50 * time.Millisecond
 // Once reads the Lease and takes the steps it calls for, until none is left or one
 // fails (the next call tries again).
 func (f *Follower) Once(ctx context.Context) {
-	f.once.Lock()
-	defer f.once.Unlock()
+	if !f.takeTurn(ctx) {
+		return
+	}
+	defer func() { <-f.turn }()
 	rec, err := f.Lease(ctx)
 	if err != nil {
 		f.Log.Info("Cannot read the primary Lease", "error", err.Error())
@@ -169,6 +173,22 @@ func (f *Follower) Once(ctx context.Context) {
 			f.Log.Info("Could not follow the primary Lease yet", "step", step.Why, "error", err.Error())
 			return
 		}
+	}
+}
+
+// takeTurn waits for Once's turn until ctx ends; false when it ended first.
+func (f *Follower) takeTurn(ctx context.Context) bool {
+	f.mu.Lock()
+	if f.turn == nil {
+		f.turn = make(chan struct{}, 1)
+	}
+	turn := f.turn
+	f.mu.Unlock()
+	select {
+	case turn <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

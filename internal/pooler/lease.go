@@ -55,12 +55,14 @@ func (w *LeaseWatch) Changed() <-chan struct{} { return w.changed }
 // Run follows the Lease until ctx ends.
 func (w *LeaseWatch) Run(ctx context.Context) {
 	for ctx.Err() == nil {
+		wait := 100 * time.Millisecond // a watch that ended: a new one, not at once
 		if err := w.follow(ctx); err != nil && ctx.Err() == nil {
 			w.log.Info("Cannot follow the primary Lease; retrying", "error", err.Error())
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
+			wait = time.Second
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
 		}
 	}
 }

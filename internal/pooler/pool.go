@@ -35,7 +35,14 @@ type Bouncer struct {
 
 	// mu serialises the configuration's changes: a move and a change of settings.
 	mu sync.Mutex
+	// rendered is the file as last written (Written); written, whether it was.
+	rendered string
+	written  bool
 }
+
+// adminTimeout bounds a session on the admin console and each command but PAUSE
+// (PauseTimeout): a PgBouncer that stopped answering must not hold the follower.
+const adminTimeout = 5 * time.Second
 
 // Pause implements Pool.
 func (b *Bouncer) Pause(ctx context.Context) error {
@@ -70,27 +77,40 @@ func (b *Bouncer) Point(ctx context.Context, pod string) error {
 // Configure changes the configuration with change, writes it whole (a rename) and
 // reloads it; a configuration that does not render is refused and the file left.
 // Config is read under the same lock: read it through Current once PgBouncer runs.
+// A configuration that renders as the one in force is neither written nor reloaded: a
+// RELOAD may recycle PgBouncer's server connections.
 func (b *Bouncer) Configure(ctx context.Context, change func(*pgbouncer.Config)) error {
-	if err := b.write(change); err != nil {
+	changed, err := b.write(change)
+	if err != nil || !changed {
 		return err
 	}
 	return b.admin(ctx, (*pgbouncer.Admin).Reload)
 }
 
-func (b *Bouncer) write(change func(*pgbouncer.Config)) error {
+func (b *Bouncer) write(change func(*pgbouncer.Config)) (bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	cfg := b.Config
 	change(&cfg)
 	text, err := cfg.Render()
 	if err != nil {
-		return err
+		return false, err
+	}
+	if b.written && b.rendered == text {
+		return false, nil
 	}
 	if err := replaceFile(b.Ini, []byte(text)); err != nil {
-		return err
+		return false, err
 	}
-	b.Config = cfg
-	return nil
+	b.Config, b.rendered, b.written = cfg, text, true
+	return true, nil
+}
+
+// Written records that PgBouncer was started with text as its configuration file.
+func (b *Bouncer) Written(text string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.rendered, b.written = text, true
 }
 
 // Current is the configuration as last written.
@@ -112,7 +132,12 @@ func (b *Bouncer) Dial(ctx context.Context) (*pgbouncer.Admin, error) {
 }
 
 func (b *Bouncer) admin(ctx context.Context, cmd func(*pgbouncer.Admin, context.Context) error) error {
-	a, err := b.Dial(ctx)
+	// PAUSE is bounded by its own timeout (pause), which must not be cut short here.
+	ctx, cancel := context.WithTimeout(ctx, adminTimeout+b.PauseTimeout)
+	defer cancel()
+	dctx, dcancel := context.WithTimeout(ctx, adminTimeout)
+	a, err := b.Dial(dctx)
+	dcancel()
 	if err != nil {
 		return err
 	}

@@ -151,6 +151,10 @@ func TestPoolerLookupIsSetUpByThePrimary(t *testing.T) {
 			t.Errorf("%s by its certificate, in database %s: %v", poolerauth.Role, db, err)
 		}
 	}
+	// Never in a template: a lookup session idle there would make CREATE DATABASE fail.
+	if err := p.asPooler(cert, "template1", func(context.Context, *pgx.Conn) error { return nil }); err == nil {
+		t.Errorf("%s logged in to template1", poolerauth.Role)
+	}
 
 	// A password, even one a superuser gave the role, lets it in nowhere.
 	if err := p.superExec("ALTER ROLE " + poolerauth.Role + " PASSWORD 'pooler-pw'"); err != nil {

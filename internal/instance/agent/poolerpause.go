@@ -26,7 +26,9 @@ func (a *Agent) pausePoolers(ctx context.Context, term int32) {
 	a.mu.Lock()
 	pooler := a.cluster.Pooler
 	a.mu.Unlock()
-	if pooler == nil || pooler.Headless == "" {
+	// In session mode a PAUSE waits for every client to disconnect: it would only hold
+	// the handover for poolerPauseTimeout, and the lockout ends the sessions anyway.
+	if pooler == nil || pooler.Headless == "" || pooler.Mode == "session" {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, poolerPauseTimeout)

@@ -361,7 +361,9 @@ func Conninfo(kv map[string]string) string {
 // (streaming, pg_basebackup, and pg_rewind's connection to the postgres database), the
 // pooler's lookup role (poolerauth.Role) by its client certificate alone, to any
 // database but for replication, the superuser not at all unless superuserNetwork,
-// everyone else by password (SCRAM). The two certificate roles' reject lines keep them
+// everyone else by password (SCRAM). The lookup role never gets into the template
+// databases: a session of it idle in template1 (PgBouncer keeps its lookup sessions)
+// would make CREATE DATABASE fail. The two certificate roles' reject lines keep them
 // from the password lines below, whatever password someone gives them. The pooler's
 // line is there whether or not a pooler is configured: only the cluster's CA issues
 // its certificate. A connection without TLS matches the last line and is refused with
@@ -381,6 +383,7 @@ local      replication  postgres           peer
 hostssl    replication  %[1]s  all      cert
 hostssl    postgres     %[1]s  all      cert
 host       all          %[1]s  all      reject
+host       template0,template1  %[4]s  all  reject
 hostssl    all          %[4]s  all      cert
 host       all          %[4]s  all      reject
 host       replication  all       all      reject

@@ -3,6 +3,7 @@ package pgconf
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,14 +32,15 @@ func TestHBAConf(t *testing.T) {
 	if open := HBAConf("repl", true); !strings.Contains(strings.Join(hbaLines(open), "\n"), "hostssl all postgres all scram-sha-256") {
 		t.Errorf("superuserNetworkAccess does not let the superuser in:\n%s", open)
 	}
-	// The pooler's lookup role: by its certificate over TLS, to any database, and by
-	// nothing else, a password included, whether or not the superuser may log in.
+	// The pooler's lookup role: by its certificate over TLS, to any database but the
+	// templates, and by nothing else, a password included, whether or not the superuser
+	// may log in.
 	for _, network := range []bool{false, true} {
 		conf := hbaLines(HBAConf("repl", network))
 		for _, c := range []struct {
 			conn, db, want string
 		}{
-			{"hostssl", "app", "cert"}, {"hostssl", "postgres", "cert"}, {"hostssl", "template1", "cert"},
+			{"hostssl", "app", "cert"}, {"hostssl", "postgres", "cert"}, {"hostssl", "template1", "reject"}, {"hostssl", "template0", "reject"},
 			{"hostnossl", "app", "reject"}, {"local", "app", "reject"}, {"hostssl", "replication", "reject"},
 		} {
 			if got := hbaMethod(conf, c.conn, c.db, poolerauth.Role); got != c.want {
@@ -66,7 +68,7 @@ func hbaMethod(conf []string, conn, db, user string) string {
 			method = f[len(f)-2]
 		}
 		typeOK := typ == conn || (typ == "host" && conn != "local")
-		dbOK := database == db || (database == "all" && db != "replication")
+		dbOK := slices.Contains(strings.Split(database, ","), db) || (database == "all" && db != "replication")
 		if typeOK && dbOK && (role == "all" || role == user) {
 			return method
 		}

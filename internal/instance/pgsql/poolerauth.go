@@ -10,10 +10,12 @@ import (
 	"github.com/pgpilot/pgpilot/internal/protocol/poolerauth"
 )
 
-// PoolerConnectionLimit bounds the sessions of the pooler's lookup role: PgBouncer opens
-// one per database it looks clients up in, per pooler pod, and the pooler agent's
-// probe one more; a pooler that opened more would crowd out the clients.
-const PoolerConnectionLimit = 100
+// PoolerConnectionLimit bounds the sessions of the pooler's lookup role: each pooler
+// pod's PgBouncer keeps at most 4 of them (pgbouncer.AuthUserConnections, across the
+// databases it looks clients up in) and its agent's probe one more, and a cluster has
+// at most 64 pooler pods (32 per pool). A pooler that opened more would crowd out the
+// clients.
+const PoolerConnectionLimit = 64 * (4 + 1)
 
 // poolerSetupTimeout bounds the setup of the lookup function in one database: its
 // session, and each statement (a lock held by someone else is not waited for).

@@ -69,6 +69,9 @@ type Config struct {
 	Parameters map[string]string
 }
 
+// AuthUserConnections bounds the server connections of AuthUser on one PgBouncer.
+const AuthUserConnections = 4
+
 var (
 	nameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 	hostRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.:-]*$`)
@@ -139,6 +142,10 @@ func (c Config) Render() (string, error) {
 	for _, name := range sortedKeys(c.Parameters) {
 		set(name, c.Parameters[name])
 	}
+	// The lookup role's pools (one per database a client names, even before the
+	// client authenticates) share this many server connections: each lookup takes a
+	// moment, and the role's sessions on an instance stay bounded by the pooler pods.
+	fmt.Fprintf(&b, "\n[users]\n%s = max_user_connections=%d\n", c.AuthUser, AuthUserConnections)
 	return b.String(), nil
 }
 

@@ -36,6 +36,9 @@ const (
 	FileControlDigest = "control.sha256"
 	FileMetricsDigest = "metrics.sha256"
 	FilePeerToken     = "peer"
+	// FilePeerDigest is the digest of the peers' token: the pooler's pods, which check
+	// a primary's pause, mount it and not the token.
+	FilePeerDigest = "peer.sha256"
 )
 
 // Credentials tell which purpose a bearer token was given for.

@@ -3,6 +3,8 @@ package agentapi
 import (
 	"context"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -67,5 +69,24 @@ func TestDigests(t *testing.T) {
 	d := Digests{Control: {Digest("ctl")}}
 	if d.PurposeOf("ctl") != Control || d.PurposeOf(Digest("ctl")) != "" || d.PurposeOf("") != "" {
 		t.Errorf("PurposeOf: ctl %q, its digest %q, empty %q", d.PurposeOf("ctl"), d.PurposeOf(Digest("ctl")), d.PurposeOf(""))
+	}
+}
+
+// Mounted with the peers' token's digest and not the token (the pooler's pods), the
+// credentials check a peer's call and can make none.
+func TestMountedPeerDigestOnly(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, FilePeerDigest), []byte(Digest("peer-token")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := &MountedCredentials{Dir: dir}
+	if got := c.PurposeOf("peer-token"); got != Peer {
+		t.Errorf("the peers' token: %q, want %q", got, Peer)
+	}
+	if got := c.PurposeOf(Digest("peer-token")); got != "" {
+		t.Errorf("the digest itself as a token: %q, want none", got)
+	}
+	if c.PeerToken() != "" {
+		t.Error("a peer token without the token mounted")
 	}
 }

@@ -40,8 +40,13 @@ func (c *MountedCredentials) load() {
 			c.digests[p] = []string{d}
 		}
 	}
-	if c.peer != "" {
+	switch d := file(FilePeerDigest); {
+	case c.peer != "":
 		c.digests[Peer] = []string{Digest(c.peer)}
+	case d != "":
+		// Mounted without the token (the pooler's pods): peers' calls are checked, and
+		// none can be made.
+		c.digests[Peer] = []string{d}
 	}
 	c.read = time.Now()
 }

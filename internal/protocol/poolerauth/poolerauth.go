@@ -31,7 +31,7 @@ END $$`,
 		"CREATE SCHEMA IF NOT EXISTS pgpilot",
 		"REVOKE ALL ON SCHEMA pgpilot FROM PUBLIC",
 		`CREATE OR REPLACE FUNCTION pgpilot.pooler_lookup(name text, OUT usename name, OUT passwd text)
-RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog AS $$
+RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
   SELECT a.rolname, a.rolpassword
   FROM pg_catalog.pg_authid a
   WHERE a.rolname = name AND a.rolcanlogin AND pg_catalog.left(a.rolname, 8) <> 'pgpilot_'

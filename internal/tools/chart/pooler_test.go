@@ -105,6 +105,15 @@ func TestPooler(t *testing.T) {
 					if v.Name == "server-ca" && (len(v.Secret.Items) != 1 || v.Secret.Items[0].Key != "ca.crt") {
 						t.Errorf("the instances' certificate Secret is mounted whole (%v): want its ca.crt alone", v.Secret.Items)
 					}
+					if v.Name == "agent-auth" {
+						var keys []string
+						for _, it := range v.Secret.Items {
+							keys = append(keys, it.Key)
+						}
+						if !slices.Equal(keys, []string{"control.sha256", "metrics.sha256", "peer.sha256"}) {
+							t.Errorf("the pooler mounts %v of the agents' credentials: want the digests alone, never the peers' token", keys)
+						}
+					}
 				}
 			}
 			headless := decode[corev1.Service](t, m, "Service", n.PoolerHeadless())

@@ -106,7 +106,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 // ensureAgentAuth keeps the Secret the instance pods mount for the agent API: the
 // digests of the operator's and Prometheus's tokens as they are now (a token changed in
-// its Secret is taken up), and the peers' token, made once.
+// its Secret is taken up), the peers' token, made once, and its digest.
 func (r *Reconciler) ensureAgentAuth(ctx context.Context, c *dbv1.PostgresCluster) error {
 	names := c.Names()
 	digests := map[string][]byte{}
@@ -132,6 +132,11 @@ func (r *Reconciler) ensureAgentAuth(ctx context.Context, c *dbv1.PostgresCluste
 	})
 	if err != nil {
 		return err
+	}
+	// The peers' token's digest, for those who check that token and must not hold it
+	// (the pooler's pods).
+	if peer := s.Data[agentapi.FilePeerToken]; len(peer) > 0 {
+		digests[agentapi.FilePeerDigest] = []byte(agentapi.Digest(string(peer)))
 	}
 	changed := false
 	for k, v := range digests {

@@ -138,8 +138,12 @@ func TestReconcileCreatesSecrets(t *testing.T) {
 			t.Errorf("db-agent-auth %s = %q, want %q", k, auth.Data[k], v)
 		}
 	}
-	if len(auth.Data[agentapi.FilePeerToken]) != 48 || len(auth.Data) != 3 {
+	if len(auth.Data[agentapi.FilePeerToken]) != 48 || len(auth.Data) != 4 {
 		t.Errorf("db-agent-auth holds %d keys, a peer token of %d bytes", len(auth.Data), len(auth.Data[agentapi.FilePeerToken]))
+	}
+	// The pooler's pods mount the peers' token's digest, not the token.
+	if got, want := string(auth.Data[agentapi.FilePeerDigest]), agentapi.Digest(string(auth.Data[agentapi.FilePeerToken])); got != want {
+		t.Errorf("db-agent-auth %s = %q, want %q", agentapi.FilePeerDigest, got, want)
 	}
 	for _, name := range []string{"db-agent", "db-agent-auth", "db-metrics"} {
 		delete(all, name)
