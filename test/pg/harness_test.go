@@ -892,7 +892,7 @@ func (p *apiProxy) serve(c net.Conn) {
 	p.mu.Unlock()
 	done := make(chan struct{}, 2)
 	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(c, delayed{up, &p.delay}); done <- struct{}{} }()
+	go func() { latencyCopy(c, up, &p.delay); done <- struct{}{} }()
 	<-done
 	c.Close()
 	up.Close()
@@ -905,18 +905,36 @@ func (p *apiProxy) serve(c net.Conn) {
 // setDelay holds back the API server's answers to the agent by d (0: none).
 func (p *apiProxy) setDelay(d time.Duration) { p.delay.Store(int64(d)) }
 
-// delayed is a reader whose every read returns what it read after a delay.
-type delayed struct {
-	r     io.Reader
-	delay *atomic.Int64
-}
-
-func (d delayed) Read(b []byte) (int, error) {
-	n, err := d.r.Read(b)
-	if wait := time.Duration(d.delay.Load()); n > 0 && wait > 0 {
-		time.Sleep(wait)
+// latencyCopy copies src to dst, each chunk delay after it was read: a latency, not a
+// lower throughput, so that a watch's events and the answers to requests on the same
+// connection all come that much later, none behind the others' delays.
+func latencyCopy(dst io.Writer, src io.Reader, delay *atomic.Int64) {
+	type chunk struct {
+		b  []byte
+		at time.Time
 	}
-	return n, err
+	chunks := make(chan chunk, 4096)
+	go func() {
+		defer close(chunks)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				chunks <- chunk{append([]byte(nil), buf[:n]...), time.Now().Add(time.Duration(delay.Load()))}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for ch := range chunks {
+		time.Sleep(time.Until(ch.at))
+		if _, err := dst.Write(ch.b); err != nil {
+			for range chunks { // let the reader end
+			}
+			return
+		}
+	}
 }
 
 // setCut cuts (true) or restores (false) the agent's way to the API server.
