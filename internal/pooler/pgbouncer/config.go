@@ -139,6 +139,16 @@ func (c Config) Render() (string, error) {
 		set("server_tls_cert_file", c.ServerCertFile)
 		set("server_tls_key_file", c.ServerKeyFile)
 	}
+	// PgBouncer keeps a name's addresses dns_max_ttl (15 s by default) whatever their
+	// TTL: a primary whose pod was recreated (a new address) since the pool last
+	// resolved its name was unreachable for 11 to 12 s after a handover to it (make
+	// chaos, sync-pooler, back and forth between two instances). One second, unless the
+	// user's parameters say otherwise.
+	for _, name := range []string{"dns_max_ttl", "dns_nxdomain_ttl"} {
+		if _, ok := c.Parameters[name]; !ok {
+			set(name, "1")
+		}
+	}
 	for _, name := range sortedKeys(c.Parameters) {
 		set(name, c.Parameters[name])
 	}

@@ -21,7 +21,7 @@ func TestRender(t *testing.T) {
 		"pool_mode = transaction\n", "server_login_retry = 1\n", "default_pool_size = 20\n", "max_client_conn = 1000\n",
 		"client_tls_sslmode = require\n", "client_tls_ca_file = /pooler-tls/ca.crt\n",
 		"server_tls_sslmode = verify-full\n", "server_tls_ca_file = /tls/ca.crt\n",
-		"query_wait_timeout = 60\n", "[users]\npgpilot_pooler = max_user_connections=4\n",
+		"query_wait_timeout = 60\n", "[users]\npgpilot_pooler = max_user_connections=4\n", "dns_max_ttl = 1\n", "dns_nxdomain_ttl = 1\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the configuration lacks %q:\n%s", want, text)
