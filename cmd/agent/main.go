@@ -201,12 +201,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	overrides := map[string]string{}
-	for _, kv := range strings.Split(*peers, ",") {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			overrides[k] = v
-		}
-	}
+	overrides := parsePeers(*peers)
 	if *poolers != "" {
 		cfg.PoolerAddresses = strings.Split(*poolers, ",")
 	}
@@ -222,17 +217,7 @@ func run(args []string) error {
 	// postgres reads copies the agent keeps beside its socket (internal/instance/pgconf.TLSFiles).
 	cfg.TLS.Dir = filepath.Join(cfg.SocketDir, "tls")
 
-	var restCfg *rest.Config
-	if *kubeconfig != "" {
-		restCfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	} else {
-		restCfg, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return fmt.Errorf("configuring the Kubernetes client: %w", err)
-	}
-	restCfg.Timeout = 10 * time.Second
-	clientset, err := kubernetes.NewForConfig(restCfg)
+	clientset, err := kubeClient(*kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -279,6 +264,34 @@ func run(args []string) error {
 		runErr = err
 	}
 	return runErr
+}
+
+// kubeClient is the client of the API server: kubeconfig's, or the pod's own when
+// empty, with a 10 s bound on each request.
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var restCfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		restCfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		restCfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("configuring the Kubernetes client: %w", err)
+	}
+	restCfg.Timeout = 10 * time.Second
+	return kubernetes.NewForConfig(restCfg)
+}
+
+// parsePeers reads --peers: pod=host,... (tests).
+func parsePeers(s string) map[string]string {
+	hosts := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			hosts[k] = v
+		}
+	}
+	return hosts
 }
 
 // binDir finds the PostgreSQL programs: the official images put them on PATH.

@@ -7,15 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -67,27 +63,12 @@ func runPooler(args []string) error {
 			o.PgBouncer = p
 		}
 	}
-	var restCfg *rest.Config
 	var err error
-	if *kubeconfig != "" {
-		restCfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	} else {
-		restCfg, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return fmt.Errorf("configuring the Kubernetes client: %w", err)
-	}
-	restCfg.Timeout = 10 * time.Second
-	if o.Kube, err = kubernetes.NewForConfig(restCfg); err != nil {
+	if o.Kube, err = kubeClient(*kubeconfig); err != nil {
 		return err
 	}
 	if *peers != "" {
-		hosts := map[string]string{}
-		for _, kv := range strings.Split(*peers, ",") {
-			if k, v, ok := strings.Cut(kv, "="); ok {
-				hosts[k] = v
-			}
-		}
+		hosts := parsePeers(*peers)
 		o.Address = func(pod string) string { return hosts[pod] }
 	}
 	o.Credentials = &agentapi.MountedCredentials{Dir: *authDir}

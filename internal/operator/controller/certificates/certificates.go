@@ -109,14 +109,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // (short, namespaced and fully qualified, in the default cluster domain) and of each pod
 // behind the headless Service, which replicas verify the primary with.
 func ServerRequest(c *dbv1.PostgresCluster) pki.Request {
-	n, ns := c.Names(), c.Namespace
+	n := c.Names()
+	return serviceRequest(c.Namespace, n.HeadlessService(), n.ReadWriteService(), n.ReadOnlyService(), n.ReadService())
+}
+
+// serviceRequest is a server certificate for services (the first is its common name)
+// and headless, by every name a client in the default cluster domain may use, and for
+// each pod behind headless.
+func serviceRequest(ns, headless string, services ...string) pki.Request {
 	var dns []string
-	for _, svc := range []string{n.ReadWriteService(), n.ReadOnlyService(), n.ReadService(), n.HeadlessService()} {
+	for _, svc := range append(services, headless) {
 		dns = append(dns, svc, svc+"."+ns, svc+"."+ns+".svc", svc+"."+ns+".svc.cluster.local")
 	}
-	headless := n.HeadlessService() + "." + ns + ".svc"
-	dns = append(dns, "*."+headless, "*."+headless+".cluster.local")
-	return pki.Request{CommonName: n.ReadWriteService() + "." + ns + ".svc", DNSNames: dns, Usage: pki.Server}
+	pods := headless + "." + ns + ".svc"
+	dns = append(dns, "*."+pods, "*."+pods+".cluster.local")
+	return pki.Request{CommonName: services[0] + "." + ns + ".svc", DNSNames: dns, Usage: pki.Server}
 }
 
 // ReplicationRequest is the replication role's client certificate: pg_hba.conf's cert
@@ -129,14 +136,8 @@ func ReplicationRequest() pki.Request {
 // the instances' agents and Prometheus (the pooler agent's API): the names of the
 // pooler's Services and of each pod behind its headless Service.
 func PoolerRequest(c *dbv1.PostgresCluster) pki.Request {
-	n, ns := c.Names(), c.Namespace
-	var dns []string
-	for _, svc := range []string{n.PoolerReadWrite(), n.PoolerReadOnly(), n.PoolerHeadless()} {
-		dns = append(dns, svc, svc+"."+ns, svc+"."+ns+".svc", svc+"."+ns+".svc.cluster.local")
-	}
-	headless := n.PoolerHeadless() + "." + ns + ".svc"
-	dns = append(dns, "*."+headless, "*."+headless+".cluster.local")
-	return pki.Request{CommonName: n.PoolerReadWrite() + "." + ns + ".svc", DNSNames: dns, Usage: pki.Server}
+	n := c.Names()
+	return serviceRequest(c.Namespace, n.PoolerHeadless(), n.PoolerReadWrite(), n.PoolerReadOnly())
 }
 
 // PoolerClientRequest is the pooler's client certificate: PgBouncer logs in to the
