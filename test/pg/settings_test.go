@@ -239,10 +239,16 @@ func rollRestartSetting(t *testing.T, synchronous int32) {
 		}
 		return nil
 	})
-	next := c.readWrite()
-	if next == nil || next == old {
-		t.Fatalf("the read-write Service routes to %v, want a new primary", next)
-	}
+	// The pods' readiness follows the agents' by a probe period, and their role labels
+	// follow the Lease by a reconcile, so the Service catches up a moment after the
+	// agents report the roll done.
+	var next *instance
+	testutil.Eventually(t, 15*time.Second, func() error {
+		if next = c.readWrite(); next == nil || next == old {
+			return fmt.Errorf("the read-write Service routes to %v, want a new primary", next)
+		}
+		return nil
+	})
 	time.Sleep(time.Second)
 	attempts := w.Stop()
 	starts := stopWatching()
