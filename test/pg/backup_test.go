@@ -554,3 +554,67 @@ func TestTwoClustersRestoredFromOneBackupCannotShareAnArchive(t *testing.T) {
 	fp.archiveNow()
 	wantRange(t, restoreOne(t, s, first, clusterconfig.Restore{}, 3).rows("t"), 1, 300)
 }
+
+// A base backup larger than a volume is stored as several objects (here 2 MiB volumes, of
+// a real S3 server's multipart uploads) and a cluster restores from it: the volumes are
+// read in order, the digest and PostgreSQL's manifest check out, and the data is all
+// there. The backup is taken by backup.TakeBase itself (the agent's own code, with a
+// smaller volume size than the agent's), running the real pg_basebackup as the postgres
+// OS user, as the agent does in its pod.
+func TestBaseBackupInVolumes(t *testing.T) {
+	t.Parallel()
+	s := newS3Store(t)
+	c := backedUpCluster(t, s, 2)
+	c.startAll()
+	p, r := c.instances[0], c.instances[1]
+	p.mustExec("CREATE TABLE t AS SELECT g AS id, md5(g::text) AS pad FROM generate_series(1, 100000) g")
+	r.waitCount("t", 100000, 30*time.Second)
+
+	// pg_basebackup as the postgres OS user: the local socket admits the superuser by peer.
+	bin := filepath.Join(c.dir, "bin-as-postgres")
+	mustMkdir(t, bin, 0o755)
+	mustWrite(t, filepath.Join(bin, "pg_basebackup"), []byte(fmt.Sprintf(
+		"#!/bin/sh\nexec setpriv --reuid=%d --regid=%d --clear-groups %s \"$@\"\n", pgUID, pgGID, filepath.Join(PGBin, "pg_basebackup"))))
+	if err := os.Chmod(filepath.Join(bin, "pg_basebackup"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	st := s.open(t, c.name)
+	const volume = 2 << 20
+	info, err := backup.TakeBase(ctx, st, backup.BaseBackupOptions{BinDir: bin, Host: filepath.Join(r.dir, "run"), Port: 5432,
+		User: "postgres", ID: "in-volumes", Cluster: c.name, Instance: r.pod, VolumeSize: volume})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := st.List(ctx, "base/in-volumes/data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored int64
+	for _, o := range objs {
+		if o.Size > volume {
+			t.Errorf("%s holds %d bytes, more than a volume", o.Key, o.Size)
+		}
+		stored += o.Size
+	}
+	if want := int((info.SizeBytes + volume - 1) / volume); info.Volumes < 2 || info.Volumes != want || len(objs) != want || stored != info.SizeBytes {
+		t.Fatalf("%d bytes stored in %d volumes, %d objects of %d bytes; want %d volumes", info.SizeBytes, info.Volumes, len(objs), stored, want)
+	}
+	t.Logf("backup of %d MB stored in %d volumes", info.SizeBytes>>20, info.Volumes)
+
+	p.mustExec("INSERT INTO t SELECT g, 'after' FROM generate_series(100001, 100100) g")
+	p.archiveNow()
+	restored := restoredCluster(t, s, c, 1, clusterconfig.Restore{BackupID: "in-volumes"})
+	rp := restored.instances[0]
+	rp.start()
+	rp.waitRole(agentapi.RolePrimary, 2, 2*upTimeout)
+	rp.waitCount("t", 100100, 10*time.Second)
+
+	// Deleting the backup deletes every volume.
+	if err := backup.Delete(ctx, st, "in-volumes"); err != nil {
+		t.Fatal(err)
+	}
+	if objs, err := st.List(ctx, "base/in-volumes/"); err != nil || len(objs) > 0 {
+		t.Errorf("after Delete: %d objects left (%v)", len(objs), err)
+	}
+}

@@ -4,6 +4,10 @@
 //
 //	base/<id>/data.tar.zst   the base backup: one tar of the data directory, with the
 //	                         WAL that makes it consistent and PostgreSQL's backup_manifest
+//	base/<id>/data.tar.zst.0001, .0002, ...
+//	                         its continuation when it is larger than one volume
+//	                         (DefaultVolumeSize): the objects, concatenated in order, are
+//	                         the compressed tar
 //	base/<id>/backup.json    Info; written last, so a backup without it is incomplete
 //	wal/<segment>.zst        archived WAL segments, .history and .partial files
 package backup
@@ -53,8 +57,12 @@ type Info struct {
 	// SizeBytes is the stored, compressed size; DataBytes the tar's size.
 	SizeBytes int64 `json:"sizeBytes"`
 	DataBytes int64 `json:"dataBytes"`
-	// SHA256 is the digest of the stored object, checked at restore.
+	// SHA256 is the digest of the stored data (its volumes concatenated), checked at
+	// restore.
 	SHA256 string `json:"sha256"`
+	// Volumes is how many objects hold the data; 0 in backups taken before there were
+	// volumes, which have one.
+	Volumes int `json:"volumes,omitempty"`
 	// PostgresMajor is PG_VERSION of the backed-up data directory.
 	PostgresMajor string `json:"postgresMajor"`
 }
@@ -62,7 +70,23 @@ type Info struct {
 // ErrNoBackup is returned when no stored base backup fits a restore's request.
 var ErrNoBackup = errors.New("no suitable base backup")
 
-func dataKey(id string) string { return "base/" + id + "/data.tar.zst" }
+// dataKey is where volume i (from 0) of base backup id is stored.
+func dataKey(id string, i int) string {
+	if i == 0 {
+		return dataPrefix(id)
+	}
+	return fmt.Sprintf("%s.%04d", dataPrefix(id), i)
+}
+
+// dataPrefix is the key of base backup id's first volume, and the prefix of all of them.
+func dataPrefix(id string) string { return "base/" + id + "/data.tar.zst" }
+
+// DefaultVolumeSize is the most stored bytes one object of a base backup holds; a larger
+// backup continues in further objects. It keeps each object well inside the largest one
+// an S3 multipart upload of the store's parts can make (156.25 GiB), so a backup's size
+// has no limit but the store's capacity, and a Put's memory stays that of two parts.
+const DefaultVolumeSize int64 = 100 << 30
+
 func infoKey(id string) string { return "base/" + id + "/backup.json" }
 
 // WALKey is where WAL file name is archived.
@@ -96,6 +120,8 @@ type BaseBackupOptions struct {
 	ID, Cluster, Instance string
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// VolumeSize is the most stored bytes one object holds; DefaultVolumeSize when 0.
+	VolumeSize int64
 }
 
 // TakeBase runs pg_basebackup (tar format, with the WAL fetched at its end, so the
@@ -163,7 +189,11 @@ func TakeBase(ctx context.Context, st store.Store, o BaseBackupOptions) (Info, e
 		compressed <- err
 	}()
 
-	putErr := st.Put(ctx, dataKey(o.ID), storedR)
+	volumeSize := o.VolumeSize
+	if volumeSize <= 0 {
+		volumeSize = DefaultVolumeSize
+	}
+	volumes, putErr := putVolumes(ctx, st, o.ID, storedR, volumeSize)
 	if putErr != nil {
 		storedR.CloseWithError(putErr) // unblocks the compressor
 		cancel()
@@ -172,7 +202,7 @@ func TakeBase(ctx context.Context, st store.Store, o BaseBackupOptions) (Info, e
 	waitErr := cmd.Wait()
 	inspectErr := <-inspected
 	fail := func(err error) (Info, error) {
-		_ = st.Delete(context.WithoutCancel(ctx), dataKey(o.ID))
+		_ = deleteData(context.WithoutCancel(ctx), st, o.ID)
 		return Info{}, err
 	}
 	switch {
@@ -192,6 +222,7 @@ func TakeBase(ctx context.Context, st store.Store, o BaseBackupOptions) (Info, e
 	info.EndLSN = endLSN(stderr.String())
 	info.SizeBytes, info.DataBytes = stored.n, raw.n
 	info.SHA256 = hex.EncodeToString(digest.Sum(nil))
+	info.Volumes = volumes
 	if info.BeginLSN == "" || info.EndLSN == "" || !label.manifest {
 		return fail(fmt.Errorf("the base backup is incomplete: backup_label start %q, end %q, manifest %v", info.BeginLSN, info.EndLSN, label.manifest))
 	}
@@ -203,6 +234,90 @@ func TakeBase(ctx context.Context, st store.Store, o BaseBackupOptions) (Info, e
 		return fail(fmt.Errorf("storing the backup's description in %s: %w", st, err))
 	}
 	return info, nil
+}
+
+// putVolumes stores r as base backup id's data: in objects of at most size bytes each,
+// dataKey(id, 0), dataKey(id, 1), ..., one after the other. It returns how many it stored.
+// Each object is stored atomically; a failure leaves the earlier ones for the caller to
+// delete.
+func putVolumes(ctx context.Context, st store.Store, id string, r io.Reader, size int64) (int, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for i := 0; ; i++ {
+		if i > 0 {
+			// The previous volume ended at its limit: another starts only if the data goes on.
+			if _, err := br.Peek(1); errors.Is(err, io.EOF) {
+				return i, nil
+			} else if err != nil {
+				return i, err
+			}
+		}
+		src := &io.LimitedReader{R: br, N: size}
+		if err := st.Put(ctx, dataKey(id, i), src); err != nil {
+			return i, err
+		}
+		if src.N > 0 {
+			return i + 1, nil // the data ended inside this volume
+		}
+	}
+}
+
+// deleteData deletes every volume of base backup id's data.
+func deleteData(ctx context.Context, st store.Store, id string) error {
+	objs, err := st.List(ctx, dataPrefix(id))
+	if err != nil {
+		return err
+	}
+	keys := []string{dataKey(id, 0)}
+	for _, o := range objs {
+		if o.Key != keys[0] && strings.HasPrefix(o.Key, dataPrefix(id)+".") {
+			keys = append(keys, o.Key)
+		}
+	}
+	return st.Delete(ctx, keys...)
+}
+
+// volumeReader reads base backup info's volumes one after the other.
+type volumeReader struct {
+	ctx  context.Context
+	st   store.Store
+	info Info
+	next int           // the next volume to open
+	cur  io.ReadCloser // the open volume; nil between volumes
+}
+
+func (v *volumeReader) Read(p []byte) (int, error) {
+	volumes := max(v.info.Volumes, 1)
+	for {
+		if v.cur == nil {
+			if v.next == volumes {
+				return 0, io.EOF
+			}
+			r, err := v.st.Get(v.ctx, dataKey(v.info.ID, v.next))
+			if err != nil {
+				return 0, fmt.Errorf("reading volume %d of %d of backup %s from %s: %w", v.next+1, volumes, v.info.ID, v.st, err)
+			}
+			v.cur, v.next = r, v.next+1
+		}
+		n, err := v.cur.Read(p)
+		if errors.Is(err, io.EOF) {
+			err = v.cur.Close()
+			v.cur = nil
+			if n > 0 || err != nil {
+				return n, err
+			}
+			continue
+		}
+		return n, err
+	}
+}
+
+func (v *volumeReader) Close() error {
+	if v.cur == nil {
+		return nil
+	}
+	err := v.cur.Close()
+	v.cur = nil
+	return err
 }
 
 // endLSN reads "write-ahead log end point: 0/2000100" from pg_basebackup --verbose.
@@ -394,10 +509,11 @@ func Restore(ctx context.Context, st store.Store, info Info, pgdata, binDir stri
 }
 
 func restore(ctx context.Context, st store.Store, info Info, pgdata, binDir string) error {
-	r, err := st.Get(ctx, dataKey(info.ID))
+	first, err := st.Get(ctx, dataKey(info.ID, 0))
 	if err != nil {
 		return fmt.Errorf("reading backup %s from %s: %w", info.ID, st, err)
 	}
+	r := &volumeReader{ctx: ctx, st: st, info: info, cur: first, next: 1}
 	defer r.Close()
 	digest := sha256.New()
 	dec, err := zstd.NewReader(bufio.NewReaderSize(io.TeeReader(r, digest), 1<<20))
@@ -659,7 +775,7 @@ func Delete(ctx context.Context, st store.Store, id string) error {
 	if err := st.Delete(ctx, infoKey(id)); err != nil {
 		return err
 	}
-	return st.Delete(ctx, dataKey(id))
+	return deleteData(ctx, st, id)
 }
 
 // PruneWAL deletes the archived WAL that no base backup left in st needs: segments

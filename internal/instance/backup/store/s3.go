@@ -21,12 +21,16 @@ import (
 
 const (
 	// partSize is the size of the parts in which Put uploads an object larger than one
-	// part; each Put holds at most two buffers of about this size (what it reads ahead to
-	// choose between one PUT request and a multipart upload, and minio-go's part buffer).
-	// S3 allows at most 10000 parts, so the largest object Put can store is
-	// 10000 × 16 MiB = 156.25 GiB; Put fails, rather than store a truncated object, on a
-	// larger one.
+	// part; each Put holds at most 1 + uploadStreams buffers of about this size (what it
+	// reads ahead to choose between one PUT request and a multipart upload, and minio-go's
+	// part buffers). S3 allows at most 10000 parts, so the largest object Put can store
+	// is 10000 × 16 MiB = 156.25 GiB; Put fails, rather than store a truncated object, on
+	// a larger one. (Base backups are stored in volumes well below it.)
 	partSize = 16 << 20
+	// uploadStreams is how many parts of one object are uploaded at once. Two let the
+	// next part be read (compressed, from pg_basebackup) while the last one is sent;
+	// one alone stopped the reader during every part's upload.
+	uploadStreams = 2
 	// maxParts is S3's limit on the parts of a multipart upload.
 	maxParts = 10000
 	// maxObjectSize is the largest object Put can store.
@@ -162,16 +166,21 @@ func (s *s3Store) put(ctx context.Context, name string, src io.Reader) error {
 			minio.PutObjectOptions{ContentType: "application/octet-stream"})
 		return err
 	}
-	// A larger one goes up in parts of partSize, read into one buffer at a time. The
-	// multipart upload's completion makes it visible at once; minio-go aborts the upload
-	// when a part fails.
+	// A larger one goes up in parts of partSize, uploadStreams at a time, each read into a
+	// buffer of its own. The multipart upload's completion makes it visible at once;
+	// minio-go aborts the upload when a part fails. (Its parallel path shares one checksum
+	// hasher between the parts' uploads: safe only while no checksum is asked for, as
+	// here.)
 	body := io.MultiReader(bytes.NewReader(head), src)
 	_, err = s.client.PutObject(ctx, s.bucket, name, &sizeGuard{r: body, left: maxObjectSize}, -1,
-		minio.PutObjectOptions{ContentType: "application/octet-stream", PartSize: partSize})
-	if err != nil && ctx.Err() != nil {
-		// minio-go's abort used the ended ctx: abort the upload now, or it would keep its
-		// parts (invisible, but billed) until a lifecycle rule removes them. (This aborts
-		// any concurrent upload to the same key too; only a second writer would have one.)
+		minio.PutObjectOptions{ContentType: "application/octet-stream", PartSize: partSize,
+			ConcurrentStreamParts: true, NumThreads: uploadStreams})
+	if err != nil {
+		// minio-go's parallel path cancels its context before its abort, which then fails
+		// (and with an ended ctx any abort would): abort the upload now, or it would keep
+		// its parts (invisible, but billed) until a lifecycle rule removes them. (This
+		// aborts any concurrent upload to the same key too; only a second writer would
+		// have one.)
 		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		_ = s.client.RemoveIncompleteUpload(cleanup, s.bucket, name)
