@@ -40,7 +40,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: agent install DST | agent carry [ROOT] DIR | agent run [flags] | agent archive-wal [flags] PATH NAME | agent restore-wal [flags] NAME PATH | agent pooler [flags]")
+		fmt.Fprintln(os.Stderr, "usage: agent install DST | agent carry [ROOT] DIR | agent run [flags] | agent archive-wal [flags] PATH NAME | agent restore-wal [flags] NAME PATH | agent pooler [flags] | agent verify-backup [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -75,8 +75,10 @@ func main() {
 		os.Exit(restoreWAL(os.Args[2:]))
 	case "pooler":
 		err = runPooler(os.Args[2:])
+	case "verify-backup":
+		err = verifyBackup(os.Args[2:])
 	default:
-		fmt.Fprintf(os.Stderr, "agent: unknown command %q; want install, carry, run, archive-wal, restore-wal or pooler\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "agent: unknown command %q; want install, carry, run, archive-wal, restore-wal, pooler or verify-backup\n", os.Args[1])
 		os.Exit(2)
 	}
 	if err != nil {

@@ -521,18 +521,29 @@ func restore(ctx context.Context, st store.Store, info Info, pgdata, binDir stri
 		return err
 	}
 	defer dec.Close()
+	corrupt := func() error {
+		if _, err := io.Copy(digest, r); err != nil {
+			return err
+		}
+		if got := hex.EncodeToString(digest.Sum(nil)); info.SHA256 != "" && got != info.SHA256 {
+			return fmt.Errorf("backup %s in %s is corrupt: its digest is %s, not %s as recorded", info.ID, st, got, info.SHA256)
+		}
+		return nil
+	}
 	if err := untar(dec, pgdata); err != nil {
+		// Data that does not unpack was most likely changed in the store: say so when the
+		// digest shows it.
+		if cerr := corrupt(); cerr != nil {
+			return cerr
+		}
 		return fmt.Errorf("unpacking backup %s: %w", info.ID, err)
 	}
 	// Whatever follows the tar's end (zstd frame end) must be read for the digest.
 	if _, err := io.Copy(io.Discard, dec); err != nil {
 		return err
 	}
-	if _, err := io.Copy(digest, r); err != nil {
+	if err := corrupt(); err != nil {
 		return err
-	}
-	if got := hex.EncodeToString(digest.Sum(nil)); info.SHA256 != "" && got != info.SHA256 {
-		return fmt.Errorf("backup %s in %s is corrupt: its digest is %s, not %s as recorded", info.ID, st, got, info.SHA256)
 	}
 	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "pg_verifybackup"), "--quiet", "--exit-on-error", pgdata).CombinedOutput()
 	if err != nil {
