@@ -31,7 +31,68 @@ type BackupSpec struct {
 	// +kubebuilder:default=prefer-replica
 	// +optional
 	Target BackupTarget `json:"target,omitempty"`
+
+	// verify restores the newest base backup into a throw-away PostgreSQL on a schedule
+	// and checks it; the outcome is in status.lastBackupVerification. Without it, no
+	// backup is verified.
+	// +optional
+	Verify *BackupVerifySpec `json:"verify,omitempty"`
 }
+
+// BackupVerifySpec schedules restore verifications: each runs in a Job of its own, whose
+// pod restores the newest base backup onto a volume of spec.storage's size and class,
+// starts PostgreSQL on it reaching no one and archiving nothing, opens every database
+// and, with amcheck, checks every table and B-tree index.
+type BackupVerifySpec struct {
+	// schedule of verifications, in cron format, evaluated in UTC: "0 5 * * 0" is
+	// Sundays at 05:00.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="self.matches('^ *(?:@(?:yearly|annually|monthly|weekly|daily|midnight|hourly)|@every +(?:[0-9]+(?:[.][0-9]+)?(?:ns|us|ms|s|m|h))+|(?:[*?]|(?:[0-5]?[0-9])(?:-(?:[0-5]?[0-9]))?)(?:/0*[1-9][0-9]*)?(?:,(?:[*?]|(?:[0-5]?[0-9])(?:-(?:[0-5]?[0-9]))?)(?:/0*[1-9][0-9]*)?)* +(?:[*?]|(?:[01]?[0-9]|2[0-3])(?:-(?:[01]?[0-9]|2[0-3]))?)(?:/0*[1-9][0-9]*)?(?:,(?:[*?]|(?:[01]?[0-9]|2[0-3])(?:-(?:[01]?[0-9]|2[0-3]))?)(?:/0*[1-9][0-9]*)?)* +(?:[*?]|(?:0?[1-9]|[12][0-9]|3[01])(?:-(?:0?[1-9]|[12][0-9]|3[01]))?)(?:/0*[1-9][0-9]*)?(?:,(?:[*?]|(?:0?[1-9]|[12][0-9]|3[01])(?:-(?:0?[1-9]|[12][0-9]|3[01]))?)(?:/0*[1-9][0-9]*)?)* +(?:[*?]|(?:0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec))(?:-(?:0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)))?)(?:/0*[1-9][0-9]*)?(?:,(?:[*?]|(?:0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec))(?:-(?:0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)))?)(?:/0*[1-9][0-9]*)?)* +(?:[*?]|(?:0?[0-6]|(?i:sun|mon|tue|wed|thu|fri|sat))(?:-(?:0?[0-6]|(?i:sun|mon|tue|wed|thu|fri|sat)))?)(?:/0*[1-9][0-9]*)?(?:,(?:[*?]|(?:0?[0-6]|(?i:sun|mon|tue|wed|thu|fri|sat))(?:-(?:0?[0-6]|(?i:sun|mon|tue|wed|thu|fri|sat)))?)(?:/0*[1-9][0-9]*)?)*) *$')",message="schedule must be a cron expression: five fields (minute 0-59, hour 0-23, day of month 1-31, month 1-12 or JAN-DEC, day of week 0-6 or SUN-SAT; each *, a value, a range a-b, a step /n, or a list of them), e.g. '0 3 * * *'; or @hourly, @daily, @weekly, @monthly, @yearly, or @every <duration> such as @every 6h"
+	Schedule string `json:"schedule"`
+
+	// amcheck also checks every table and B-tree index with pg_amcheck, which reads the
+	// whole database.
+	// +kubebuilder:default=true
+	// +optional
+	Amcheck *bool `json:"amcheck,omitempty"`
+
+	// timeout fails a verification that has not finished in this long.
+	// +kubebuilder:default="6h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="timeout must be a duration of at least 1m, such as 6h"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// BackupVerification is the outcome of the last restore verification.
+type BackupVerification struct {
+	// job is the Job that ran it.
+	Job string `json:"job"`
+	// backup is the base backup it restored (its PostgresBackup's name), when it got as far
+	// as choosing one.
+	// +optional
+	Backup string `json:"backup,omitempty"`
+	// result is Succeeded or Failed.
+	Result VerificationResult `json:"result"`
+	// startedAt and finishedAt bound the verification.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+	// message says what was verified, how long each step took, or what failed.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// VerificationResult is how a restore verification ended.
+type VerificationResult string
+
+const (
+	// VerificationSucceeded is a backup that restored, opened and passed every check.
+	VerificationSucceeded VerificationResult = "Succeeded"
+	// VerificationFailed is one that did not; the message says where.
+	VerificationFailed VerificationResult = "Failed"
+)
 
 // BackupTarget chooses the instance a base backup is taken from.
 type BackupTarget string

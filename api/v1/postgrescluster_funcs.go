@@ -1,6 +1,8 @@
 package v1
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"regexp"
@@ -57,6 +59,10 @@ const (
 	LabelCluster = "db.example.com/cluster"
 	// LabelRole is primary, replica or fenced on instance pods; the Services select on it.
 	LabelRole = "db.example.com/role"
+	// LabelVerify names the cluster whose backup a restore verification's Job, pod and
+	// volume are for (spec.backup.verify). Its pods have no LabelCluster: they are no
+	// instances.
+	LabelVerify = "db.example.com/verify"
 
 	RolePrimary = "primary"
 	RoleReplica = "replica"
@@ -173,6 +179,18 @@ func (n Names) PoolerClientTLSSecret() string { return n.Cluster + "-pooler-clie
 
 // ConfigMap holds the agents' config.json.
 func (n Names) ConfigMap() string { return n.Cluster + "-config" }
+
+// VerifyCronJob is the CronJob of restore verifications (spec.backup.verify):
+// <cluster>-verify, or, where that exceeds the 52 characters a CronJob's name may have,
+// the cluster's name cut short and a digest of it.
+func (n Names) VerifyCronJob() string {
+	const maxCronJobName = 52
+	if name := n.Cluster + "-verify"; len(name) <= maxCronJobName {
+		return name
+	}
+	sum := sha256.Sum256([]byte(n.Cluster))
+	return n.Cluster[:maxCronJobName-len("-v-")-8] + "-v-" + hex.EncodeToString(sum[:])[:8]
+}
 
 // StatefulSet runs the instances.
 func (n Names) StatefulSet() string { return n.Cluster }

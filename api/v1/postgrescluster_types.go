@@ -491,6 +491,11 @@ type PostgresClusterStatus struct {
 	// +optional
 	LastBackup string `json:"lastBackup,omitempty"`
 
+	// lastBackupVerification is the outcome of the last restore verification
+	// (spec.backup.verify).
+	// +optional
+	LastBackupVerification *BackupVerification `json:"lastBackupVerification,omitempty"`
+
 	// pooler is the pooler's state (spec.pooler); absent without one.
 	// +optional
 	Pooler *PoolerStatus `json:"pooler,omitempty"`

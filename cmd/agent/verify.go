@@ -16,6 +16,7 @@ import (
 	"github.com/pgpilot/pgpilot/internal/instance/agent"
 	"github.com/pgpilot/pgpilot/internal/instance/verify"
 	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
+	"github.com/pgpilot/pgpilot/internal/protocol/verification"
 )
 
 // verifyBackup restores the newest base backup of the cluster's store (or -backup) into
@@ -47,10 +48,10 @@ func verifyBackup(args []string) error {
 		defer cancel()
 	}
 
-	res, err := func() (verify.Result, error) {
-		failed := func(err error) (verify.Result, error) {
+	res, err := func() (verification.Result, error) {
+		failed := func(err error) (verification.Result, error) {
 			now := time.Now().UTC()
-			return verify.Result{StartedAt: now, FinishedAt: now, Message: err.Error()}, err
+			return verification.Result{StartedAt: now, FinishedAt: now, Message: err.Error()}, err
 		}
 		cluster, err := clusterconfig.Load(*config)
 		if err != nil {
@@ -66,6 +67,10 @@ func verifyBackup(args []string) error {
 		return verify.Run(ctx, verify.Options{Store: st, BackupID: *id, Dir: *dir, BinDir: *bin, Amcheck: *amcheck, Log: log})
 	}()
 	if *result != "" {
+		// The termination message holds 4 KiB: the message is the only long field.
+		if len(res.Message) > verification.MaxMessage/2 {
+			res.Message = res.Message[:verification.MaxMessage/2] + "..."
+		}
 		b, merr := json.Marshal(res)
 		if merr == nil {
 			merr = os.WriteFile(*result, b, 0o644) //nolint:gosec // the termination message is read by the kubelet

@@ -4,6 +4,7 @@
 package bundle
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,6 +87,9 @@ func TestBundlePassesTheOperatorFrameworkValidators(t *testing.T) {
 			}
 			for _, r := range results {
 				for _, e := range append(r.Errors, r.Warnings...) {
+					if rbacCronJobsFalsePositive(e.Error()) {
+						continue
+					}
 					total++
 					t.Errorf("%s: %s %s", r.Name, e.Level, e.Error())
 				}
@@ -204,4 +208,31 @@ func TestScorecardConfig(t *testing.T) {
 	if cfg.Kind != "Configuration" || strings.Join(got, " ") != want {
 		t.Errorf("scorecard tests %q, want %q", got, want)
 	}
+}
+
+// rbacCronJobsFalsePositive reports whether msg is the deprecated-API validator's warning
+// about the RBAC rules on batch cronjobs and nothing else. RBAC rules name no API
+// version, and that validator flags every rule on a resource some version of which was
+// removed in Kubernetes 1.25 (batch/v1beta1 CronJob), though pgpilot only ever uses
+// batch/v1 (operator-framework/api issue 378, fixed in v0.47 by no longer flagging
+// resources that have a stable version; this project's v0.29 still does). A CronJob of
+// another version in the bundle itself would still fail TestBundleFormat's
+// kinds check and this validator's object check, whose message differs.
+func rbacCronJobsFalsePositive(msg string) bool {
+	const prefix = "Migrate the API(s) for cronjobs: ("
+	i := strings.Index(msg, prefix)
+	if i < 0 || !strings.Contains(msg, "removed in v1.25") {
+		return false
+	}
+	rest := strings.TrimSuffix(strings.TrimSpace(msg[i+len(prefix):]), ")")
+	var paths []string
+	if err := json.Unmarshal([]byte(rest), &paths); err != nil || len(paths) == 0 {
+		return false
+	}
+	for _, p := range paths {
+		if !strings.Contains(p, "StrategySpec.Permissions[") || !strings.Contains(p, "].Rules[") {
+			return false
+		}
+	}
+	return true
 }

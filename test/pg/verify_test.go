@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgpilot/pgpilot/internal/instance/verify"
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
+	"github.com/pgpilot/pgpilot/internal/protocol/verification"
 )
 
 // agent verify-backup, as the verification Job's pod runs it (as the postgres OS user,
@@ -67,7 +67,7 @@ func TestVerifyBackup(t *testing.T) {
 }
 
 // runVerify runs agent verify-backup for cluster c and returns its result and output.
-func runVerify(t *testing.T, c *cluster, id string) (verify.Result, string) {
+func runVerify(t *testing.T, c *cluster, id string) (verification.Result, string) {
 	t.Helper()
 	dir := filepath.Join(c.dir, "verify")
 	mustMkdir(t, dir, 0o700)
@@ -86,7 +86,7 @@ func runVerify(t *testing.T, c *cluster, id string) (verify.Result, string) {
 	if err != nil {
 		t.Fatalf("no result (%v): %v\n%s", runErr, err, out)
 	}
-	var res verify.Result
+	var res verification.Result
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatalf("result %s: %v", b, err)
 	}

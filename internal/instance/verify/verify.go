@@ -24,6 +24,7 @@ import (
 
 	"github.com/pgpilot/pgpilot/internal/instance/backup"
 	"github.com/pgpilot/pgpilot/internal/instance/backup/store"
+	"github.com/pgpilot/pgpilot/internal/protocol/verification"
 )
 
 // Options say what to verify and where.
@@ -40,37 +41,9 @@ type Options struct {
 	Log     logr.Logger
 }
 
-// Result is what a verification found. It is written as JSON to the pod's termination
-// message, where the operator reads it: keep it well under 4 KiB.
-type Result struct {
-	// Succeeded is true when the backup restored, PostgreSQL opened it and every check
-	// passed.
-	Succeeded bool `json:"succeeded"`
-	// Backup is the backup verified; BackupStoppedAt when it was taken.
-	Backup          string     `json:"backup,omitempty"`
-	BackupStoppedAt *time.Time `json:"backupStoppedAt,omitempty"`
-	StartedAt       time.Time  `json:"startedAt"`
-	FinishedAt      time.Time  `json:"finishedAt"`
-	// DataBytes is the restored data directory's size (the backup's tar).
-	DataBytes int64 `json:"dataBytes,omitempty"`
-	// RestoreSeconds is the restore (download, digest, pg_verifybackup); RecoverySeconds
-	// PostgreSQL's start and replay to a consistent point; CheckSeconds the checks.
-	RestoreSeconds  float64 `json:"restoreSeconds,omitempty"`
-	RecoverySeconds float64 `json:"recoverySeconds,omitempty"`
-	CheckSeconds    float64 `json:"checkSeconds,omitempty"`
-	// Databases is how many databases accepted a connection; Relations how many
-	// relations they hold.
-	Databases int   `json:"databases,omitempty"`
-	Relations int64 `json:"relations,omitempty"`
-	// Amcheck says whether pg_amcheck ran (and passed, when Succeeded).
-	Amcheck bool `json:"amcheck,omitempty"`
-	// Message says what failed, or sums up what passed.
-	Message string `json:"message"`
-}
-
-// Run verifies a backup. Its error is also in the Result's Message.
-func Run(ctx context.Context, o Options) (Result, error) {
-	res := Result{StartedAt: time.Now().UTC(), Amcheck: o.Amcheck}
+// Run verifies a backup. Its error is also in the verification.Result's Message.
+func Run(ctx context.Context, o Options) (verification.Result, error) {
+	res := verification.Result{StartedAt: time.Now().UTC(), Amcheck: o.Amcheck}
 	err := run(ctx, o, &res)
 	res.FinishedAt = time.Now().UTC()
 	res.Succeeded = err == nil
@@ -80,7 +53,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	return res, err
 }
 
-func run(ctx context.Context, o Options, res *Result) error {
+func run(ctx context.Context, o Options, res *verification.Result) error {
 	major, err := binMajor(ctx, o.BinDir)
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -45,6 +46,7 @@ import (
 var watched = []client.Object{
 	&dbv1.PostgresCluster{}, &dbv1.PostgresBackup{}, &corev1.Pod{}, &corev1.Secret{}, &corev1.ConfigMap{},
 	&coordinationv1.Lease{}, &appsv1.StatefulSet{}, &corev1.PersistentVolumeClaim{}, &appsv1.Deployment{},
+	&batchv1.Job{},
 }
 
 // warmCaches starts the informers of every watched kind in every replica, the standbys'
@@ -115,6 +117,7 @@ func CacheOptions() cache.Options {
 		&appsv1.StatefulSet{}:           {Label: selector, Transform: slimStatefulSet},
 		&corev1.PersistentVolumeClaim{}: labelled,
 		&appsv1.Deployment{}:            labelled,
+		&batchv1.Job{}:                  labelled,
 	}}
 }
 
@@ -200,6 +203,9 @@ func Setup(mgr ctrl.Manager, clk clock.PassiveClock, opts Options) error {
 		return err
 	}
 	if err := backup.NewScheduleReconciler(mgr.GetClient(), recorder, clk, nil).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := backup.NewVerificationReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := rollout.NewReconciler(mgr.GetClient(), recorder, opts.MaxRollingClusters).SetupWithManager(mgr); err != nil {

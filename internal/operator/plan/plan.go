@@ -62,6 +62,8 @@ type Plan struct {
 	Upgrade *Upgrade `json:"upgrade,omitempty"`
 	// Pooler is spec.pooler's PgBouncer pods; nil without one.
 	Pooler *Pooler `json:"pooler,omitempty"`
+	// Verify is spec.backup.verify's CronJob; nil without it.
+	Verify *Verify `json:"verify,omitempty"`
 }
 
 // Upgrade is what the pods need while their data is an older major than their image
@@ -222,6 +224,7 @@ func Decide(cluster Cluster, v Values, observed Observed) (*Plan, error) {
 			return nil, err
 		}
 		p.Config.Backup = &clusterconfig.Backup{Store: store}
+		planVerify(p, cluster.Name, b)
 		if b.Store.Volume != nil {
 			backupClaim = b.Store.Volume.ClaimName
 		}
