@@ -133,7 +133,7 @@ func run(ctx context.Context, o Options, res *verification.Result) error {
 		}
 	}
 	res.CheckSeconds = seconds(time.Since(start))
-	res.Message = fmt.Sprintf("backup %s restored (%d MB) in %.0f s, opened in %.0f s; %d databases, %d relations",
+	res.Message = fmt.Sprintf("backup %s restored (%d MB) in %.1f s, opened in %.1f s; %d databases, %d relations",
 		info.ID, info.DataBytes/1_000_000, res.RestoreSeconds, res.RecoverySeconds, res.Databases, res.Relations)
 	if o.Amcheck {
 		res.Message += ", pg_amcheck found no corruption"

@@ -121,6 +121,11 @@ var (
 	backupDueDesc = prometheus.NewDesc("pgpilot_backup_next_due_timestamp_seconds",
 		"When a base backup newer than the last completed one is due by spec.backup.schedule: its first tick after that backup started (or after the cluster was created), in seconds since the Unix epoch. Absent without a schedule.",
 		clusterLabels, nil)
+	verificationDesc = prometheus.NewDesc("pgpilot_backup_verification_succeeded",
+		"1 when the last restore verification of the cluster's backups (status.lastBackupVerification) succeeded, 0 when it failed. Absent before the first.",
+		clusterLabels, nil)
+	verificationTimeDesc = prometheus.NewDesc("pgpilot_backup_verification_last_timestamp_seconds",
+		"When the last restore verification finished, in seconds since the Unix epoch.", clusterLabels, nil)
 )
 
 // clusterCollector reads the clusters and backups from the cache at each scrape, in the
@@ -135,7 +140,7 @@ type clusterCollector struct {
 
 func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{clustersDesc, phaseDesc, instancesDesc, readyDesc, lastFailoverDesc,
-		backupsDesc, lastBackupDesc, lastBackupSizeDesc, lastBackupDurationDesc, backupDueDesc} {
+		backupsDesc, lastBackupDesc, lastBackupSizeDesc, lastBackupDurationDesc, backupDueDesc, verificationDesc, verificationTimeDesc} {
 		ch <- d
 	}
 }
@@ -194,6 +199,12 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if !s.NextDue.IsZero() {
 			gauge(backupDueDesc, unix(s.NextDue), ns, name)
+		}
+		if v := cl.Status.LastBackupVerification; v != nil {
+			gauge(verificationDesc, boolValue(v.Result == dbv1.VerificationSucceeded), ns, name)
+			if v.FinishedAt != nil {
+				gauge(verificationTimeDesc, unix(v.FinishedAt.Time), ns, name)
+			}
 		}
 	}
 	for p, n := range count {

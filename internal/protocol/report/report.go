@@ -62,10 +62,13 @@ const (
 	// fails (connections nearly all taken, transaction ID wraparound, a volume filling
 	// up), JSON of a Health.
 	KeyHealth Key = "health"
+	// KeyBackupVerification (backup verification controller) is the last restore
+	// verification, JSON of a dbv1.BackupVerification.
+	KeyBackupVerification Key = "backupVerification"
 )
 
 // Keys are every report, in the order the ConfigMap lists them.
-var Keys = []Key{KeyFailoverBlocked, KeyLastFailover, KeyDataVersion, KeyDataGuard, KeyStreaming, KeyArchiving, KeyPendingRestart, KeyUpgrade, KeyAgentErrors, KeyHealth}
+var Keys = []Key{KeyFailoverBlocked, KeyLastFailover, KeyDataVersion, KeyDataGuard, KeyStreaming, KeyArchiving, KeyPendingRestart, KeyUpgrade, KeyAgentErrors, KeyHealth, KeyBackupVerification}
 
 // Report is the ConfigMap, read. A missing or unreadable report is its zero value: a
 // person may have edited it, and every reader treats "unknown" as "nothing recorded".
@@ -80,6 +83,8 @@ type Report struct {
 	Upgrade         *Upgrade
 	AgentErrors     AgentErrors
 	Health          Health
+	// BackupVerification is the last restore verification; nil before the first.
+	BackupVerification *dbv1.BackupVerification
 }
 
 // Health is what threatens the cluster before anything fails, by signal: HealthConnections,
@@ -238,6 +243,7 @@ func Parse(cm *corev1.ConfigMap) Report {
 	if h := decode[Health](d[string(KeyHealth)]); h != nil {
 		r.Health = *h
 	}
+	r.BackupVerification = decode[dbv1.BackupVerification](d[string(KeyBackupVerification)])
 	return r
 }
 
@@ -314,6 +320,10 @@ func encode(v any) (string, error) {
 			return "", nil
 		}
 	case *dbv1.FailoverRecord:
+		if x == nil {
+			return "", nil
+		}
+	case *dbv1.BackupVerification:
 		if x == nil {
 			return "", nil
 		}

@@ -96,6 +96,8 @@ func TestEveryReportReadsBackAsWritten(t *testing.T) {
 		Upgrade:         &report.Upgrade{From: "15", To: "17", Reason: dbv1.ReasonUpgrading, Message: "pg_upgrade --copy", Since: since, WritesStoppedMillis: 4200},
 		Health:          report.Health{report.HealthConnections: {Message: "95 of 97 taken", Since: since}},
 		AgentErrors:     report.AgentErrors{"every-1": {Message: `postgres exited while starting: FATAL:  invalid value for parameter "work_mem": "lots"`, Since: since}},
+		BackupVerification: &dbv1.BackupVerification{Job: "every-verify-29", Backup: "nightly-1", Result: dbv1.VerificationFailed,
+			StartedAt: &metav1.Time{Time: since}, FinishedAt: &metav1.Time{Time: since.Add(time.Minute)}, Message: "backup nightly-1 in s3://b/every is corrupt"},
 	}
 	write(t, c, report.KeyFailoverBlocked, want.FailoverBlocked)
 	write(t, c, report.KeyLastFailover, want.LastFailover)
@@ -107,6 +109,7 @@ func TestEveryReportReadsBackAsWritten(t *testing.T) {
 	write(t, c, report.KeyUpgrade, want.Upgrade)
 	write(t, c, report.KeyAgentErrors, want.AgentErrors)
 	write(t, c, report.KeyHealth, want.Health)
+	write(t, c, report.KeyBackupVerification, want.BackupVerification)
 	if diff := cmp.Diff(want, read(t, c)); diff != "" {
 		t.Errorf("the report (-want +got):\n%s", diff)
 	}

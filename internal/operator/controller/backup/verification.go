@@ -18,6 +18,7 @@ import (
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/operator/clusterpods"
+	"github.com/pgpilot/pgpilot/internal/protocol/report"
 	"github.com/pgpilot/pgpilot/internal/protocol/verification"
 )
 
@@ -29,8 +30,9 @@ const (
 
 // VerificationReconciler records how a cluster's last restore verification went
 // (spec.backup.verify): the chart's CronJob runs each in a Job, whose pod writes its
-// result as its termination message; the newest finished Job's is written to
-// status.lastBackupVerification once, with an event.
+// result as its termination message; the newest finished Job's is reported once
+// (report.KeyBackupVerification), with an event, and the status controller copies it
+// to status.lastBackupVerification.
 type VerificationReconciler struct {
 	client client.Client
 	// reader reads the Jobs' pods, which the cache does not hold (they carry no
@@ -68,17 +70,19 @@ func (r *VerificationReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if newest == nil {
 		return ctrl.Result{}, nil
 	}
-	if last := cluster.Status.LastBackupVerification; last != nil && last.Job == newest.Name {
+	rep, err := report.Read(ctx, r.client, &cluster)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if last := rep.BackupVerification; last != nil && last.Job == newest.Name {
 		return ctrl.Result{}, nil
 	}
 	v, err := r.outcome(ctx, newest)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	patch := client.MergeFrom(cluster.DeepCopy())
-	cluster.Status.LastBackupVerification = &v
-	if err := r.client.Status().Patch(ctx, &cluster, patch); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	if err := report.Write(ctx, r.client, &cluster, report.KeyBackupVerification, &v); err != nil {
+		return ctrl.Result{}, err
 	}
 	if v.Result == dbv1.VerificationSucceeded {
 		r.recorder.Event(&cluster, corev1.EventTypeNormal, EventBackupVerified, v.Message)

@@ -32,6 +32,9 @@ type Observed struct {
 	Primary string
 	// LastFailover is the Lease's record of the last failover, nil when none.
 	LastFailover *dbv1.FailoverRecord
+	// BackupVerification is the report of the last restore verification, nil when
+	// none was reported.
+	BackupVerification *dbv1.BackupVerification
 	// FailoverBlocked says why no failover can happen now, "" when one can.
 	FailoverBlocked string
 	// CredentialProblems say what is wrong with each credentials Secret; empty when
@@ -151,6 +154,9 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 	}, now)
 
 	st.LastFailover = o.LastFailover
+	if o.BackupVerification != nil {
+		st.LastBackupVerification = o.BackupVerification
+	}
 	failover := dbv1.Condition{
 		Type: dbv1.ConditionFailoverReady, Status: metav1.ConditionTrue, Reason: dbv1.ReasonFailoverPossible,
 		Message: "A replica can take over if the primary fails", ObservedGeneration: c.Generation,
