@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -15,29 +16,36 @@ import (
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 )
 
-// BenchmarkBackupRestore measures, on about 200 MB of table data, b.N times each:
+// BenchmarkBackupRestore measures, on about 520 MB of data (PGPILOT_BENCH_BACKUP_MB sets
+// another size, e.g. 5120), b.N times each:
 //   - plain: pg_basebackup -Ft -X fetch to the local disk (the yardstick);
 //   - backup: a pgpilot base backup from a replica to a real S3 server on this machine
 //     (compressed, with its digest and manifest);
 //   - restore: that backup from S3 into an empty directory, digest and pg_verifybackup
 //     included.
 //
-// It prints the median MB/s of each (MB of the data directory's tar) and the ratios of
-// backup and restore to plain. It asserts nothing about the figures.
+// It prints the median MB/s and seconds of each (MB of the data directory's tar) and
+// the ratios of backup and restore to plain. It asserts nothing about the figures.
 func BenchmarkBackupRestore(b *testing.B) {
 	s := newS3Store(b)
 	c := backedUpCluster(b, s, 2)
 	c.startAll()
 	p, r := c.instances[0], c.instances[1]
-	p.mustExec("CREATE TABLE big AS SELECT g AS id, md5(g::text) || repeat('x', 150) AS pad FROM generate_series(1, 1000000) g")
+	// A million rows make about 520 MB of data directory.
+	rows := 1_000_000
+	if mb, err := strconv.Atoi(os.Getenv("PGPILOT_BENCH_BACKUP_MB")); err == nil && mb > 0 {
+		rows = mb * 1_000_000 / 520
+	}
+	p.mustExec(fmt.Sprintf("CREATE TABLE big AS SELECT g AS id, md5(g::text) || repeat('x', 150) AS pad FROM generate_series(1, %d) g", rows))
 	r.waitRoleB(b, agentapi.RoleReplica, 1)
+	r.waitCount("big", int64(rows), 30*time.Minute)
 	ctx := context.Background()
 	st := s.open(b, c.name)
 	scratch := filepath.Join(c.dir, "bench")
 	mustMkdir(b, scratch, 0o755)
 	chownR(b, scratch)
 
-	var plain, backups, restores []float64
+	var plain, backups, restores, plainS, backupS, restoreS []float64
 	b.ResetTimer()
 	for i := range b.N {
 		// The yardstick, from the same replica, as the postgres OS user.
@@ -51,7 +59,7 @@ func BenchmarkBackupRestore(b *testing.B) {
 		}
 		took := time.Since(start)
 		size := dirSize(b, dst)
-		plain = append(plain, mbps(size, took))
+		plain, plainS = append(plain, mbps(size, took)), append(plainS, took.Seconds())
 		_ = os.RemoveAll(dst)
 
 		id := fmt.Sprintf("bench-%d", i)
@@ -68,17 +76,18 @@ func BenchmarkBackupRestore(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		backups = append(backups, mbps(info.DataBytes, took))
+		backups, backupS = append(backups, mbps(info.DataBytes, took)), append(backupS, took.Seconds())
 
 		dst = filepath.Join(scratch, fmt.Sprintf("restore-%d", i))
 		start = time.Now()
 		if err := backup.Restore(ctx, st, info, dst, PGBin); err != nil {
 			b.Fatal(err)
 		}
-		restores = append(restores, mbps(info.DataBytes, time.Since(start)))
+		took = time.Since(start)
+		restores, restoreS = append(restores, mbps(info.DataBytes, took)), append(restoreS, took.Seconds())
 		_ = os.RemoveAll(dst)
 		if i == 0 {
-			b.Logf("data %.0f MB, stored %.0f MB compressed", float64(info.DataBytes)/1e6, float64(info.SizeBytes)/1e6)
+			b.Logf("data %.0f MB, stored %.0f MB compressed in %d volume(s)", float64(info.DataBytes)/1e6, float64(info.SizeBytes)/1e6, max(info.Volumes, 1))
 		}
 	}
 	b.StopTimer()
@@ -88,6 +97,9 @@ func BenchmarkBackupRestore(b *testing.B) {
 	b.ReportMetric(mr, "restore-MB/s")
 	b.ReportMetric(mb/mp, "backup/plain")
 	b.ReportMetric(mr/mp, "restore/plain")
+	b.ReportMetric(median(plainS), "plain-s")
+	b.ReportMetric(median(backupS), "backup-s")
+	b.ReportMetric(median(restoreS), "restore-s")
 	b.ReportMetric(0, "ns/op")
 }
 
