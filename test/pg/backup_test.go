@@ -570,14 +570,7 @@ func TestBaseBackupInVolumes(t *testing.T) {
 	p.mustExec("CREATE TABLE t AS SELECT g AS id, md5(g::text) AS pad FROM generate_series(1, 100000) g")
 	r.waitCount("t", 100000, 30*time.Second)
 
-	// pg_basebackup as the postgres OS user: the local socket admits the superuser by peer.
-	bin := filepath.Join(c.dir, "bin-as-postgres")
-	mustMkdir(t, bin, 0o755)
-	mustWrite(t, filepath.Join(bin, "pg_basebackup"), []byte(fmt.Sprintf(
-		"#!/bin/sh\nexec setpriv --reuid=%d --regid=%d --clear-groups %s \"$@\"\n", pgUID, pgGID, filepath.Join(PGBin, "pg_basebackup"))))
-	if err := os.Chmod(filepath.Join(bin, "pg_basebackup"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := binAsPostgres(t, c)
 	ctx := context.Background()
 	st := s.open(t, c.name)
 	const volume = 2 << 20
@@ -617,4 +610,19 @@ func TestBaseBackupInVolumes(t *testing.T) {
 	if objs, err := st.List(ctx, "base/in-volumes/"); err != nil || len(objs) > 0 {
 		t.Errorf("after Delete: %d objects left (%v)", len(objs), err)
 	}
+}
+
+// binAsPostgres is a directory whose pg_basebackup runs the real one as the postgres OS
+// user, whom the local socket admits as the superuser by peer: what backup.TakeBase runs
+// in the agent's pod, from a test running as root.
+func binAsPostgres(t testing.TB, c *cluster) string {
+	t.Helper()
+	bin := filepath.Join(c.dir, "bin-as-postgres")
+	mustMkdir(t, bin, 0o755)
+	mustWrite(t, filepath.Join(bin, "pg_basebackup"), []byte(fmt.Sprintf(
+		"#!/bin/sh\nexec setpriv --reuid=%d --regid=%d --clear-groups %s \"$@\"\n", pgUID, pgGID, filepath.Join(PGBin, "pg_basebackup"))))
+	if err := os.Chmod(filepath.Join(bin, "pg_basebackup"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }

@@ -203,10 +203,16 @@ func TestPoolerLookupIsSetUpByThePrimary(t *testing.T) {
 		}
 		return nil
 	})
-	err = p.asPooler(cert, "app", func(context.Context, *pgx.Conn) error { return nil })
-	if err == nil || !strings.Contains(err.Error(), "pg_hba.conf") {
-		t.Errorf("%s on a locked-out primary: %v; want refused by pg_hba.conf", poolerauth.Role, err)
-	}
+	// lockedOut says the locked-out file is written and a reload sent: the postmaster
+	// loads it a moment later (on a loaded machine, after a login or two, whose sessions
+	// the lockout's next tick terminates).
+	testutil.Eventually(t, 5*time.Second, func() error {
+		err := p.asPooler(cert, "app", func(context.Context, *pgx.Conn) error { return nil })
+		if err == nil || !strings.Contains(err.Error(), "pg_hba.conf") {
+			return fmt.Errorf("%s on a locked-out primary: %v; want refused by pg_hba.conf", poolerauth.Role, err)
+		}
+		return nil
+	})
 	p.proxy.setCut(false)
 	testutil.Eventually(t, 30*time.Second, func() error {
 		return p.asPooler(cert, "app", func(context.Context, *pgx.Conn) error { return nil })
