@@ -25,8 +25,8 @@ import (
 //     and thrown away;
 //   - zstd: the same through the backup's zstd encoder, thrown away;
 //   - zstd+s3: the same stored in the real S3 server;
-//   - takebase: backup.TakeBase, what the agent runs (adds the tar's inspection, the
-//     digest and backup.json).
+//   - takebase-zstd, -s2, -none: backup.TakeBase, what the agent runs (adds the tar's
+//     inspection, the digest and backup.json), with each compression.
 //
 // It prints the median MB/s of each (MB of the tar). It asserts nothing about them.
 func BenchmarkBackupStages(b *testing.B) {
@@ -93,15 +93,23 @@ func BenchmarkBackupStages(b *testing.B) {
 				return st.Put(ctx, fmt.Sprintf("stages/%d", i), pr)
 			})
 		}},
-		{"takebase", func(i int) (int64, time.Duration) {
+	}
+	for _, compression := range []string{backup.CompressionZstd, backup.CompressionS2, backup.CompressionNone} {
+		stages = append(stages, struct {
+			name string
+			run  func(i int) (int64, time.Duration)
+		}{"takebase-" + compression, func(i int) (int64, time.Duration) {
 			start := time.Now()
 			info, err := backup.TakeBase(ctx, st, backup.BaseBackupOptions{BinDir: bin, Host: filepath.Join(r.dir, "run"), Port: 5432,
-				User: "postgres", ID: fmt.Sprintf("stages-%d", i), Cluster: c.name, Instance: r.pod})
+				User: "postgres", ID: fmt.Sprintf("stages-%s-%d", compression, i), Cluster: c.name, Instance: r.pod, Compression: compression})
 			if err != nil {
 				b.Fatal(err)
 			}
+			if i == 0 {
+				b.Logf("%s: %d MB stored as %d MB", compression, info.DataBytes/1_000_000, info.SizeBytes/1_000_000)
+			}
 			return info.DataBytes, time.Since(start)
-		}},
+		}})
 	}
 	b.ResetTimer()
 	for _, stage := range stages {

@@ -626,3 +626,55 @@ func binAsPostgres(t testing.TB, c *cluster) string {
 	}
 	return bin
 }
+
+// A base backup compressed with s2, or not at all, restores as a zstd one does: digest
+// and pg_verifybackup pass on every file, and Delete removes its data.
+func TestBaseBackupCompressions(t *testing.T) {
+	t.Parallel()
+	s := newS3Store(t)
+	c := backedUpCluster(t, s, 2)
+	c.startAll()
+	p, r := c.instances[0], c.instances[1]
+	p.mustExec("CREATE TABLE t AS SELECT g AS id, md5(g::text) AS pad FROM generate_series(1, 50000) g")
+	r.waitCount("t", 50000, 30*time.Second)
+	bin := binAsPostgres(t, c)
+	ctx := context.Background()
+	st := s.open(t, c.name)
+	for _, tc := range []struct{ compression, key string }{
+		{backup.CompressionS2, "data.tar.s2"},
+		{backup.CompressionNone, "data.tar"},
+	} {
+		id := "compressed-" + tc.compression
+		info, err := backup.TakeBase(ctx, st, backup.BaseBackupOptions{BinDir: bin, Host: filepath.Join(r.dir, "run"), Port: 5432,
+			User: "postgres", ID: id, Cluster: c.name, Instance: r.pod, Compression: tc.compression})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.compression, err)
+		}
+		if _, err := st.Stat(ctx, "base/"+id+"/"+tc.key); err != nil || info.Compression != tc.compression {
+			t.Errorf("%s: compression %q, %s: %v", tc.compression, info.Compression, tc.key, err)
+		}
+		if tc.compression == backup.CompressionNone && info.SizeBytes != info.DataBytes ||
+			tc.compression == backup.CompressionS2 && info.SizeBytes*2 > info.DataBytes {
+			t.Errorf("%s: %d bytes of data stored as %d", tc.compression, info.DataBytes, info.SizeBytes)
+		}
+		t.Logf("%s: %d MB stored as %d MB", tc.compression, info.DataBytes>>20, info.SizeBytes>>20)
+		infos, err := backup.List(ctx, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed, err := backup.Choose(infos, id, backup.Target{})
+		if err != nil || listed.Compression != tc.compression {
+			t.Fatalf("%s: listed %+v, %v", tc.compression, listed, err)
+		}
+		dst := filepath.Join(c.dir, "restore-"+tc.compression)
+		if err := backup.Restore(ctx, st, listed, dst, PGBin); err != nil {
+			t.Errorf("%s: restore: %v", tc.compression, err)
+		}
+		if err := backup.Delete(ctx, st, id); err != nil {
+			t.Fatal(err)
+		}
+		if objs, err := st.List(ctx, "base/"+id+"/"); err != nil || len(objs) > 0 {
+			t.Errorf("%s: after Delete, %d objects left (%v)", tc.compression, len(objs), err)
+		}
+	}
+}

@@ -141,6 +141,9 @@ func (a *Agent) StartBackup(_ context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	// What the backup goroutine needs of the cluster, read under a.mu: a new config.json
+	// replaces a.cluster.
+	clusterName, compression := a.cluster.ClusterName, a.cluster.Backup.Compression
 	ctx, cancel := context.WithCancel(a.runCtx)
 	job := &backupJob{status: agentapi.BackupStatus{ID: id, Phase: agentapi.BackupRunning, StartedAt: time.Now().UTC(),
 		Location: st.String() + "/base/" + id}, cancel: cancel}
@@ -154,7 +157,7 @@ func (a *Agent) StartBackup(_ context.Context, id string) error {
 			}
 			return backup.TakeBase(ctx, st, backup.BaseBackupOptions{
 				BinDir: a.pg.Programs(), Host: a.cfg.SocketDir, Port: a.cfg.Port, User: a.creds.Superuser.Username,
-				ID: id, Cluster: a.cluster.ClusterName, Instance: a.cfg.PodName,
+				ID: id, Cluster: clusterName, Instance: a.cfg.PodName, Compression: compression,
 			})
 		}()
 		a.mu.Lock()

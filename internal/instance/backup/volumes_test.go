@@ -48,11 +48,11 @@ func TestVolumes(t *testing.T) {
 					for i := range data {
 						data[i] = byte(i*7 + i/size)
 					}
-					n, err := putVolumes(ctx, st, id, bytes.NewReader(data), size)
+					n, err := putVolumes(ctx, st, id, CompressionZstd, bytes.NewReader(data), size)
 					if err != nil || n != tc.volumes {
 						t.Fatalf("putVolumes = %d, %v; want %d volumes", n, err, tc.volumes)
 					}
-					objs, err := st.List(ctx, dataPrefix(id))
+					objs, err := st.List(ctx, dataPrefix(id, CompressionZstd))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -65,13 +65,13 @@ func TestVolumes(t *testing.T) {
 					}
 					var want []string
 					for i := range tc.volumes {
-						want = append(want, dataKey(id, i))
+						want = append(want, dataKey(id, CompressionZstd, i))
 					}
 					if !slices.Equal(keys, want) {
 						t.Errorf("stored %q, want %q", keys, want)
 					}
 
-					first, err := st.Get(ctx, dataKey(id, 0))
+					first, err := st.Get(ctx, dataKey(id, CompressionZstd, 0))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -85,7 +85,7 @@ func TestVolumes(t *testing.T) {
 					if err := deleteData(ctx, st, id); err != nil {
 						t.Fatal(err)
 					}
-					if objs, err := st.List(ctx, dataPrefix(id)); err != nil || len(objs) > 0 {
+					if objs, err := st.List(ctx, dataPrefix(id, CompressionZstd)); err != nil || len(objs) > 0 {
 						t.Errorf("after deleteData: %d objects left (%v)", len(objs), err)
 					}
 				})
@@ -95,13 +95,13 @@ func TestVolumes(t *testing.T) {
 				ctx := context.Background()
 				id := "missing"
 				data := make([]byte, 2*size+1)
-				if _, err := putVolumes(ctx, st, id, bytes.NewReader(data), size); err != nil {
+				if _, err := putVolumes(ctx, st, id, CompressionZstd, bytes.NewReader(data), size); err != nil {
 					t.Fatal(err)
 				}
-				if err := st.Delete(ctx, dataKey(id, 1)); err != nil {
+				if err := st.Delete(ctx, dataKey(id, CompressionZstd, 1)); err != nil {
 					t.Fatal(err)
 				}
-				first, err := st.Get(ctx, dataKey(id, 0))
+				first, err := st.Get(ctx, dataKey(id, CompressionZstd, 0))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -117,15 +117,15 @@ func TestVolumes(t *testing.T) {
 				id := "failing"
 				broken := errors.New("pg_basebackup died")
 				src := io.MultiReader(bytes.NewReader(make([]byte, size+size/2)), errReader{broken})
-				n, err := putVolumes(ctx, st, id, src, size)
+				n, err := putVolumes(ctx, st, id, CompressionZstd, src, size)
 				if !errors.Is(err, broken) {
 					t.Fatalf("putVolumes = %d, %v; want the source's error", n, err)
 				}
-				objs, err := st.List(ctx, dataPrefix(id))
+				objs, err := st.List(ctx, dataPrefix(id, CompressionZstd))
 				if err != nil {
 					t.Fatal(err)
 				}
-				if len(objs) != 1 || objs[0].Key != dataKey(id, 0) {
+				if len(objs) != 1 || objs[0].Key != dataKey(id, CompressionZstd, 0) {
 					t.Errorf("stored %+v, want only the first, complete volume (for the caller to delete)", objs)
 				}
 				_ = deleteData(ctx, st, id)

@@ -223,7 +223,7 @@ func Decide(cluster Cluster, v Values, observed Observed) (*Plan, error) {
 		if err != nil {
 			return nil, err
 		}
-		p.Config.Backup = &clusterconfig.Backup{Store: store}
+		p.Config.Backup = &clusterconfig.Backup{Store: store, Compression: b.Compression}
 		planVerify(p, cluster.Name, b)
 		if b.Store.Volume != nil {
 			backupClaim = b.Store.Volume.ClaimName

@@ -120,6 +120,8 @@ func (c Config) ReadLagBound() time.Duration {
 // Backup is where this cluster's backups and archived WAL go.
 type Backup struct {
 	Store Store `json:"store"`
+	// Compression of new base backups: zstd (also when empty), s2 or none.
+	Compression string `json:"compression,omitempty"`
 }
 
 // Restore is the backup a new cluster starts from.
