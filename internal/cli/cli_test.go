@@ -181,3 +181,19 @@ func TestStatusShowsThePooler(t *testing.T) {
 		t.Errorf("status lacks %q:\n%s", want, out.String())
 	}
 }
+
+// The last restore verification is shown with its result, age, backup and message.
+func TestStatusShowsTheLastVerification(t *testing.T) {
+	o := observed()
+	now := time.Now()
+	finished := metav1.NewTime(now.Add(-3 * time.Hour))
+	o.Cluster.Status.LastBackupVerification = &dbv1.BackupVerification{Job: "db-verify-1", Backup: "new",
+		Result: dbv1.VerificationFailed, FinishedAt: &finished, Message: "backup new in s3://b/db is corrupt"}
+	var out bytes.Buffer
+	if err := printStatus(&out, Summarize(o), now); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Verified:      Failed, 3h0m0s ago, backup new: backup new in s3://b/db is corrupt\n"; !strings.Contains(out.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, out.String())
+	}
+}

@@ -40,6 +40,8 @@ type Status struct {
 	ReplicationError string `json:"replicationError,omitempty"`
 	// Pooler is status.pooler (spec.pooler), with its Service; nil without one.
 	Pooler *Pooler `json:"pooler,omitempty"`
+	// LastVerification is status.lastBackupVerification (spec.backup.verify).
+	LastVerification *dbv1.BackupVerification `json:"lastBackupVerification,omitempty"`
 }
 
 // Pooler is the cluster's pooler as its status reports it.
@@ -204,6 +206,7 @@ func Summarize(o Observed) Status {
 		}
 		st.Instances = append(st.Instances, in)
 	}
+	st.LastVerification = c.Status.LastBackupVerification
 	if c.Spec.Pooler != nil {
 		st.Pooler = &Pooler{Service: c.Names().PoolerReadWrite()}
 		if p := c.Status.Pooler; p != nil {
@@ -256,6 +259,13 @@ func printStatus(w io.Writer, st Status, now time.Time) error {
 	}
 	fmt.Fprintf(w, " (backups: %d completed, %d failed, %d running)\n", st.Backups[dbv1.BackupCompleted], st.Backups[dbv1.BackupFailed],
 		st.Backups[dbv1.BackupRunning]+st.Backups[dbv1.BackupPending])
+	if v := st.LastVerification; v != nil {
+		when := "unknown"
+		if v.FinishedAt != nil {
+			when = ago(now, v.FinishedAt.Time) + " ago"
+		}
+		fmt.Fprintf(w, "Verified:      %s, %s, backup %s: %s\n", v.Result, when, orNone(v.Backup), v.Message)
+	}
 	if st.ReplicationError != "" {
 		fmt.Fprintf(w, "Replication:   unknown (%s)\n", st.ReplicationError)
 	}
@@ -314,6 +324,13 @@ func ago(now, t time.Time) string { return now.Sub(t).Round(time.Second).String(
 func orDash(s string) string {
 	if s == "" {
 		return "-"
+	}
+	return s
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
 	}
 	return s
 }
