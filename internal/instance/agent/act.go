@@ -106,7 +106,7 @@ func (a *Agent) startInstance(ctx context.Context, d Decision, view LeaseView) (
 	// must not leave an asynchronous primary waiting out spec.failover.startTimeout
 	// while the operator sees a single crash (make chaos, crash-loop: 65 s rounds).
 	defer func() {
-		if err != nil && ctx.Err() == nil {
+		if err != nil && ctx.Err() == nil && !a.postmasterDied() {
 			a.crashed()
 		}
 	}()

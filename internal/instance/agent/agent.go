@@ -296,6 +296,23 @@ func (a *Agent) process() *postgres.Process {
 	return a.proc
 }
 
+// postmasterDied reports whether the postmaster the agent runs has exited: the run
+// loop's postmasterExited counts that crash, so a start that failed because of it must
+// not count it again (a postmaster killed while its start's last steps ran was counted
+// twice, and two crashes in a minute look like a crash loop).
+func (a *Agent) postmasterDied() bool {
+	p := a.process()
+	if p == nil {
+		return false
+	}
+	select {
+	case <-p.Done():
+		return true
+	default:
+		return false
+	}
+}
+
 func (a *Agent) setState(p *postgres.Process, role, upstream string) {
 	term := a.lease.View().Term
 	a.mu.Lock()

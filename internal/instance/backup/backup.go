@@ -621,7 +621,10 @@ func restore(ctx context.Context, st store.Store, info Info, pgdata, binDir stri
 	// Whatever follows the tar's end (the compression's frame end) must be read for the
 	// digest.
 	if _, err := io.Copy(io.Discard, dec); err != nil {
-		return err
+		if cerr := corrupt(); cerr != nil {
+			return cerr
+		}
+		return fmt.Errorf("reading backup %s to its end: %w", info.ID, err)
 	}
 	if err := corrupt(); err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -22,8 +23,8 @@ import (
 const (
 	// partSize is the size of the parts in which Put uploads an object larger than one
 	// part; each Put holds at most 1 + uploadStreams buffers of about this size (what it
-	// reads ahead to choose between one PUT request and a multipart upload, and minio-go's
-	// part buffers). S3 allows at most 10000 parts, so the largest object Put can store
+	// reads ahead to choose between one PUT request and a multipart upload, and the
+	// parts being read and sent). S3 allows at most 10000 parts, so the largest object Put can store
 	// is 10000 × 16 MiB = 156.25 GiB; Put fails, rather than store a truncated object, on
 	// a larger one. (Base backups are stored in volumes well below it.)
 	partSize = 16 << 20
@@ -166,26 +167,114 @@ func (s *s3Store) put(ctx context.Context, name string, src io.Reader) error {
 			minio.PutObjectOptions{ContentType: "application/octet-stream"})
 		return err
 	}
-	// A larger one goes up in parts of partSize, uploadStreams at a time, each read into a
-	// buffer of its own. The multipart upload's completion makes it visible at once;
-	// minio-go aborts the upload when a part fails. (Its parallel path shares one checksum
-	// hasher between the parts' uploads: safe only while no checksum is asked for, as
-	// here.)
-	body := io.MultiReader(bytes.NewReader(head), src)
-	_, err = s.client.PutObject(ctx, s.bucket, name, &sizeGuard{r: body, left: maxObjectSize}, -1,
-		minio.PutObjectOptions{ContentType: "application/octet-stream", PartSize: partSize,
-			ConcurrentStreamParts: true, NumThreads: uploadStreams})
+	// A larger one goes up as a multipart upload, whose completion makes it visible at
+	// once.
+	return s.putMultipart(ctx, name, &sizeGuard{r: io.MultiReader(bytes.NewReader(head), src), left: maxObjectSize})
+}
+
+// putMultipart uploads body as name in parts of partSize, uploadStreams at a time, each
+// read into a buffer of its own while the others are sent. On any failure it waits for
+// every part request to end before it aborts the upload: a part the server was still
+// writing after an abort brought the upload back, invisible but billed (minio-go's own
+// parallel path cancels its part requests and aborts at once, and left uploads behind in
+// TestStore).
+func (s *s3Store) putMultipart(ctx context.Context, name string, body io.Reader) error {
+	core := minio.Core{Client: s.client}
+	opts := minio.PutObjectOptions{ContentType: "application/octet-stream"}
+	uploadID, err := core.NewMultipartUpload(ctx, s.bucket, name, opts)
 	if err != nil {
-		// minio-go's parallel path cancels its context before its abort, which then fails
-		// (and with an ended ctx any abort would): abort the upload now, or it would keep
-		// its parts (invisible, but billed) until a lifecycle rule removes them. (This
-		// aborts any concurrent upload to the same key too; only a second writer would
-		// have one.)
-		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		_ = s.client.RemoveIncompleteUpload(cleanup, s.bucket, name)
+		return err
 	}
-	return err
+	var (
+		mu       sync.Mutex
+		parts    []minio.CompletePart
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	failed := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return firstErr
+	}
+	free := make(chan []byte, uploadStreams)
+	for range uploadStreams {
+		free <- make([]byte, partSize)
+	}
+	for number := 1; failed() == nil; number++ {
+		buf := <-free
+		if failed() != nil {
+			break
+		}
+		n, rerr := io.ReadFull(body, buf)
+		if n > 0 {
+			wg.Add(1)
+			go func(number int, data []byte) {
+				defer wg.Done()
+				part, err := core.PutObjectPart(ctx, s.bucket, name, uploadID, number, bytes.NewReader(data), int64(len(data)), minio.PutObjectPartOptions{})
+				if err != nil {
+					fail(err)
+				} else {
+					mu.Lock()
+					parts = append(parts, minio.CompletePart{PartNumber: number, ETag: part.ETag})
+					mu.Unlock()
+				}
+				free <- data[:cap(data)]
+			}(number, buf[:n])
+		} else {
+			free <- buf
+		}
+		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+			break
+		}
+		if rerr != nil {
+			fail(rerr)
+		}
+	}
+	wg.Wait()
+	if err := failed(); err == nil {
+		sort.Slice(parts, func(i, j int) bool { return parts[i].PartNumber < parts[j].PartNumber })
+		if _, err = core.CompleteMultipartUpload(ctx, s.bucket, name, uploadID, parts, opts); err == nil {
+			return nil
+		}
+		fail(err)
+	}
+	// Every part request has ended: abort with a context of its own (ctx may be the
+	// reason for the failure), and again while the upload is still listed.
+	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	_ = core.AbortMultipartUpload(cleanup, s.bucket, name, uploadID)
+	s.abortUpload(cleanup, name)
+	return failed()
+}
+
+// abortUpload aborts the incomplete multipart uploads of name until none is listed: S3
+// advises checking that no part is left after an abort, as a part still being written
+// (a request cancelled by ctx) can bring the upload back.
+func (s *s3Store) abortUpload(ctx context.Context, name string) {
+	for wait := 100 * time.Millisecond; ; wait *= 2 {
+		_ = s.client.RemoveIncompleteUpload(ctx, s.bucket, name)
+		left := false
+		for u := range s.client.ListIncompleteUploads(ctx, s.bucket, name, false) {
+			if u.Err == nil && u.Key == name {
+				left = true
+			}
+		}
+		if !left {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
 }
 
 // errTooLarge is the error of a Put whose object exceeds maxObjectSize.
