@@ -152,8 +152,9 @@ var behaviours = []struct {
 }{
 	{"RoundTrip", func(t *testing.T, b backend) {
 		s := b.fresh(t)
-		// Empty, small, exactly one part, and several parts (crossing partSize).
-		for i, size := range []int64{0, 1000, partSize, 2*partSize + partSize/2 + 7} {
+		// Empty, small, exactly one part, several parts (crossing partSize), and exactly
+		// three parts (the stream ends at a part's end).
+		for i, size := range []int64{0, 1000, partSize, 2*partSize + partSize/2 + 7, 3 * partSize} {
 			key := fmt.Sprintf("base/%d/data.tar", i)
 			if err := s.Put(ctx(t), key, data(uint64(i), size)); err != nil {
 				t.Fatalf("Put %d bytes: %v", size, err)
