@@ -36,7 +36,7 @@ func BenchmarkBackupRestore(b *testing.B) {
 	if mb, err := strconv.Atoi(os.Getenv("PGPILOT_BENCH_BACKUP_MB")); err == nil && mb > 0 {
 		rows = mb * 1_000_000 / 520
 	}
-	p.mustExec(fmt.Sprintf("CREATE TABLE big AS SELECT g AS id, md5(g::text) || repeat('x', 150) AS pad FROM generate_series(1, %d) g", rows))
+	fillBig(p, rows)
 	r.waitRoleB(b, agentapi.RoleReplica, 1)
 	r.waitCount("big", int64(rows), 30*time.Minute)
 	ctx := context.Background()
@@ -122,4 +122,13 @@ func dirSize(b testing.TB, dir string) int64 {
 		b.Fatal(err)
 	}
 	return n
+}
+
+// fillBig creates table big with rows rows of about 520 bytes each, half a million at a
+// time (one statement must end within the harness's timeout).
+func fillBig(p *instance, rows int) {
+	p.mustExec("CREATE TABLE big (id int, pad text)")
+	for from := 1; from <= rows; from += 500_000 {
+		p.mustExec(fmt.Sprintf("INSERT INTO big SELECT g, md5(g::text) || repeat('x', 150) FROM generate_series(%d, %d) g", from, min(from+499_999, rows)))
+	}
 }

@@ -38,7 +38,7 @@ func BenchmarkBackupStages(b *testing.B) {
 	if mb, err := strconv.Atoi(os.Getenv("PGPILOT_BENCH_BACKUP_MB")); err == nil && mb > 0 {
 		rows = mb * 1_000_000 / 520
 	}
-	p.mustExec(fmt.Sprintf("CREATE TABLE big AS SELECT g AS id, md5(g::text) || repeat('x', 150) AS pad FROM generate_series(1, %d) g", rows))
+	fillBig(p, rows)
 	r.waitRoleB(b, agentapi.RoleReplica, 1)
 	r.waitCount("big", int64(rows), 30*time.Minute)
 	ctx := context.Background()
