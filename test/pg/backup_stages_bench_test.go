@@ -36,7 +36,7 @@ func BenchmarkBackupStages(b *testing.B) {
 	p, r := c.instances[0], c.instances[1]
 	rows := 1_000_000
 	if mb, err := strconv.Atoi(os.Getenv("PGPILOT_BENCH_BACKUP_MB")); err == nil && mb > 0 {
-		rows = mb * 1_000_000 / 520
+		rows = mb * 1_000_000 / 300
 	}
 	fillBig(p, rows)
 	r.waitRoleB(b, agentapi.RoleReplica, 1)
