@@ -28,17 +28,7 @@ import (
 // the ratios of backup and restore to plain. It asserts nothing about the figures.
 func BenchmarkBackupRestore(b *testing.B) {
 	s := newS3Store(b)
-	c := backedUpCluster(b, s, 2)
-	c.startAll()
-	p, r := c.instances[0], c.instances[1]
-	// A million rows make about 300 MB of the backup's tar (3,017 MB for 9.85 million).
-	rows := 1_000_000
-	if mb, err := strconv.Atoi(os.Getenv("PGPILOT_BENCH_BACKUP_MB")); err == nil && mb > 0 {
-		rows = mb * 1_000_000 / 300
-	}
-	fillBig(p, rows)
-	r.waitRoleB(b, agentapi.RoleReplica, 1)
-	r.waitCount("big", int64(rows), 30*time.Minute)
+	c, r := backupBenchCluster(b, s)
 	ctx := context.Background()
 	st := s.open(b, c.name)
 	scratch := filepath.Join(c.dir, "bench")
@@ -124,11 +114,25 @@ func dirSize(b testing.TB, dir string) int64 {
 	return n
 }
 
-// fillBig creates table big with rows rows of about 200 bytes each, half a million at a
-// time (one statement must end within the harness's timeout).
-func fillBig(p *instance, rows int) {
+// backupBenchCluster is the backup benchmarks' cluster: two instances archiving to s,
+// the primary's table big holding the data (about 300 MB, PGPILOT_BENCH_BACKUP_MB sets
+// another size), and the replica, which the backups are taken from, holding it all.
+func backupBenchCluster(b *testing.B, s *s3Store) (*cluster, *instance) {
+	c := backedUpCluster(b, s, 2)
+	c.startAll()
+	p, r := c.instances[0], c.instances[1]
+	// A million rows make about 300 MB of the backup's tar (3,017 MB for 9.85 million),
+	// inserted half a million at a time (one statement must end within the harness's
+	// timeout).
+	rows := 1_000_000
+	if mb, err := strconv.Atoi(os.Getenv("PGPILOT_BENCH_BACKUP_MB")); err == nil && mb > 0 {
+		rows = mb * 1_000_000 / 300
+	}
 	p.mustExec("CREATE TABLE big (id int, pad text)")
 	for from := 1; from <= rows; from += 500_000 {
 		p.mustExec(fmt.Sprintf("INSERT INTO big SELECT g, md5(g::text) || repeat('x', 150) FROM generate_series(%d, %d) g", from, min(from+499_999, rows)))
 	}
+	r.waitRoleB(b, agentapi.RoleReplica, 1)
+	r.waitCount("big", int64(rows), 30*time.Minute)
+	return c, r
 }

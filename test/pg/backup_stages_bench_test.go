@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -15,7 +13,6 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/pgpilot/pgpilot/internal/instance/backup"
-	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
 )
 
 // BenchmarkBackupStages splits a base backup's throughput into its stages, on the data
@@ -31,16 +28,7 @@ import (
 // It prints the median MB/s of each (MB of the tar). It asserts nothing about them.
 func BenchmarkBackupStages(b *testing.B) {
 	s := newS3Store(b)
-	c := backedUpCluster(b, s, 2)
-	c.startAll()
-	p, r := c.instances[0], c.instances[1]
-	rows := 1_000_000
-	if mb, err := strconv.Atoi(os.Getenv("PGPILOT_BENCH_BACKUP_MB")); err == nil && mb > 0 {
-		rows = mb * 1_000_000 / 300
-	}
-	fillBig(p, rows)
-	r.waitRoleB(b, agentapi.RoleReplica, 1)
-	r.waitCount("big", int64(rows), 30*time.Minute)
+	c, r := backupBenchCluster(b, s)
 	ctx := context.Background()
 	st := s.open(b, c.name)
 	bin := binAsPostgres(b, c)

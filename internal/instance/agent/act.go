@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -56,16 +55,12 @@ func (a *Agent) binMajor(ctx context.Context) (string, error) {
 	if a.binVersion != "" {
 		return a.binVersion, nil
 	}
-	out, err := exec.CommandContext(ctx, filepath.Join(a.cfg.BinDir, "postgres"), "--version").Output()
+	major, err := postgres.ProgramsMajor(ctx, a.cfg.BinDir)
 	if err != nil {
-		return "", fmt.Errorf("running postgres --version: %w", err)
+		return "", err
 	}
-	fields := strings.Fields(string(out)) // "postgres (PostgreSQL) 15.10 (Debian 15.10-0+deb12u1)"
-	if len(fields) < 3 {
-		return "", fmt.Errorf("cannot read the version from %q", out)
-	}
-	a.binVersion = strings.SplitN(fields[2], ".", 2)[0]
-	return a.binVersion, nil
+	a.binVersion = major
+	return major, nil
 }
 
 func (a *Agent) confInput(role pgconf.Role, upstream string) pgconf.ConfInput {

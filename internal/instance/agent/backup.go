@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -245,8 +244,7 @@ func (a *Agent) restoreFromBackup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ofMajor := slices.DeleteFunc(slices.Clone(infos), func(i backup.Info) bool { return i.PostgresMajor != "" && i.PostgresMajor != major })
-	info, err := backup.Choose(ofMajor, r.BackupID, target)
+	info, err := backup.Choose(backup.OfMajor(infos, major), r.BackupID, target)
 	if err != nil {
 		if other, oerr := backup.Choose(infos, r.BackupID, target); oerr == nil && other.PostgresMajor != major {
 			return fmt.Errorf("restoring from %s: the base backup for this target, %s, is of PostgreSQL %s, and this cluster runs PostgreSQL %s: set spec.version to %q to restore it (a point before a major version upgrade), or pick a later target", st, other.ID, other.PostgresMajor, major, other.PostgresMajor)

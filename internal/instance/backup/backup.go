@@ -31,6 +31,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -521,6 +522,12 @@ func readInfo(ctx context.Context, st store.Store, key string) (Info, error) {
 type Target struct {
 	Time *time.Time
 	LSN  string
+}
+
+// OfMajor are the backups of infos that PostgreSQL major can restore: those of that
+// major, and those that do not say (taken before backups recorded it).
+func OfMajor(infos []Info, major string) []Info {
+	return slices.DeleteFunc(slices.Clone(infos), func(i Info) bool { return i.PostgresMajor != "" && i.PostgresMajor != major })
 }
 
 // Choose picks the base backup to restore: the one named id, or else the newest that

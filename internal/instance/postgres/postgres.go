@@ -699,3 +699,17 @@ func processesIn(dir string) []int {
 	}
 	return pids
 }
+
+// ProgramsMajor is the PostgreSQL major version of the programs in binDir ("15"), from
+// postgres --version.
+func ProgramsMajor(ctx context.Context, binDir string) (string, error) {
+	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "postgres"), "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("running postgres --version: %w", err)
+	}
+	fields := strings.Fields(string(out)) // "postgres (PostgreSQL) 15.10 (Debian 15.10-0+deb12u1)"
+	if len(fields) < 3 {
+		return "", fmt.Errorf("cannot read the version from %q", out)
+	}
+	return strings.SplitN(fields[2], ".", 2)[0], nil
+}

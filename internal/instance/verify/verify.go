@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/pgpilot/pgpilot/internal/instance/backup"
 	"github.com/pgpilot/pgpilot/internal/instance/backup/store"
+	"github.com/pgpilot/pgpilot/internal/instance/postgres"
 	"github.com/pgpilot/pgpilot/internal/protocol/verification"
 )
 
@@ -54,7 +54,7 @@ func Run(ctx context.Context, o Options) (verification.Result, error) {
 }
 
 func run(ctx context.Context, o Options, res *verification.Result) error {
-	major, err := binMajor(ctx, o.BinDir)
+	major, err := postgres.ProgramsMajor(ctx, o.BinDir)
 	if err != nil {
 		return err
 	}
@@ -62,8 +62,7 @@ func run(ctx context.Context, o Options, res *verification.Result) error {
 	if err != nil {
 		return fmt.Errorf("listing the backups in %s: %w", o.Store, err)
 	}
-	ofMajor := slices.DeleteFunc(slices.Clone(infos), func(i backup.Info) bool { return i.PostgresMajor != "" && i.PostgresMajor != major })
-	info, err := backup.Choose(ofMajor, o.BackupID, backup.Target{})
+	info, err := backup.Choose(backup.OfMajor(infos, major), o.BackupID, backup.Target{})
 	if err != nil {
 		return fmt.Errorf("choosing a backup of PostgreSQL %s in %s: %w", major, o.Store, err)
 	}
@@ -160,19 +159,6 @@ shared_buffers = 128MB
 
 func seconds(d time.Duration) float64 {
 	return float64(d.Round(100*time.Millisecond)) / float64(time.Second)
-}
-
-// binMajor is the major version of BinDir's postgres ("15").
-func binMajor(ctx context.Context, binDir string) (string, error) {
-	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "postgres"), "--version").Output()
-	if err != nil {
-		return "", fmt.Errorf("running postgres --version: %w", err)
-	}
-	fields := strings.Fields(string(out)) // "postgres (PostgreSQL) 15.10 (Debian 15.10-0+deb12u1)"
-	if len(fields) < 3 {
-		return "", fmt.Errorf("cannot read the version from %q", out)
-	}
-	return strings.SplitN(fields[2], ".", 2)[0], nil
 }
 
 type postgresProcess struct {

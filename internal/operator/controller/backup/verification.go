@@ -63,8 +63,8 @@ func (r *VerificationReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	var newestAt time.Time
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
-		if _, at, done := finished(j); done && (newest == nil || newer(j, at, newest, newestAt)) {
-			newest, newestAt = j, at
+		if end := jobEnd(j); end != nil && (newest == nil || newer(j, end.LastTransitionTime.Time, newest, newestAt)) {
+			newest, newestAt = j, end.LastTransitionTime.Time
 		}
 	}
 	if newest == nil {
@@ -105,29 +105,24 @@ func newer(a *batchv1.Job, aAt time.Time, b *batchv1.Job, bAt time.Time) bool {
 	return a.Name > b.Name
 }
 
-// finished reports whether job has ended, how, and when.
-func finished(job *batchv1.Job) (succeeded bool, at time.Time, done bool) {
-	for _, c := range job.Status.Conditions {
-		if c.Status != corev1.ConditionTrue {
-			continue
-		}
-		switch c.Type {
-		case batchv1.JobComplete:
-			return true, c.LastTransitionTime.Time, true
-		case batchv1.JobFailed:
-			return false, c.LastTransitionTime.Time, true
+// jobEnd is the condition that says how job ended (Complete or Failed), nil while it runs.
+func jobEnd(job *batchv1.Job) *batchv1.JobCondition {
+	for i, c := range job.Status.Conditions {
+		if c.Status == corev1.ConditionTrue && (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) {
+			return &job.Status.Conditions[i]
 		}
 	}
-	return false, time.Time{}, false
+	return nil
 }
 
 // outcome is what finished Job job found: its pod's result when the pod is still there
 // and wrote one, else what the Job's conditions say (a deadline, a pod that never
 // started).
 func (r *VerificationReconciler) outcome(ctx context.Context, job *batchv1.Job) (dbv1.BackupVerification, error) {
-	succeeded, at, _ := finished(job)
+	end := jobEnd(job)
+	succeeded := end.Type == batchv1.JobComplete
 	v := dbv1.BackupVerification{Job: job.Name, Result: dbv1.VerificationFailed, StartedAt: job.Status.StartTime,
-		FinishedAt: &metav1.Time{Time: at}}
+		FinishedAt: &metav1.Time{Time: end.LastTransitionTime.Time}}
 	if succeeded {
 		v.Result = dbv1.VerificationSucceeded
 	}
@@ -162,11 +157,9 @@ func (r *VerificationReconciler) outcome(ctx context.Context, job *batchv1.Job) 
 			return v, nil
 		}
 	}
-	for _, c := range job.Status.Conditions {
-		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
-			v.Message = fmt.Sprintf("the verification failed without a result: %s: %s", c.Reason, c.Message)
-			return v, nil
-		}
+	if !succeeded {
+		v.Message = fmt.Sprintf("the verification failed without a result: %s: %s", end.Reason, end.Message)
+		return v, nil
 	}
 	v.Message = "the verification's pod is gone: its result is lost"
 	v.Result = dbv1.VerificationFailed
