@@ -79,8 +79,14 @@ func (a *Agent) keepVolume(ctx context.Context, verified func(context.Context) b
 			list = slices.DeleteFunc(list, func(x postgres.Aside) bool { return slices.Contains(removed, filepath.Base(x.Path)) })
 		}
 	}
+	a.reportAsides(list)
+}
+
+// reportAsides puts list in the status, and counts the ones waiting for a verified
+// clone as pending.
+func (a *Agent) reportAsides(list []postgres.Aside) {
 	report := make([]agentapi.SetAside, 0, len(list))
-	pending = 0
+	pending := 0
 	for _, x := range list {
 		reason := x.Reason
 		if len(reason) > 300 {
@@ -97,11 +103,19 @@ func (a *Agent) keepVolume(ctx context.Context, verified func(context.Context) b
 	a.mu.Unlock()
 }
 
-// noteSetAside makes the next keepVolume look at once.
+// noteSetAside reports the set-aside directories at once rather than at the next
+// keepVolume: a clone takes minutes, and the copy it replaced is the way back
+// meanwhile. Failing that, it makes the next keepVolume look within a second.
 func (a *Agent) noteSetAside() {
-	a.mu.Lock()
-	a.asidePending++
-	a.mu.Unlock()
+	list, err := a.pg.Asides()
+	if err != nil {
+		a.log.Info("Could not list the set-aside data directories", "error", err.Error())
+		a.mu.Lock()
+		a.asidePending++
+		a.mu.Unlock()
+		return
+	}
+	a.reportAsides(list)
 }
 
 // errRefused marks an error that is a refusal to replace or mix data: reported as
