@@ -155,7 +155,14 @@ const (
 	// (ReasonReplicaStreaming, a Normal event).
 	ReasonAllStreaming        = "AllStreaming"
 	ReasonReplicaNotStreaming = "ReplicaNotStreaming"
-	ReasonReplicaStreaming    = "ReplicaStreaming"
+	// ReasonReplicaClusterStreaming (Normal event): a replica cluster's designated
+	// primary streams from its source; ReasonReplicaClusterNotStreaming (Warning) when
+	// it stops; ReasonReplicaClusterPromoted (Normal) once spec.replica.enabled false
+	// made it a primary.
+	ReasonReplicaClusterStreaming    = "ReplicaClusterStreaming"
+	ReasonReplicaClusterNotStreaming = "ReplicaClusterNotStreaming"
+	ReasonReplicaClusterPromoted     = "ReplicaClusterPromoted"
+	ReasonReplicaStreaming           = "ReplicaStreaming"
 	// Roles and databases (ConditionRolesReconciled and events).
 	ReasonRolesReconciled  = "Reconciled"
 	ReasonRoleFailed       = "RoleFailed"

@@ -386,3 +386,12 @@ func (c *PostgresCluster) FailoverStartTimeout() time.Duration {
 	}
 	return c.Spec.Failover.StartTimeout.Duration
 }
+
+// FollowedSource is the host of the source a replica cluster follows now; "" when it
+// is not a replica cluster, or was promoted.
+func (c *PostgresCluster) FollowedSource() string {
+	if r := c.Spec.Replica; r != nil && r.Enabled {
+		return r.Source.Host
+	}
+	return ""
+}

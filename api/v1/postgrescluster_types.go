@@ -9,6 +9,8 @@ import (
 // PostgresClusterSpec is what a user asks for. It is also, verbatim, the values of the
 // postgrescluster Helm chart, so every field here has a key of the same name in
 // helm-charts/postgrescluster/values.yaml and values.schema.json.
+// +kubebuilder:validation:XValidation:rule="has(self.replica) == has(oldSelf.replica)",message="replica cannot be added or removed: a replica cluster is created as one; set replica.enabled to false to promote it"
+// +kubebuilder:validation:XValidation:rule="!has(self.replica) || !has(self.bootstrap) || !has(self.bootstrap.fromBackup)",message="replica and bootstrap.fromBackup cannot both be set: a replica cluster clones its source"
 // +kubebuilder:validation:XValidation:rule="!has(self.postgresql) || !has(self.postgresql.synchronousReplicas) || self.postgresql.synchronousReplicas < self.replicas",message="postgresql.synchronousReplicas must be less than replicas: a commit can only wait for instances other than the primary"
 // +kubebuilder:validation:XValidation:rule="!has(self.roles) || !has(self.bootstrap) || !has(self.bootstrap.owner) || self.roles.all(r, r.name != self.bootstrap.owner)",message="roles cannot name the bootstrap owner: its password is the Secret <cluster>-app's, set by pgpilot"
 // +kubebuilder:validation:XValidation:rule="!has(self.roles) || !(self.version in ['14', '15']) || self.roles.all(r, !has(r.createrole) || !r.createrole)",message="roles cannot have createrole with PostgreSQL 14 or 15: there a CREATEROLE role can grant itself pg_execute_server_program and run programs in the database container; grant what the role needs instead, or use version 16 or later, where CREATEROLE is limited to the roles it made"
@@ -134,6 +136,57 @@ type PostgresClusterSpec struct {
 	// them (docs/pooler.md). None when unset.
 	// +optional
 	Pooler *PoolerSpec `json:"pooler,omitempty"`
+
+	// replica makes this a replica cluster: its first instance clones another pgpilot
+	// cluster (the source) over TLS and follows its WAL; the other instances follow it.
+	// It serves reads only, until replica.enabled is set to false, which promotes it
+	// (docs/replica-cluster.md). It is given when the cluster is created.
+	// +optional
+	Replica *ReplicaSpec `json:"replica,omitempty"`
+}
+
+// ReplicaSpec is what a replica cluster follows.
+// +kubebuilder:validation:XValidation:rule="oldSelf.enabled || !self.enabled",message="a promoted replica cluster cannot follow its source again: its data went its own way; create a new replica cluster instead"
+type ReplicaSpec struct {
+	// enabled: the cluster follows its source. Set it to false to promote the cluster
+	// (once, for good): its designated primary stops following the source and becomes
+	// a primary on a new timeline, with what it had received; anything the source
+	// committed after that is not in it (status.replica says how far behind it was).
+	// +kubebuilder:default=true
+	Enabled bool `json:"enabled"`
+
+	// source is the cluster followed.
+	Source ReplicaSource `json:"source"`
+}
+
+// ReplicaSource is how a replica cluster reaches its source: as the source's
+// replication role, by its client certificate, verifying the source's server
+// certificate for host.
+type ReplicaSource struct {
+	// host is the source's read-write Service as this cluster's pods reach it, such as
+	// my-db-rw.prod.svc. The source's server certificate must name it: pgpilot's names
+	// <cluster>-rw.<namespace>.svc; for another Kubernetes cluster, expose the source
+	// and give it a certificate for that name (spec.tls.serverSecretName).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Host string `json:"host"`
+
+	// port of the source's PostgreSQL.
+	// +kubebuilder:default=5432
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port int32 `json:"port,omitempty"`
+
+	// replicationSecretName is a Secret in this namespace with the source's replication
+	// client certificate (tls.crt, tls.key: a copy of the source's
+	// <cluster>-replication-tls) and ca.crt, the CA that verifies the source's server
+	// certificate. Whoever holds it can read every row of the source: keep it as
+	// guarded as the source's own Secrets.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ReplicationSecretName string `json:"replicationSecretName"`
 }
 
 // PoolerSpec is a cluster's PgBouncer pooler.
@@ -496,6 +549,11 @@ type PostgresClusterStatus struct {
 	// +optional
 	LastBackupVerification *BackupVerification `json:"lastBackupVerification,omitempty"`
 
+	// replica is where a replica cluster stands (spec.replica): what it follows and
+	// how far behind, or when it was promoted.
+	// +optional
+	Replica *ReplicaStatus `json:"replica,omitempty"`
+
 	// pooler is the pooler's state (spec.pooler); absent without one.
 	// +optional
 	Pooler *PoolerStatus `json:"pooler,omitempty"`
@@ -648,4 +706,29 @@ type PostgresClusterList struct {
 
 func init() {
 	SchemeBuilder.Register(&PostgresCluster{}, &PostgresClusterList{})
+}
+
+// ReplicaStatus is where a replica cluster stands.
+type ReplicaStatus struct {
+	// source is spec.replica.source.host.
+	Source string `json:"source"`
+	// designatedPrimary is the instance that streams from the source; the others
+	// stream from it.
+	// +optional
+	DesignatedPrimary string `json:"designatedPrimary,omitempty"`
+	// streaming: the designated primary streams from the source and replays within
+	// spec.postgresql.maxReadLag of it.
+	Streaming bool `json:"streaming"`
+	// lagSeconds is how long ago, in whole seconds, the source had the oldest WAL the
+	// designated primary has not replayed yet: 0 when it replays what it is sent as it
+	// comes (the agents' metrics have it to the millisecond).
+	// +optional
+	LagSeconds int64 `json:"lagSeconds,omitempty"`
+	// message says why it does not stream, or how the promotion went.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// promotedAt is when the cluster was promoted (spec.replica.enabled false); from
+	// then on it is a cluster of its own.
+	// +optional
+	PromotedAt *metav1.Time `json:"promotedAt,omitempty"`
 }

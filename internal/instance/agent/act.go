@@ -218,16 +218,8 @@ func (a *Agent) startRestored(ctx context.Context) error {
 func (a *Agent) finishPrimaryStart(ctx context.Context, fresh bool) error {
 	a.startGate()
 	a.kickLease()
-	// Until the bootstrap marker exists the roles and database may be missing or half
-	// made (an agent stopped midway): create what is missing, then mark it done.
-	if fresh || !a.pg.Bootstrapped() {
-		if err := a.db.Bootstrap(ctx, a.cluster.Bootstrap, a.creds); err != nil {
-			return err
-		}
-		if err := a.pg.MarkBootstrapped(); err != nil {
-			return err
-		}
-		a.log.Info("Bootstrapped the cluster", "database", a.cluster.Bootstrap.Database, "owner", a.cluster.Bootstrap.Owner)
+	if err := a.adoptData(ctx, fresh); err != nil {
+		return err
 	}
 	// The lineage the WAL archive is bound to: made with the cluster (or by a restore);
 	// a data directory from before lineages gets one here, on its primary, and its
@@ -253,9 +245,62 @@ func (a *Agent) finishPrimaryStart(ctx context.Context, fresh bool) error {
 	return a.maintainPrimary(ctx)
 }
 
+// adoptData makes a primary's data this cluster's: until the bootstrap marker exists
+// (a new cluster, one restored from a backup or a promoted replica cluster, or an
+// agent stopped midway) the bootstrap owner and database may be missing or half made.
+// It creates what is missing, then marks it done.
+func (a *Agent) adoptData(ctx context.Context, fresh bool) error {
+	if !fresh && a.pg.Bootstrapped() {
+		return nil
+	}
+	if err := a.db.Bootstrap(ctx, a.cluster.Bootstrap, a.creds); err != nil {
+		return err
+	}
+	if err := a.pg.MarkBootstrapped(); err != nil {
+		return err
+	}
+	a.log.Info("Bootstrapped the cluster", "database", a.cluster.Bootstrap.Database, "owner", a.cluster.Bootstrap.Owner)
+	return nil
+}
+
+// adoptSource makes a promoted replica cluster's data its own, once: the data was its
+// source's (clone.go removed the bootstrap marker), with the source's owner, database
+// and passwords. Marked only once the passwords are this cluster's too, so a failure
+// is tried again at the next step.
+func (a *Agent) adoptSource(ctx context.Context) error {
+	if a.pg.Bootstrapped() {
+		return nil
+	}
+	if err := a.db.Bootstrap(ctx, a.cluster.Bootstrap, a.creds); err != nil {
+		return err
+	}
+	changed, err := a.db.SyncPasswords(ctx, a.creds)
+	if err != nil {
+		return err
+	}
+	if err := a.pg.MarkBootstrapped(); err != nil {
+		return err
+	}
+	a.log.Info("Made the data of the source this cluster was a replica of its own: its owner, database and passwords",
+		"database", a.cluster.Bootstrap.Database, "owner", a.cluster.Bootstrap.Owner, "passwordsSet", changed)
+	return nil
+}
+
 // upstreamOf is how to reach pod's postgres as the replication role.
 func (a *Agent) upstreamOf(pod string) pgconf.Upstream {
-	u := pgconf.Upstream{Host: a.cfg.PeerName(pod), Port: a.cfg.Port, User: a.creds.Replication.Username, TLS: a.cfg.TLS}
+	a.mu.Lock()
+	r := a.cluster.Replica
+	a.mu.Unlock()
+	if r != nil && pod == r.Host {
+		// A replica cluster's source: a host name, never a pod's (no dots in those).
+		u := pgconf.Upstream{Host: r.Host, Source: true, Port: r.Port, User: a.creds.Replication.Username, TLS: a.cfg.TLS}
+		if addr := a.cfg.PeerHost(r.Host); addr != a.cfg.PeerName(r.Host) {
+			u.Addr = addr // an address given for the source's host (--peers)
+		}
+		return u
+	}
+	u := pgconf.Upstream{Host: a.cfg.PeerName(pod), Port: a.cfg.Port, User: a.creds.Replication.Username, TLS: a.cfg.TLS,
+		Standby: r != nil && r.Enabled}
 	if addr := a.cfg.PeerHost(pod); addr != u.Host {
 		u.Addr = addr
 	}
@@ -582,6 +627,11 @@ func (a *Agent) promote(ctx context.Context, view LeaseView) error {
 	if err := a.writeConfigAsPrimary(ctx); err != nil {
 		return err
 	}
+	// Before it reports itself primary (and so ready): a client with this cluster's
+	// credentials must find them working.
+	if err := a.adoptSource(ctx); err != nil {
+		a.log.Error(err, "Making the source's data this cluster's; tried again at the next step")
+	}
 	a.startGate()
 	a.kickLease()
 	a.setState(a.process(), agentapi.RolePrimary, "")
@@ -707,6 +757,9 @@ func (a *Agent) maintainPrimary(ctx context.Context) error {
 		return err
 	}
 	if err := a.maintainSync(ctx); err != nil {
+		return err
+	}
+	if err := a.adoptSource(ctx); err != nil {
 		return err
 	}
 	a.readyWALGaps(ctx)

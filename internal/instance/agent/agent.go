@@ -404,7 +404,8 @@ func crashMessage(p *postgres.Process, memoryLimit int64, oomKilled, oomKnown bo
 func (a *Agent) observe(view LeaseView) Observation {
 	a.mu.Lock()
 	o := Observation{Me: a.cfg.PodName, View: view, Running: a.proc != nil, Role: a.role, Upstream: a.upstream,
-		Fenced: a.fenced, FencedTerm: a.fencedTerm, Frozen: a.frozen, FrozenTerm: a.frozenTerm}
+		Fenced: a.fenced, FencedTerm: a.fencedTerm, Frozen: a.frozen, FrozenTerm: a.frozenTerm,
+		Source: a.cluster.Following()}
 	a.mu.Unlock()
 	if !o.Running {
 		o.Data, _ = a.pg.State() // an unreadable directory is reported by the start
@@ -573,6 +574,9 @@ func (a *Agent) Ready(ctx context.Context) error {
 		if !a.allowed() {
 			return fmt.Errorf("the primary Lease is not confirmed: commits wait")
 		}
+		if !a.pg.Bootstrapped() {
+			return fmt.Errorf("a promoted replica cluster: its owner, database and passwords are not yet this cluster's")
+		}
 	}
 	if !a.pg.ClientsLetIn() {
 		return fmt.Errorf("clients are not yet let in (pg_hba.conf): they are once postgres reloaded it, a moment after a primary confirmed the Lease")
@@ -678,7 +682,7 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 			// (a moment after the gate acks, on a primary) and loaded by the
 			// postmaster a moment after that; a client sent to it before then was
 			// refused.
-			st.Ready = a.pg.ClientsLetIn() && (st.Role == agentapi.RoleReplica || st.Gate == agentapi.GateAcking)
+			st.Ready = a.pg.ClientsLetIn() && (st.Role == agentapi.RoleReplica || st.Gate == agentapi.GateAcking && a.pg.Bootstrapped())
 		}
 	} else if !st.Running {
 		if cd, err := a.pg.ControlData(ctx); err == nil {

@@ -45,6 +45,9 @@ const cloneWaitFor = 30 * time.Second
 // recovery after cloneWaitFor, or the Lease names another primary), so the step is
 // retried.
 func (a *Agent) waitOutOfRecovery(ctx context.Context, host pgconf.Upstream, primary string) error {
+	if host.Standby {
+		return nil // a replica cluster's designated primary: in recovery by design
+	}
 	deadline := time.Now().Add(cloneWaitFor)
 	logged := false
 	for {
@@ -59,7 +62,7 @@ func (a *Agent) waitOutOfRecovery(ctx context.Context, host pgconf.Upstream, pri
 			a.log.Info("Waiting for the primary to leave recovery before cloning from it: a clone of a server in recovery may not start", "primary", primary)
 			logged = true
 		}
-		if holder := a.lease.View().Holder; holder != primary {
+		if holder := a.lease.View().Holder; !host.Source && holder != primary {
 			return fmt.Errorf("cloning from %s: the Lease names %q now", primary, holder)
 		}
 		if time.Now().After(deadline) {
@@ -81,6 +84,14 @@ func (a *Agent) clone(ctx context.Context, host pgconf.Upstream, primary string)
 	a.log.Info("Cloning from the primary", "primary", primary)
 	if err := a.pg.BaseBackup(ctx, host); err != nil {
 		return fmt.Errorf("cloning from %s: %w", primary, err)
+	}
+	if host.Source {
+		// The source's bootstrap is not this cluster's: once promoted, its roles,
+		// database and passwords are set up from this cluster's spec and Secrets, as
+		// after a restore (adoptData).
+		if err := os.Remove(filepath.Join(a.cfg.PGData, postgres.BootstrapMarker)); err != nil && !os.IsNotExist(err) {
+			return err
+		}
 	}
 	return nil
 }

@@ -30,6 +30,9 @@ type Observation struct {
 	FrozenTerm int32
 	// Data is what the data directory holds; read only when postgres is not running.
 	Data postgres.DataState
+	// Source is the host of the cluster this replica cluster follows
+	// (clusterconfig.Config.Following); "" when it follows none.
+	Source string
 }
 
 // Act is what a step does.
@@ -96,6 +99,9 @@ func Decide(o Observation) Decision {
 }
 
 func decideHolder(o Observation) Decision {
+	if o.Source != "" {
+		return decideDesignated(o)
+	}
 	switch {
 	case o.Running && o.Role == agentapi.RolePrimary:
 		return Decision{Act: KeepPrimary, Reason: "the Lease names this instance"}
@@ -149,4 +155,29 @@ func decideFollower(o Observation) Decision {
 		return Decision{Act: StartStandby, Reason: fmt.Sprintf("frozen in term %d: starting frozen", o.FrozenTerm)}
 	}
 	return Decision{Act: StartStandby, Target: h, Reason: fmt.Sprintf("the Lease names %s", h)}
+}
+
+// decideDesignated is the holder's step in a replica cluster: the Lease names the
+// designated primary, which runs as a standby of the source, and the other instances
+// follow it as they would a primary. Promoting it is spec.replica.enabled: false,
+// which empties Source.
+func decideDesignated(o Observation) Decision {
+	src := o.Source
+	switch {
+	case o.Running && o.Role == agentapi.RoleReplica:
+		if o.Frozen || o.Upstream != src {
+			return Decision{Act: Follow, Target: src, Reason: fmt.Sprintf("the Lease names this instance in term %d: it follows the source %s", o.View.Term, src)}
+		}
+		return Decision{Act: KeepStandby, Target: src, Reason: "following the source " + src}
+	case o.Running && o.Role == agentapi.RolePrimary:
+		// A replica cluster is created as one and never demoted (the CRD refuses it).
+		return Decision{Act: Idle, Reason: "a primary does not follow a source: this cluster was promoted"}
+	case o.Running:
+		return Decision{Act: Idle, Reason: "postgres is " + o.Role}
+	case o.Fenced && o.FencedTerm == o.View.Term:
+		return Decision{Act: Idle, Reason: fmt.Sprintf("fenced in term %d: stays down until the Lease changes", o.FencedTerm)}
+	case o.Data == postgres.DataPrimary:
+		return Decision{Act: Idle, Reason: "this data directory is a primary's: it does not follow the source " + src}
+	}
+	return Decision{Act: StartStandby, Target: src, Reason: fmt.Sprintf("the Lease names this instance in term %d: it follows the source %s", o.View.Term, src)}
 }

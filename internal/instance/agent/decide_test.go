@@ -47,6 +47,16 @@ func TestDecide(t *testing.T) {
 		{"holder fenced in an earlier term: starts", with(stopped(postgres.DataPrimary), view("db-1", 4), func(o *Observation) { o.Fenced, o.FencedTerm = true, 3 }), StartPrimary, ""},
 		{"holder, postgres starting: wait", with(running(agentapi.RoleStarting, ""), view("db-1", 3), nil), Idle, ""},
 
+		// A replica cluster: the holder is its designated primary, a standby of the source.
+		{"designated, empty: clones the source", with(stopped(postgres.DataEmpty), view("db-1", 1), func(o *Observation) { o.Source = "src-rw.prod.svc" }), StartStandby, "src-rw.prod.svc"},
+		{"designated, standby data: starts on the source", with(stopped(postgres.DataStandby), view("db-1", 1), func(o *Observation) { o.Source = "src-rw.prod.svc" }), StartStandby, "src-rw.prod.svc"},
+		{"designated, primary data: stays down", with(stopped(postgres.DataPrimary), view("db-1", 1), func(o *Observation) { o.Source = "src-rw.prod.svc" }), Idle, ""},
+		{"designated after a failover: follows the source", with(running(agentapi.RoleReplica, "db-0"), view("db-1", 3), func(o *Observation) { o.Source = "src-rw.prod.svc" }), Follow, "src-rw.prod.svc"},
+		{"designated, frozen: follows the source", with(running(agentapi.RoleReplica, ""), view("db-1", 3), func(o *Observation) { o.Source, o.Frozen, o.FrozenTerm = "src-rw.prod.svc", true, 2 }), Follow, "src-rw.prod.svc"},
+		{"designated, following the source: keep", with(running(agentapi.RoleReplica, "src-rw.prod.svc"), view("db-1", 3), func(o *Observation) { o.Source = "src-rw.prod.svc" }), KeepStandby, "src-rw.prod.svc"},
+		{"designated, replica cluster promoted: promote", with(running(agentapi.RoleReplica, "src-rw.prod.svc"), view("db-1", 3), nil), Promote, ""},
+		{"replica cluster, not the holder: follows the holder", with(running(agentapi.RoleReplica, "src-rw.prod.svc"), view("db-0", 3), func(o *Observation) { o.Source = "src-rw.prod.svc" }), Follow, "db-0"},
+
 		// The Lease names no holder: a failover or handover is under way.
 		{"vacant, running primary: step down", with(running(agentapi.RolePrimary, ""), view("", 4), nil), StepDown, ""},
 		{"vacant, streaming standby: freeze", with(running(agentapi.RoleReplica, "db-0"), view("", 4), nil), Freeze, ""},

@@ -341,6 +341,11 @@ func (a *Agent) receiverStatus(now time.Time) *agentapi.ReceiverStatus {
 func (a *Agent) receiverReady(now time.Time) error {
 	maxLag := a.readLagBound()
 	holder := a.lease.View().Holder
+	a.mu.Lock()
+	if source := a.cluster.Following(); source != "" && holder == a.cfg.PodName {
+		holder = source // the designated primary of a replica cluster
+	}
+	a.mu.Unlock()
 	a.recv.mu.Lock()
 	defer a.recv.mu.Unlock()
 	if a.recv.w == nil {

@@ -189,7 +189,11 @@ func managed(in ConfInput) map[string]string {
 			// silence).
 			"tcp_user_timeout": "5000",
 		})
-		m["primary_slot_name"] = SlotName(in.Pod)
+		if !in.Upstream.Source {
+			// The source of a replica cluster keeps no slot for it: what it no longer
+			// has is cloned again (docs/replica-cluster.md).
+			m["primary_slot_name"] = SlotName(in.Pod)
+		}
 	}
 	return m
 }

@@ -53,8 +53,37 @@ func (t TLSFiles) ReplicationCert() string { return filepath.Join(t.Dir, "replic
 // ReplicationKey is the replication certificate's key (sslkey).
 func (t TLSFiles) ReplicationKey() string { return filepath.Join(t.Dir, "replication.key") }
 
+// SourceCA verifies a replica cluster's source's server certificate (spec.replica).
+func (t TLSFiles) SourceCA() string { return filepath.Join(t.Dir, "source-ca.crt") }
+
+// SourceCert is the source's replication client certificate.
+func (t TLSFiles) SourceCert() string { return filepath.Join(t.Dir, "source.crt") }
+
+// SourceKey is the source's replication certificate's key.
+func (t TLSFiles) SourceKey() string { return filepath.Join(t.Dir, "source.key") }
+
+// hasSource reports whether the pod mounts a replica cluster's source certificate
+// (source/): only a replica cluster's pods do.
+func (t TLSFiles) hasSource() bool {
+	_, err := os.Stat(filepath.Join(t.Source, "source"))
+	return err == nil
+}
+
 // copies maps each copy to its source.
 func (t TLSFiles) copies() [][2]string {
+	src := func(dir, key string) string { return filepath.Join(t.Source, dir, key) }
+	if t.hasSource() {
+		return append(t.ownCopies(), [][2]string{
+			{t.SourceCA(), src("source", "ca.crt")},
+			{t.SourceCert(), src("source", "tls.crt")},
+			{t.SourceKey(), src("source", "tls.key")},
+		}...)
+	}
+	return t.ownCopies()
+}
+
+// ownCopies are the cluster's own certificates' copies.
+func (t TLSFiles) ownCopies() [][2]string {
 	src := func(dir, key string) string { return filepath.Join(t.Source, dir, key) }
 	return [][2]string{
 		{t.ServerCert(), src("server", "tls.crt")},
@@ -80,7 +109,10 @@ func (t TLSFiles) Sync() (changed bool, err error) {
 		}
 		contents[c[0]] = b
 	}
-	for _, pair := range [][2]string{{t.ServerCert(), t.ServerKey()}, {t.ReplicationCert(), t.ReplicationKey()}, {t.InstanceCert(), t.InstanceKey()}} {
+	for _, pair := range [][2]string{{t.ServerCert(), t.ServerKey()}, {t.ReplicationCert(), t.ReplicationKey()}, {t.InstanceCert(), t.InstanceKey()}, {t.SourceCert(), t.SourceKey()}} {
+		if _, ok := contents[pair[0]]; !ok {
+			continue // no source certificate: not a replica cluster
+		}
 		if _, err := tls.X509KeyPair(contents[pair[0]], contents[pair[1]]); err != nil {
 			return false, fmt.Errorf("the certificate mounted for %s does not go with its key: %w", filepath.Base(pair[0]), err)
 		}
@@ -125,8 +157,14 @@ func (t TLSFiles) ServerConfig() *tls.Config {
 // replication role's client certificate (pg_hba.conf's cert method), no password.
 type Upstream struct {
 	// Host is the name the peer's certificate is verified against: its pod's name
-	// behind the headless Service.
+	// behind the headless Service, or a replica cluster's source's host.
 	Host string
+	// Source: the upstream is a replica cluster's source, another cluster, reached with
+	// the source's certificates (TLSFiles.Source*) and without a replication slot.
+	Source bool
+	// Standby: the upstream is a standby by design, the designated primary of a
+	// replica cluster: its clones are backups from a standby.
+	Standby bool
 	// Addr, when set, is the address to connect to instead of resolving Host (tests).
 	Addr string
 	Port int
@@ -142,6 +180,9 @@ func (u Upstream) Conninfo(extra map[string]string) string {
 		"sslmode": "verify-full", "sslrootcert": u.TLS.ServerCA(),
 		"sslcert": u.TLS.ReplicationCert(), "sslkey": u.TLS.ReplicationKey(),
 		"connect_timeout": "5",
+	}
+	if u.Source {
+		kv["sslrootcert"], kv["sslcert"], kv["sslkey"] = u.TLS.SourceCA(), u.TLS.SourceCert(), u.TLS.SourceKey()
 	}
 	if u.Addr != "" {
 		kv["hostaddr"] = u.Addr
@@ -159,7 +200,7 @@ func (u Upstream) PgConfig(extra map[string]string) (*pgconn.Config, error) {
 	for k, v := range extra {
 		kv[k] = v
 	}
-	cfg, err := pgconn.ParseConfig(Upstream{Host: u.Host, Port: u.Port, User: u.User, TLS: u.TLS}.Conninfo(kv))
+	cfg, err := pgconn.ParseConfig(Upstream{Host: u.Host, Source: u.Source, Port: u.Port, User: u.User, TLS: u.TLS}.Conninfo(kv))
 	if err != nil {
 		return nil, err
 	}

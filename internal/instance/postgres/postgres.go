@@ -339,12 +339,16 @@ func (p *Postgres) BaseBackup(ctx context.Context, host pgconf.Upstream) error {
 	}
 	// Only a clone of a primary: one taken from a server in recovery may never start
 	// (clone.go). It never ran, so nothing of it is data to keep.
-	if label, err := ReadBackupLabel(scratch); err != nil || label["BACKUP FROM"] != "primary" {
+	from := "primary"
+	if host.Standby {
+		from = "standby"
+	}
+	if label, err := ReadBackupLabel(scratch); err != nil || label["BACKUP FROM"] != from {
 		_ = os.RemoveAll(scratch)
 		if err != nil {
 			return fmt.Errorf("reading the clone's backup_label: %w", err)
 		}
-		return fmt.Errorf("discarded the clone: it was taken from a server in recovery (backup_label says BACKUP FROM: %s), not from a primary", label["BACKUP FROM"])
+		return fmt.Errorf("discarded the clone: backup_label says BACKUP FROM: %s, not %s (the server left or entered recovery)", label["BACKUP FROM"], from)
 	}
 	if err := os.Chmod(scratch, 0o700); err != nil {
 		return err

@@ -234,6 +234,9 @@ func Decide(cluster Cluster, v Values, observed Observed) (*Plan, error) {
 			return nil, err
 		}
 	}
+	if r := v.Replica; r != nil {
+		planReplica(p, *r)
+	}
 	mountCustomQueries(p, v.Monitoring.CustomQueries)
 	if err := planPooler(p, cluster.Name, v); err != nil {
 		return nil, err
@@ -526,6 +529,25 @@ func mountStore(p *Plan, store dbv1.BackupStore, field, cluster, role string, sh
 		return config, fmt.Errorf("%s needs exactly one of volume or s3", field)
 	}
 	return config, nil
+}
+
+// SourceTLSDirectory is where the pods mount spec.replica.source.replicationSecretName:
+// under the instance's TLS directory, as source/, which the agent copies its files from.
+const SourceTLSDirectory = "/etc/pgpilot/tls/source"
+
+// planReplica makes the cluster follow spec.replica's source: the agents find it in
+// config.json, and its TLS Secret mounted.
+func planReplica(p *Plan, r dbv1.ReplicaSpec) {
+	port := int(r.Source.Port)
+	if port == 0 {
+		port = 5432
+	}
+	p.Config.Replica = &clusterconfig.Replica{Enabled: r.Enabled, Host: r.Source.Host, Port: port}
+	mode := int32(0o440)
+	p.Volumes = append(p.Volumes, corev1.Volume{Name: "tls-source", VolumeSource: corev1.VolumeSource{
+		Secret: &corev1.SecretVolumeSource{SecretName: r.Source.ReplicationSecretName, DefaultMode: &mode},
+	}})
+	p.VolumeMounts = append(p.VolumeMounts, corev1.VolumeMount{Name: "tls-source", MountPath: SourceTLSDirectory, ReadOnly: true})
 }
 
 func storeDirectory(role string) string { return "/var/lib/pgpilot/" + role }

@@ -69,6 +69,26 @@ type Config struct {
 	// role and function (package poolerauth), and the pooler agents read their
 	// PgBouncer settings here.
 	Pooler *Pooler `json:"pooler,omitempty"`
+	// Replica is set when spec.replica is: the Lease's holder follows the source
+	// instead of running a primary while Replica.Enabled.
+	Replica *Replica `json:"replica,omitempty"`
+}
+
+// Replica is spec.replica: the source a replica cluster follows. Its TLS files are
+// mounted under the pod's TLS directory, in source/.
+type Replica struct {
+	Enabled bool   `json:"enabled"`
+	Host    string `json:"host"`
+	Port    int    `json:"port"`
+}
+
+// Following is the host of the source this cluster follows now; "" when it is not a
+// replica cluster, or no longer (promoted).
+func (c Config) Following() string {
+	if c.Replica == nil || !c.Replica.Enabled {
+		return ""
+	}
+	return c.Replica.Host
 }
 
 // Upgrade is spec.upgrade.

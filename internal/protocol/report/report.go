@@ -65,10 +65,13 @@ const (
 	// KeyBackupVerification (backup verification controller) is the last restore
 	// verification, JSON of a dbv1.BackupVerification.
 	KeyBackupVerification Key = "backupVerification"
+	// KeyReplica (failover controller) is where a replica cluster stands, JSON of a
+	// dbv1.ReplicaStatus.
+	KeyReplica Key = "replica"
 )
 
 // Keys are every report, in the order the ConfigMap lists them.
-var Keys = []Key{KeyFailoverBlocked, KeyLastFailover, KeyDataVersion, KeyDataGuard, KeyStreaming, KeyArchiving, KeyPendingRestart, KeyUpgrade, KeyAgentErrors, KeyHealth, KeyBackupVerification}
+var Keys = []Key{KeyFailoverBlocked, KeyLastFailover, KeyDataVersion, KeyDataGuard, KeyStreaming, KeyArchiving, KeyPendingRestart, KeyUpgrade, KeyAgentErrors, KeyHealth, KeyBackupVerification, KeyReplica}
 
 // Report is the ConfigMap, read. A missing or unreadable report is its zero value: a
 // person may have edited it, and every reader treats "unknown" as "nothing recorded".
@@ -85,6 +88,8 @@ type Report struct {
 	Health          Health
 	// BackupVerification is the last restore verification; nil before the first.
 	BackupVerification *dbv1.BackupVerification
+	// Replica is where a replica cluster stands; nil for a cluster of its own.
+	Replica *dbv1.ReplicaStatus
 }
 
 // Health is what threatens the cluster before anything fails, by signal: HealthConnections,
@@ -244,6 +249,7 @@ func Parse(cm *corev1.ConfigMap) Report {
 		r.Health = *h
 	}
 	r.BackupVerification = decode[dbv1.BackupVerification](d[string(KeyBackupVerification)])
+	r.Replica = decode[dbv1.ReplicaStatus](d[string(KeyReplica)])
 	return r
 }
 
@@ -324,6 +330,10 @@ func encode(v any) (string, error) {
 			return "", nil
 		}
 	case *dbv1.BackupVerification:
+		if x == nil {
+			return "", nil
+		}
+	case *dbv1.ReplicaStatus:
 		if x == nil {
 			return "", nil
 		}

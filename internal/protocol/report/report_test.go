@@ -98,6 +98,7 @@ func TestEveryReportReadsBackAsWritten(t *testing.T) {
 		AgentErrors:     report.AgentErrors{"every-1": {Message: `postgres exited while starting: FATAL:  invalid value for parameter "work_mem": "lots"`, Since: since}},
 		BackupVerification: &dbv1.BackupVerification{Job: "every-verify-29", Backup: "nightly-1", Result: dbv1.VerificationFailed,
 			StartedAt: &metav1.Time{Time: since}, FinishedAt: &metav1.Time{Time: since.Add(time.Minute)}, Message: "backup nightly-1 in s3://b/every is corrupt"},
+		Replica: &dbv1.ReplicaStatus{Source: "src-rw.prod.svc", DesignatedPrimary: "every-0", Streaming: true, LagSeconds: 2},
 	}
 	write(t, c, report.KeyFailoverBlocked, want.FailoverBlocked)
 	write(t, c, report.KeyLastFailover, want.LastFailover)
@@ -110,6 +111,7 @@ func TestEveryReportReadsBackAsWritten(t *testing.T) {
 	write(t, c, report.KeyAgentErrors, want.AgentErrors)
 	write(t, c, report.KeyHealth, want.Health)
 	write(t, c, report.KeyBackupVerification, want.BackupVerification)
+	write(t, c, report.KeyReplica, want.Replica)
 	if diff := cmp.Diff(want, read(t, c)); diff != "" {
 		t.Errorf("the report (-want +got):\n%s", diff)
 	}

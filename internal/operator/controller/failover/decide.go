@@ -48,6 +48,9 @@ const (
 type Input struct {
 	Lease     primarylease.Record
 	Instances []Instance
+	// Source is the host a replica cluster's designated primary follows
+	// (spec.replica); "" for a cluster of its own.
+	Source string
 	// Enabled is spec.failover.enabled.
 	Enabled bool
 	// Delay is how long the primary must be failed before it is replaced.
@@ -151,6 +154,10 @@ func Decide(in Input) Decision {
 	}
 	failure := primaryFailure(in)
 	if failure == "" {
+		if in.Switchover != "" && in.Source != "" {
+			return Decision{Action: RefuseSwitchover, Target: in.Switchover, Reason: fmt.Sprintf(
+				"a replica cluster has no primary to hand over: its designated primary %s moves only when it fails; promote the cluster first (spec.replica.enabled: false)", in.Lease.Holder)}
+		}
 		if in.Switchover != "" {
 			if in.Lease.IsFenced(in.Switchover) {
 				return Decision{Action: RefuseSwitchover, Target: in.Switchover, Reason: fmt.Sprintf("%s is fenced (%s)", in.Switchover, dbv1.AnnotationFencedInstances)}
@@ -633,8 +640,8 @@ func scaleDown(in Input) Decision {
 // cluster, and a renewal of the holder that does not come (the renewal watchdog, which
 // wakes the cluster RenewingWithin after the last renewal seen: a primary that died
 // neither answers nor renews, and is then found failed as before).
-func Settled(lease primarylease.Record, d Decision, instances []Instance, want int) bool {
-	return Unsettled(lease, d, instances, want) == ""
+func Settled(lease primarylease.Record, d Decision, instances []Instance, want int, source string) bool {
+	return Unsettled(lease, d, instances, want, source) == ""
 }
 
 // Why a cluster is not settled: the reason label of
@@ -655,8 +662,9 @@ const (
 )
 
 // Unsettled returns why the cluster is not Settled (one of the Unsettled reasons), or
-// "" when it is.
-func Unsettled(lease primarylease.Record, d Decision, instances []Instance, want int) string {
+// "" when it is. In a replica cluster (source set) the holder is settled as a standby
+// streaming healthily from the source.
+func Unsettled(lease primarylease.Record, d Decision, instances []Instance, want int, source string) string {
 	switch {
 	case lease.Holder == "" || !lease.Bootstrapped || lease.Hibernation != nil || len(lease.Fenced) > 0:
 		return UnsettledLease
@@ -678,6 +686,13 @@ func Unsettled(lease primarylease.Record, d Decision, instances []Instance, want
 			return UnsettledAgent
 		case st.Term != lease.Term:
 			return UnsettledTerm
+		}
+		if in.Name == lease.Holder && source != "" {
+			if st.Role != agentapi.RoleReplica || st.Receiver == nil || st.Receiver.State != agentapi.ReceiverStreaming ||
+				!st.Receiver.Healthy || st.Receiver.Upstream != source {
+				return UnsettledPrimary
+			}
+			continue
 		}
 		if in.Name == lease.Holder {
 			if st.Role != agentapi.RolePrimary || st.Gate != agentapi.GateAcking || st.Confirmation == nil || !st.Confirmation.Valid {

@@ -452,10 +452,10 @@ func TestSettled(t *testing.T) {
 			if tt.edit != nil {
 				in = tt.edit(in)
 			}
-			if got := Unsettled(l, d, in, 3); got != tt.want {
+			if got := Unsettled(l, d, in, 3, ""); got != tt.want {
 				t.Errorf("Unsettled = %q, want %q", got, tt.want)
 			}
-			if got := Settled(l, d, in, 3); got != (tt.want == "") {
+			if got := Settled(l, d, in, 3, ""); got != (tt.want == "") {
 				t.Errorf("Settled = %t, want %t", got, tt.want == "")
 			}
 		})

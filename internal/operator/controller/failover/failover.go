@@ -295,6 +295,9 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		err = uerr
 	}
 	c.reportDurability()
+	if rerr := c.recordReplica(ctx); rerr != nil && err == nil {
+		err = rerr
+	}
 	if serr := c.recordStreaming(ctx); serr != nil && err == nil {
 		err = serr
 	}
@@ -314,7 +317,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		case c.decision == nil: // no holder, or hibernating: nothing was decided
 			why = UnsettledLease
 		default:
-			why = Unsettled(primarylease.Parse(c.lease), *c.decision, c.instances, int(cluster.Spec.Replicas))
+			why = Unsettled(primarylease.Parse(c.lease), *c.decision, c.instances, int(cluster.Spec.Replicas), cluster.FollowedSource())
 			if why == "" && !c.renewing() {
 				why = UnsettledRenewal
 			}
@@ -554,7 +557,7 @@ func (c *cycle) input(rec primarylease.Record) Input {
 		c.mem.vacantTerm, c.mem.vacantSince = rec.Term, c.r.clock.Now()
 	}
 	return Input{
-		Lease: rec, Instances: c.instances, Enabled: c.cluster.FailoverEnabled(), Delay: c.cluster.FailoverDelay(),
+		Lease: rec, Instances: c.instances, Source: c.cluster.FollowedSource(), Enabled: c.cluster.FailoverEnabled(), Delay: c.cluster.FailoverDelay(),
 		StartTimeout: c.cluster.FailoverStartTimeout(), SynchronousReplicas: int(c.cluster.Spec.PostgreSQL.SynchronousReplicas),
 		Switchover: c.cluster.Annotations[dbv1.AnnotationSwitchoverTo], FailedSince: c.mem.failedSince,
 		FailedHolder: c.mem.failedHolder, FailedTerm: c.mem.failedTerm,

@@ -27,14 +27,17 @@ const StreamingGrace = 5 * time.Second
 // answer keeps its entry while its pod exists (its pod's readiness says the rest). While
 // the Lease names no primary (a failover or handover) nothing changes: every standby is
 // frozen on purpose.
-func NextStreaming(prev report.Streaming, holder string, instances []Instance, now time.Time) report.Streaming {
+//
+// In a replica cluster (source set) the holder, its designated primary, is recorded
+// like any replica: it should stream from the source.
+func NextStreaming(prev report.Streaming, holder, source string, instances []Instance, now time.Time) report.Streaming {
 	next := report.Streaming{}
 	if holder == "" {
 		maps.Copy(next, prev)
 		return next
 	}
 	for _, i := range instances {
-		if i.Name == holder {
+		if i.Name == holder && source == "" {
 			continue
 		}
 		old, had := prev[i.Name]
@@ -90,7 +93,7 @@ func StreamingEvents(prev, next report.Streaming, answered []string) []DataGuard
 // controller, with an event for each change.
 func (c *cycle) recordStreaming(ctx context.Context) error {
 	prev := c.reported.Streaming
-	next := NextStreaming(prev, primarylease.Parse(c.lease).Holder, c.instances, time.Now())
+	next := NextStreaming(prev, primarylease.Parse(c.lease).Holder, c.cluster.FollowedSource(), c.instances, time.Now())
 	if maps.Equal(prev, next) {
 		return nil
 	}

@@ -51,7 +51,7 @@ func TestNextStreaming(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			next := NextStreaming(tc.prev, tc.holder, tc.instances, now)
+			next := NextStreaming(tc.prev, tc.holder, "", tc.instances, now)
 			var got []string
 			for _, pod := range []string{"db-1", "db-2"} {
 				p, ok := next[pod]

@@ -35,6 +35,9 @@ type Observed struct {
 	// BackupVerification is the report of the last restore verification, nil when
 	// none was reported.
 	BackupVerification *dbv1.BackupVerification
+	// Replica is where a replica cluster stands as the failover controller last
+	// recorded it; nil for a cluster of its own, or before the first record.
+	Replica *dbv1.ReplicaStatus
 	// FailoverBlocked says why no failover can happen now, "" when one can.
 	FailoverBlocked string
 	// CredentialProblems say what is wrong with each credentials Secret; empty when
@@ -156,6 +159,10 @@ func Decide(o Observed, now metav1.Time) dbv1.PostgresClusterStatus {
 	st.LastFailover = o.LastFailover
 	if o.BackupVerification != nil {
 		st.LastBackupVerification = o.BackupVerification
+	}
+	st.Replica = nil
+	if c.Spec.Replica != nil {
+		st.Replica = o.Replica
 	}
 	failover := dbv1.Condition{
 		Type: dbv1.ConditionFailoverReady, Status: metav1.ConditionTrue, Reason: dbv1.ReasonFailoverPossible,
@@ -357,6 +364,9 @@ func phaseOf(o Observed, primaryReady bool, readyInstances int32) (dbv1.Phase, s
 	case o.Primary == "":
 		return dbv1.PhaseUnavailable, dbv1.ReasonNoPrimary,
 			fmt.Sprintf("The Lease %s names no primary", c.PrimaryLeaseName())
+	case primaryReady && readyInstances >= want && c.FollowedSource() != "":
+		return dbv1.PhaseHealthy, dbv1.ReasonAllInstancesReady,
+			fmt.Sprintf("%d of %d instances are ready; a replica cluster: %s follows %s, the others follow it", readyInstances, want, o.Primary, c.FollowedSource())
 	case primaryReady && readyInstances >= want:
 		return dbv1.PhaseHealthy, dbv1.ReasonAllInstancesReady,
 			fmt.Sprintf("%d of %d instances are ready; %s is primary", readyInstances, want, o.Primary)

@@ -191,7 +191,7 @@ func (r *Reconciler) observe(ctx context.Context, c *dbv1.PostgresCluster) (Obse
 	}
 	obs.Streaming, obs.FailoverBlocked, obs.LastFailover = rep.Streaming, rep.FailoverBlocked, rep.LastFailover
 	obs.DataGuard, obs.DataVersion, obs.PendingRestart = rep.DataGuard, rep.DataVersion, rep.PendingRestart
-	obs.Upgrade, obs.BackupVerification = rep.Upgrade, rep.BackupVerification
+	obs.Upgrade, obs.BackupVerification, obs.Replica = rep.Upgrade, rep.BackupVerification, rep.Replica
 	obs.Agents = rep.AgentErrors.Messages()
 	obs.Health = rep.Health
 	if int32(len(pods)) < c.Spec.Replicas && !c.Spec.Stopped {

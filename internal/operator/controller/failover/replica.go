@@ -1,0 +1,96 @@
+package failover
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
+	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
+	"github.com/pgpilot/pgpilot/internal/protocol/report"
+)
+
+// NextReplica is where a replica cluster (spec) stands after this observation at now,
+// from its designated primary (holder): whether it streams from the source and how far
+// behind, or, once promoted, when. nil for a cluster of its own. While the Lease names
+// no holder, or the holder does not answer, what was recorded stays.
+func NextReplica(prev *dbv1.ReplicaStatus, spec *dbv1.ReplicaSpec, holder string, instances []Instance, now time.Time) *dbv1.ReplicaStatus {
+	if spec == nil {
+		return nil
+	}
+	next := &dbv1.ReplicaStatus{Source: spec.Source.Host, DesignatedPrimary: holder}
+	if prev != nil {
+		next.LagSeconds, next.Message, next.Streaming = prev.LagSeconds, prev.Message, prev.Streaming
+		next.PromotedAt = prev.PromotedAt
+	}
+	i := find(instances, holder)
+	if holder == "" || i == nil || !i.Reachable {
+		if prev != nil && holder == "" {
+			next.DesignatedPrimary = prev.DesignatedPrimary
+		}
+		return next
+	}
+	st := i.Status
+	if !spec.Enabled {
+		next.Streaming = false
+		if next.PromotedAt == nil && st.Role == agentapi.RolePrimary {
+			at := metav1.NewTime(now.UTC().Truncate(time.Second))
+			next.PromotedAt = &at
+			next.Message = fmt.Sprintf("promoted: %s is the primary, on what it had received from %s, which it last replayed %d s behind; "+
+				"anything the source committed after that is not in this cluster", holder, spec.Source.Host, next.LagSeconds)
+		} else if next.PromotedAt == nil {
+			next.Message = fmt.Sprintf("promoting %s (spec.replica.enabled is false)", holder)
+		}
+		return next
+	}
+	r := st.Receiver
+	switch {
+	case st.Role != agentapi.RoleReplica || r == nil:
+		next.Streaming, next.Message = false, fmt.Sprintf("%s is %s, not streaming from the source", holder, st.Role)
+	case r.Upstream != spec.Source.Host:
+		next.Streaming, next.Message = false, fmt.Sprintf("%s streams from %q, not yet from the source", holder, r.Upstream)
+	default:
+		// Said without the receiver's own words, which count the time: the report is
+		// written when it changes.
+		next.Streaming, next.Message, next.LagSeconds = r.Healthy, "", r.LagMillis/1000
+		switch {
+		case r.Healthy:
+		case r.State == agentapi.ReceiverStreaming:
+			next.Message = fmt.Sprintf("%s replays more than spec.postgresql.maxReadLag (%s) behind the source", holder, time.Duration(r.MaxLagMillis)*time.Millisecond)
+		default:
+			next.Message = fmt.Sprintf("%s's WAL receiver is %s: it does not stream from the source (its agent's status says why)", holder, r.State)
+		}
+	}
+	return next
+}
+
+// recordReplica records where a replica cluster stands in the report for the status
+// controller, with an event when it starts or stops streaming and when it is promoted.
+func (c *cycle) recordReplica(ctx context.Context) error {
+	prev := c.reported.Replica
+	next := NextReplica(prev, c.cluster.Spec.Replica, primarylease.Parse(c.lease).Holder, c.instances, c.r.clock.Now())
+	if equality.Semantic.DeepEqual(prev, next) {
+		return nil
+	}
+	switch {
+	case next == nil:
+	case next.PromotedAt != nil && (prev == nil || prev.PromotedAt == nil):
+		c.tell("Replica cluster", []DataGuardEvent{{corev1.EventTypeNormal, dbv1.ReasonReplicaClusterPromoted, next.Message}})
+	case next.PromotedAt == nil && next.Streaming && (prev == nil || !prev.Streaming):
+		c.tell("Replica cluster", []DataGuardEvent{{corev1.EventTypeNormal, dbv1.ReasonReplicaClusterStreaming,
+			fmt.Sprintf("%s streams from the source %s", next.DesignatedPrimary, next.Source)}})
+	case next.PromotedAt == nil && !next.Streaming && prev != nil && prev.Streaming:
+		c.tell("Replica cluster", []DataGuardEvent{{corev1.EventTypeWarning, dbv1.ReasonReplicaClusterNotStreaming,
+			fmt.Sprintf("the replica cluster does not stream from %s: %s", next.Source, next.Message)}})
+	}
+	if err := c.record(ctx, report.KeyReplica, next); err != nil {
+		return fmt.Errorf("recording where the replica cluster stands: %w", err)
+	}
+	c.reported.Replica = next
+	return nil
+}
