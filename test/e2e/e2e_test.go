@@ -77,6 +77,9 @@ type db struct {
 	t    testing.TB
 	ns   string
 	name string
+	// loginAs, when set, is the cluster whose application Secret conn logs in with: a
+	// replica cluster's data, roles included, is its source's.
+	loginAs *db
 }
 
 func newDB(t testing.TB, replicas int32, opts ...func(*dbv1.PostgresCluster)) *db {
@@ -169,8 +172,12 @@ func (d *db) connConfig(ctx context.Context, svc string) (*pgx.ConnConfig, error
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: service}, &s); err != nil {
 		return nil, err
 	}
+	login := d
+	if d.loginAs != nil {
+		login = d.loginAs
+	}
 	var secret corev1.Secret
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: dbv1.NamesOf(d.name).AppSecret()}, &secret); err != nil {
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: login.ns, Name: dbv1.NamesOf(login.name).AppSecret()}, &secret); err != nil {
 		return nil, err
 	}
 	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=5432 dbname=app user=%s sslmode=require connect_timeout=3",

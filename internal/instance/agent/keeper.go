@@ -104,8 +104,11 @@ func (a *Agent) confirmOnce(ctx context.Context) {
 	switch {
 	case err == nil:
 		if a.conf.confirm(view.Term, sent, "api") {
-			a.log.Info("Confirmed the primary Lease in a new term: commits may be acknowledged", "term", view.Term,
-				"via", "api", "renewalTook", time.Since(sent).Round(time.Millisecond).String())
+			msg := "Confirmed the primary Lease in a new term: commits may be acknowledged"
+			if a.following() != "" {
+				msg = "Holds the primary Lease in a new term as the replica cluster's designated primary: it follows the source"
+			}
+			a.log.Info(msg, "term", view.Term, "via", "api", "renewalTook", time.Since(sent).Round(time.Millisecond).String())
 		}
 	case errors.Is(err, primarylease.ErrNotHolder):
 		a.conf.drop()

@@ -341,11 +341,9 @@ func (a *Agent) receiverStatus(now time.Time) *agentapi.ReceiverStatus {
 func (a *Agent) receiverReady(now time.Time) error {
 	maxLag := a.readLagBound()
 	holder := a.lease.View().Holder
-	a.mu.Lock()
-	if source := a.cluster.Following(); source != "" && holder == a.cfg.PodName {
+	if source := a.following(); source != "" && holder == a.cfg.PodName {
 		holder = source // the designated primary of a replica cluster
 	}
-	a.mu.Unlock()
 	a.recv.mu.Lock()
 	defer a.recv.mu.Unlock()
 	if a.recv.w == nil {
@@ -358,6 +356,14 @@ func (a *Agent) receiverReady(now time.Time) error {
 		return errors.New(why)
 	}
 	return nil
+}
+
+// following is the source this replica cluster follows, "" for none
+// (clusterconfig.Config.Following).
+func (a *Agent) following() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cluster.Following()
 }
 
 func (a *Agent) readLagBound() time.Duration {
