@@ -197,3 +197,17 @@ func TestStatusShowsTheLastVerification(t *testing.T) {
 		t.Errorf("status lacks %q:\n%s", want, out.String())
 	}
 }
+
+// A replica cluster's line says what it follows and how far behind, or its promotion.
+func TestStatusShowsTheReplicaCluster(t *testing.T) {
+	o := observed()
+	now := time.Now()
+	o.Cluster.Status.Replica = &dbv1.ReplicaStatus{Source: "src-rw.prod.svc", DesignatedPrimary: "db-0", Streaming: true, LagSeconds: 2}
+	var out bytes.Buffer
+	if err := printStatus(&out, Summarize(o), now); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Replica of:    src-rw.prod.svc, db-0 streams from it, 2 s behind\n"; !strings.Contains(out.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, out.String())
+	}
+}

@@ -42,6 +42,8 @@ type Status struct {
 	Pooler *Pooler `json:"pooler,omitempty"`
 	// LastVerification is status.lastBackupVerification (spec.backup.verify).
 	LastVerification *dbv1.BackupVerification `json:"lastBackupVerification,omitempty"`
+	// Replica is status.replica (spec.replica).
+	Replica *dbv1.ReplicaStatus `json:"replica,omitempty"`
 }
 
 // Pooler is the cluster's pooler as its status reports it.
@@ -207,6 +209,7 @@ func Summarize(o Observed) Status {
 		st.Instances = append(st.Instances, in)
 	}
 	st.LastVerification = c.Status.LastBackupVerification
+	st.Replica = c.Status.Replica
 	if c.Spec.Pooler != nil {
 		st.Pooler = &Pooler{Service: c.Names().PoolerReadWrite()}
 		if p := c.Status.Pooler; p != nil {
@@ -239,6 +242,17 @@ func ordinalLess(a, b string) bool {
 	return na < nb
 }
 
+// replicaLine says where a replica cluster stands.
+func replicaLine(r *dbv1.ReplicaStatus, now time.Time) string {
+	switch {
+	case r.PromotedAt != nil:
+		return fmt.Sprintf("%s, promoted %s ago: %s", r.Source, ago(now, r.PromotedAt.Time), r.Message)
+	case r.Streaming:
+		return fmt.Sprintf("%s, %s streams from it, %d s behind", r.Source, orDash(r.DesignatedPrimary), r.LagSeconds)
+	}
+	return fmt.Sprintf("%s, not streaming: %s", r.Source, orDash(r.Message))
+}
+
 // printStatus writes st for a person.
 func printStatus(w io.Writer, st Status, now time.Time) error {
 	fmt.Fprintf(w, "Cluster %s in %s: %s, PostgreSQL %s, %d of %d instances ready\n", st.Name, st.Namespace, orDash(string(st.Phase)), st.Version, st.Ready, st.Wanted)
@@ -265,6 +279,9 @@ func printStatus(w io.Writer, st Status, now time.Time) error {
 			when = ago(now, v.FinishedAt.Time) + " ago"
 		}
 		fmt.Fprintf(w, "Verified:      %s, %s, backup %s: %s\n", v.Result, when, orNone(v.Backup), v.Message)
+	}
+	if r := st.Replica; r != nil {
+		fmt.Fprintln(w, "Replica of:    "+replicaLine(r, now))
 	}
 	if st.ReplicationError != "" {
 		fmt.Fprintf(w, "Replication:   unknown (%s)\n", st.ReplicationError)
