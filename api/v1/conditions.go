@@ -162,7 +162,10 @@ const (
 	ReasonReplicaClusterStreaming    = "ReplicaClusterStreaming"
 	ReasonReplicaClusterNotStreaming = "ReplicaClusterNotStreaming"
 	ReasonReplicaClusterPromoted     = "ReplicaClusterPromoted"
-	ReasonReplicaStreaming           = "ReplicaStreaming"
+	// ReasonReplicaClusterDemoted (Normal event): its primary stopped cleanly to follow
+	// the source; the event gives the demotion token.
+	ReasonReplicaClusterDemoted = "ReplicaClusterDemoted"
+	ReasonReplicaStreaming      = "ReplicaStreaming"
 	// Roles and databases (ConditionRolesReconciled and events).
 	ReasonRolesReconciled  = "Reconciled"
 	ReasonRoleFailed       = "RoleFailed"

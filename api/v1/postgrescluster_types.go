@@ -9,8 +9,7 @@ import (
 // PostgresClusterSpec is what a user asks for. It is also, verbatim, the values of the
 // postgrescluster Helm chart, so every field here has a key of the same name in
 // helm-charts/postgrescluster/values.yaml and values.schema.json.
-// +kubebuilder:validation:XValidation:rule="has(self.replica) == has(oldSelf.replica)",message="replica cannot be added or removed: a replica cluster is created as one; set replica.enabled to false to promote it"
-// +kubebuilder:validation:XValidation:rule="!has(self.replica) || !has(self.bootstrap) || !has(self.bootstrap.fromBackup)",message="replica and bootstrap.fromBackup cannot both be set: a replica cluster clones its source"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.replica) || has(self.replica)",message="replica cannot be removed: set replica.enabled to false to promote the cluster"
 // +kubebuilder:validation:XValidation:rule="!has(self.postgresql) || !has(self.postgresql.synchronousReplicas) || self.postgresql.synchronousReplicas < self.replicas",message="postgresql.synchronousReplicas must be less than replicas: a commit can only wait for instances other than the primary"
 // +kubebuilder:validation:XValidation:rule="!has(self.roles) || !has(self.bootstrap) || !has(self.bootstrap.owner) || self.roles.all(r, r.name != self.bootstrap.owner)",message="roles cannot name the bootstrap owner: its password is the Secret <cluster>-app's, set by pgpilot"
 // +kubebuilder:validation:XValidation:rule="!has(self.roles) || !(self.version in ['14', '15']) || self.roles.all(r, !has(r.createrole) || !r.createrole)",message="roles cannot have createrole with PostgreSQL 14 or 15: there a CREATEROLE role can grant itself pg_execute_server_program and run programs in the database container; grant what the role needs instead, or use version 16 or later, where CREATEROLE is limited to the roles it made"
@@ -146,17 +145,28 @@ type PostgresClusterSpec struct {
 }
 
 // ReplicaSpec is what a replica cluster follows.
-// +kubebuilder:validation:XValidation:rule="oldSelf.enabled || !self.enabled",message="a promoted replica cluster cannot follow its source again: its data went its own way; create a new replica cluster instead"
 type ReplicaSpec struct {
-	// enabled: the cluster follows its source. Set it to false to promote the cluster
-	// (once, for good): its designated primary stops following the source and becomes
-	// a primary on a new timeline, with what it had received; anything the source
-	// committed after that is not in it (status.replica says how far behind it was).
+	// enabled: the cluster follows its source. Set it to false to promote the cluster:
+	// its designated primary stops following the source and becomes a primary on a new
+	// timeline, with what it had received; without promotionToken, anything the
+	// source committed after that is not in it (status.replica says how far behind it
+	// was). Added to, or set true on, a cluster that runs a primary, it demotes that
+	// primary: writes stop, it shuts down cleanly, and it follows the source, its
+	// final position given in status.replica.demotionToken (docs/replica-cluster.md).
 	// +kubebuilder:default=true
 	Enabled bool `json:"enabled"`
 
 	// source is the cluster followed.
 	Source ReplicaSource `json:"source"`
+
+	// promotionToken is the source's status.replica.demotionToken, after it was
+	// demoted to follow this cluster: with it, enabled false promotes only once this
+	// cluster has replayed all the source wrote (the planned switch of roles, which
+	// loses nothing).
+	// +kubebuilder:validation:Pattern=`^[0-9]+:[0-9]+:[0-9A-F]{1,8}/[0-9A-F]{1,8}$`
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	PromotionToken string `json:"promotionToken,omitempty"`
 }
 
 // ReplicaSource is how a replica cluster reaches its source: as the source's
@@ -731,4 +741,9 @@ type ReplicaStatus struct {
 	// then on it is a cluster of its own.
 	// +optional
 	PromotedAt *metav1.Time `json:"promotedAt,omitempty"`
+	// demotionToken is, once a primary of this cluster was demoted to follow the
+	// source, where it stopped: <system identifier>:<timeline>:<final LSN>. Give it
+	// to the source as spec.replica.promotionToken.
+	// +optional
+	DemotionToken string `json:"demotionToken,omitempty"`
 }

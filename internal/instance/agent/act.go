@@ -317,6 +317,9 @@ func (a *Agent) startStandby(ctx context.Context, state postgres.DataState, prim
 		return a.runStandby(ctx, "")
 	}
 	host := a.upstreamOf(primary)
+	if host.Source && state == postgres.DataPrimary {
+		return a.startDemoted(ctx, primary)
+	}
 	switch state {
 	case postgres.DataEmpty:
 		if err := a.clone(ctx, host, primary); err != nil {
@@ -379,6 +382,9 @@ const walGoneFor = 15 * time.Second
 // never streams again.
 func (a *Agent) maintainStandby(ctx context.Context, proc *postgres.Process, primary string) error {
 	a.watchReceiver(ctx, proc, primary)
+	if a.receiverHealthy() {
+		a.dropDemotion()
+	}
 	if err := a.keepSlots(ctx, true); err != nil {
 		// The slots only make a later promotion faster: never a reason to stop here.
 		a.log.Info("Could not keep the replication slots on this standby", "error", err.Error())
@@ -417,6 +423,10 @@ func (a *Agent) maintainStandby(ctx context.Context, proc *postgres.Process, pri
 	}
 	if time.Since(a.walGone) < walGoneFor {
 		return nil
+	}
+	if token := a.demotionToken(); token != "" {
+		return refused("%s no longer has the WAL this instance needs to follow it, and this data directory was a primary's until its demotion (%s): it may hold commits %s lacks, and is not replaced by a clone. "+
+			"To clone it anyway, delete its PersistentVolumeClaim", primary, token, primary)
 	}
 	a.walGone = time.Time{}
 	a.log.Info("Cloning again: the primary no longer has the WAL this standby needs", "primary", primary, "waited", walGoneFor.String())
@@ -591,6 +601,9 @@ func (a *Agent) start(ctx context.Context) error {
 // synchronous rule from the Lease's record first, then pg_promote, the commit gate and
 // a renewal; the first checkpoint on the new timeline follows in the background.
 func (a *Agent) promote(ctx context.Context, view LeaseView) error {
+	if err := a.promotionAllowed(ctx); err != nil {
+		return err
+	}
 	a.log.Info("Promoting", "term", view.Term)
 	start := time.Now()
 	rec := a.lease.Record()

@@ -471,6 +471,8 @@ func (a *Agent) act(ctx context.Context, d Decision, view LeaseView) error {
 		return a.freeze(ctx)
 	case Stop:
 		a.stopKept(ctx, d.Reason)
+	case Demote:
+		return a.demoteToFollow(ctx, d.Target)
 	case StepDown:
 		// Stopping a primary is costly: confirm with a fresh read first. When the API
 		// server cannot answer, the last view stands. The gate withholds already.
@@ -661,6 +663,7 @@ func (a *Agent) Status(ctx context.Context) agentapi.Status {
 	}
 	a.mu.Unlock()
 	st.LockedOut = a.pg.HBALocked()
+	st.DemotionToken = a.demotionToken()
 	if st.Running && st.Role == agentapi.RoleReplica {
 		st.Receiver = a.receiverStatus(now)
 	}

@@ -85,10 +85,14 @@ func (a *Agent) clone(ctx context.Context, host pgconf.Upstream, primary string)
 	if err := a.pg.BaseBackup(ctx, host); err != nil {
 		return fmt.Errorf("cloning from %s: %w", primary, err)
 	}
+	// A clone is nobody's demoted primary, whatever its upstream's data was.
+	if err := os.Remove(filepath.Join(a.cfg.PGData, demotedMarker)); err != nil && !os.IsNotExist(err) {
+		return err
+	}
 	if host.Source {
 		// The source's bootstrap is not this cluster's: once promoted, its roles,
 		// database and passwords are set up from this cluster's spec and Secrets, as
-		// after a restore (adoptData).
+		// after a restore (adoptSource).
 		if err := os.Remove(filepath.Join(a.cfg.PGData, postgres.BootstrapMarker)); err != nil && !os.IsNotExist(err) {
 			return err
 		}

@@ -61,10 +61,13 @@ const (
 	// Stop — the Lease keeps this instance down (fenced, or the holder of a hibernating
 	// cluster): postgres stops cleanly, and a holder keeps the Lease.
 	Stop
+	// Demote — the running primary of a cluster made a replica cluster stops cleanly,
+	// keeping the Lease, and follows Target, the source.
+	Demote
 )
 
 func (a Act) String() string {
-	return [...]string{"Idle", "KeepPrimary", "KeepStandby", "StartPrimary", "StartStandby", "Promote", "Follow", "Freeze", "StepDown", "Stop"}[a]
+	return [...]string{"Idle", "KeepPrimary", "KeepStandby", "StartPrimary", "StartStandby", "Promote", "Follow", "Freeze", "StepDown", "Stop", "Demote"}[a]
 }
 
 // Decision is an Act with its target and why.
@@ -170,14 +173,13 @@ func decideDesignated(o Observation) Decision {
 		}
 		return Decision{Act: KeepStandby, Target: src, Reason: "following the source " + src}
 	case o.Running && o.Role == agentapi.RolePrimary:
-		// A replica cluster is created as one and never demoted (the CRD refuses it).
-		return Decision{Act: Idle, Reason: "a primary does not follow a source: this cluster was promoted"}
+		return Decision{Act: Demote, Target: src, Reason: "spec.replica names a source: this primary stops cleanly and follows " + src}
 	case o.Running:
 		return Decision{Act: Idle, Reason: "postgres is " + o.Role}
 	case o.Fenced && o.FencedTerm == o.View.Term:
 		return Decision{Act: Idle, Reason: fmt.Sprintf("fenced in term %d: stays down until the Lease changes", o.FencedTerm)}
-	case o.Data == postgres.DataPrimary:
-		return Decision{Act: Idle, Reason: "this data directory is a primary's: it does not follow the source " + src}
 	}
+	// A primary's data too (a demotion the agent did not finish): started as a standby
+	// of the source without a rewind, it streams only if the source has all it wrote.
 	return Decision{Act: StartStandby, Target: src, Reason: fmt.Sprintf("the Lease names this instance in term %d: it follows the source %s", o.View.Term, src)}
 }

@@ -50,7 +50,8 @@ func TestDecide(t *testing.T) {
 		// A replica cluster: the holder is its designated primary, a standby of the source.
 		{"designated, empty: clones the source", with(stopped(postgres.DataEmpty), view("db-1", 1), func(o *Observation) { o.Source = "src-rw.prod.svc" }), StartStandby, "src-rw.prod.svc"},
 		{"designated, standby data: starts on the source", with(stopped(postgres.DataStandby), view("db-1", 1), func(o *Observation) { o.Source = "src-rw.prod.svc" }), StartStandby, "src-rw.prod.svc"},
-		{"designated, primary data: stays down", with(stopped(postgres.DataPrimary), view("db-1", 1), func(o *Observation) { o.Source = "src-rw.prod.svc" }), Idle, ""},
+		{"designated, primary data: starts on the source", with(stopped(postgres.DataPrimary), view("db-1", 1), func(o *Observation) { o.Source = "src-rw.prod.svc" }), StartStandby, "src-rw.prod.svc"},
+		{"designated, running primary: demoted", with(running(agentapi.RolePrimary, ""), view("db-1", 3), func(o *Observation) { o.Source = "src-rw.prod.svc" }), Demote, "src-rw.prod.svc"},
 		{"designated after a failover: follows the source", with(running(agentapi.RoleReplica, "db-0"), view("db-1", 3), func(o *Observation) { o.Source = "src-rw.prod.svc" }), Follow, "src-rw.prod.svc"},
 		{"designated, frozen: follows the source", with(running(agentapi.RoleReplica, ""), view("db-1", 3), func(o *Observation) { o.Source, o.Frozen, o.FrozenTerm = "src-rw.prod.svc", true, 2 }), Follow, "src-rw.prod.svc"},
 		{"designated, following the source: keep", with(running(agentapi.RoleReplica, "src-rw.prod.svc"), view("db-1", 3), func(o *Observation) { o.Source = "src-rw.prod.svc" }), KeepStandby, "src-rw.prod.svc"},

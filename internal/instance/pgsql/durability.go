@@ -240,3 +240,13 @@ func (d *DB) exec(ctx context.Context, sql string) error {
 	_, err = conn.Exec(ctx, sql)
 	return err
 }
+
+// ReplayLSN is a standby's last replayed WAL position (the end of the last record
+// replayed).
+func (d *DB) ReplayLSN(ctx context.Context) (pglogrepl.LSN, error) {
+	s, err := d.text(ctx, "SELECT coalesce(pg_last_wal_replay_lsn()::text, '0/0')")
+	if err != nil {
+		return 0, err
+	}
+	return pglogrepl.ParseLSN(s)
+}

@@ -235,6 +235,9 @@ func Decide(cluster Cluster, v Values, observed Observed) (*Plan, error) {
 		}
 	}
 	if r := v.Replica; r != nil {
+		if v.Bootstrap.FromBackup != nil && observed.StatefulSet == nil {
+			return nil, fmt.Errorf("replica and bootstrap.fromBackup cannot both be set on a new cluster: a replica cluster clones its source; remove one of them")
+		}
 		planReplica(p, *r)
 	}
 	mountCustomQueries(p, v.Monitoring.CustomQueries)
@@ -542,7 +545,7 @@ func planReplica(p *Plan, r dbv1.ReplicaSpec) {
 	if port == 0 {
 		port = 5432
 	}
-	p.Config.Replica = &clusterconfig.Replica{Enabled: r.Enabled, Host: r.Source.Host, Port: port}
+	p.Config.Replica = &clusterconfig.Replica{Enabled: r.Enabled, Host: r.Source.Host, Port: port, PromotionToken: r.PromotionToken}
 	mode := int32(0o440)
 	p.Volumes = append(p.Volumes, corev1.Volume{Name: "tls-source", VolumeSource: corev1.VolumeSource{
 		Secret: &corev1.SecretVolumeSource{SecretName: r.Source.ReplicationSecretName, DefaultMode: &mode},

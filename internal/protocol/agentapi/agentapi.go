@@ -154,6 +154,10 @@ type Status struct {
 	SystemIdentifier string `json:"systemIdentifier,omitempty"`
 	// Handover is this instance's last clean stop as primary: its final WAL position.
 	Handover *Handover `json:"handover,omitempty"`
+	// DemotionToken is, on a primary demoted to follow a replica cluster's source,
+	// where it stopped: <system identifier>:<timeline>:<final LSN> (the source's
+	// promotion waits for it); empty once it streams from the source.
+	DemotionToken string `json:"demotionToken,omitempty"`
 	// VolumeBytes and VolumeFreeBytes are the size and free space of the data
 	// directory's volume; 0 when unknown.
 	VolumeBytes     int64 `json:"volumeBytes,omitempty"`

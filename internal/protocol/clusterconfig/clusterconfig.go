@@ -80,6 +80,9 @@ type Replica struct {
 	Enabled bool   `json:"enabled"`
 	Host    string `json:"host"`
 	Port    int    `json:"port"`
+	// PromotionToken is spec.replica.promotionToken: a promotion waits until the
+	// position it names is replayed.
+	PromotionToken string `json:"promotionToken,omitempty"`
 }
 
 // Following is the host of the source this cluster follows now; "" when it is not a

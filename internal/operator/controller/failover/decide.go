@@ -297,8 +297,10 @@ func primaryFailure(in Input) string {
 	// Stopped or starting.
 	down := time.Duration(st.DownForMillis) * time.Millisecond
 	switch {
-	case in.SynchronousReplicas > 0:
-		// A synchronous standby has every acknowledged commit: nothing to wait for.
+	case in.SynchronousReplicas > 0 && in.Source == "":
+		// A synchronous standby has every acknowledged commit: nothing to wait for. A
+		// replica cluster's designated primary acknowledges nothing; restarting (a
+		// demotion, say), it is given startTimeout as an asynchronous primary is.
 		return withError(fmt.Sprintf("the primary %s is %s", h, st.Role), st.Error)
 	case down > in.StartTimeout:
 		return withError(fmt.Sprintf("the primary %s has been %s for %s, longer than spec.failover.startTimeout", h, st.Role, down.Round(time.Second)), st.Error)

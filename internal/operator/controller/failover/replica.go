@@ -26,7 +26,12 @@ func NextReplica(prev *dbv1.ReplicaStatus, spec *dbv1.ReplicaSpec, holder string
 	next := &dbv1.ReplicaStatus{Source: spec.Source.Host, DesignatedPrimary: holder}
 	if prev != nil {
 		next.LagSeconds, next.Message, next.Streaming = prev.LagSeconds, prev.Message, prev.Streaming
-		next.PromotedAt = prev.PromotedAt
+		next.PromotedAt, next.DemotionToken = prev.PromotedAt, prev.DemotionToken
+		if prev.Source != spec.Source.Host || spec.Enabled && prev.PromotedAt != nil {
+			// Following another source, or again after a promotion: what was said of
+			// the last one no longer holds.
+			next.PromotedAt, next.DemotionToken, next.LagSeconds = nil, "", 0
+		}
 	}
 	i := find(instances, holder)
 	if holder == "" || i == nil || !i.Reachable {
@@ -36,13 +41,21 @@ func NextReplica(prev *dbv1.ReplicaStatus, spec *dbv1.ReplicaSpec, holder string
 		return next
 	}
 	st := i.Status
+	if st.DemotionToken != "" && spec.Enabled {
+		next.DemotionToken = st.DemotionToken
+	}
 	if !spec.Enabled {
+		next.DemotionToken = ""
 		next.Streaming = false
 		if next.PromotedAt == nil && st.Role == agentapi.RolePrimary {
 			at := metav1.NewTime(now.UTC().Truncate(time.Second))
 			next.PromotedAt = &at
 			next.Message = fmt.Sprintf("promoted: %s is the primary, on what it had received from %s, which it last replayed %d s behind; "+
 				"anything the source committed after that is not in this cluster", holder, spec.Source.Host, next.LagSeconds)
+			if spec.PromotionToken != "" {
+				next.Message = fmt.Sprintf("promoted: %s is the primary, after it replayed all the demoted source %s wrote (promotion token %s): nothing it acknowledged is missing",
+					holder, spec.Source.Host, spec.PromotionToken)
+			}
 		} else if next.PromotedAt == nil {
 			next.Message = fmt.Sprintf("promoting %s (spec.replica.enabled is false)", holder)
 		}
@@ -81,6 +94,9 @@ func (c *cycle) recordReplica(ctx context.Context) error {
 	case next == nil:
 	case next.PromotedAt != nil && (prev == nil || prev.PromotedAt == nil):
 		c.tell("Replica cluster", []DataGuardEvent{{corev1.EventTypeNormal, dbv1.ReasonReplicaClusterPromoted, next.Message}})
+	case next.DemotionToken != "" && (prev == nil || prev.DemotionToken != next.DemotionToken):
+		c.tell("Replica cluster", []DataGuardEvent{{corev1.EventTypeNormal, dbv1.ReasonReplicaClusterDemoted, fmt.Sprintf(
+			"the primary %s stopped cleanly to follow %s; its demotion token %s goes into the source's spec.replica.promotionToken", next.DesignatedPrimary, next.Source, next.DemotionToken)}})
 	case next.PromotedAt == nil && next.Streaming && (prev == nil || !prev.Streaming):
 		c.tell("Replica cluster", []DataGuardEvent{{corev1.EventTypeNormal, dbv1.ReasonReplicaClusterStreaming,
 			fmt.Sprintf("%s streams from the source %s", next.DesignatedPrimary, next.Source)}})
