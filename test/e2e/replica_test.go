@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,41 +21,32 @@ import (
 
 // Two namespaces stand in for two Kubernetes clusters. A replica cluster of my-db,
 // given only the source's -rw name and a copy of its replication certificate, follows
-// it with a writer on the source, within a few seconds as a reader of its -ro sees it,
-// and says so in status.replica. Then the planned move: the source stops (spec.stopped,
-// its primary first, cleanly), the replica cluster has every acknowledged row, and once
-// promoted (spec.replica.enabled: false) takes writes on its own -rw with its own
-// credentials. At no moment do both take writes.
+// it with a writer on the source, within a second as a reader of its -ro sees it, and
+// says so in status.replica. Then the planned switch of roles, with writers on both
+// clusters' -rw all along: the source is demoted (spec.replica naming the other), its
+// demotion token goes into the other's promotionToken, the other is promoted once it
+// has all the source wrote, and the old source follows the new one. No acknowledged
+// row is lost, and the old source acknowledged nothing after the new one's first.
 func TestReplicaCluster(t *testing.T) {
-	src := newDB(t, 2, func(p *dbv1.PostgresCluster) {
-		// The replica cluster's pods are in another namespace: the source admits them.
+	// Each cluster's pods are in the other's namespace's clients, for when it follows.
+	admitBoth := func(p *dbv1.PostgresCluster) {
 		p.Spec.NetworkPolicy.Clients = []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}},
 			{NamespaceSelector: &metav1.LabelSelector{}, PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{dbv1.LabelCluster: "my-db"}}}}
-	})
+	}
+	src := newDB(t, 2, admitBoth)
 	src.waitHealthy(2, 10*time.Minute)
 	w := src.newTable()
 	w.insert(100)
 
-	host := fmt.Sprintf("%s.%s.svc", dbv1.NamesOf(src.name).ReadWriteService(), src.ns)
-	rep := newDB(t, 2, func(p *dbv1.PostgresCluster) {
-		p.Spec.Replica = &dbv1.ReplicaSpec{Enabled: true, Source: dbv1.ReplicaSource{Host: host, ReplicationSecretName: "my-db-source"}}
+	srcHost := fmt.Sprintf("%s.%s.svc", dbv1.NamesOf(src.name).ReadWriteService(), src.ns)
+	rep := newDB(t, 2, admitBoth, func(p *dbv1.PostgresCluster) {
+		p.Spec.Replica = &dbv1.ReplicaSpec{Enabled: true, Source: dbv1.ReplicaSource{Host: srcHost, ReplicationSecretName: "my-db-source"}}
 	})
 	rep.loginAs = src
-	// What a user copies from the source's cluster: its replication certificate, whose
-	// ca.crt is the CA the source's server certificate is issued from.
-	ctx := context.Background()
-	var repl corev1.Secret
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: src.ns, Name: dbv1.NamesOf(src.name).ReplicationTLSSecret()}, &repl); err != nil {
-		t.Fatal(err)
-	}
-	copied := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "my-db-source", Namespace: rep.ns},
-		Data: map[string][]byte{"tls.crt": repl.Data["tls.crt"], "tls.key": repl.Data["tls.key"], "ca.crt": repl.Data["ca.crt"]}}
-	if err := k8s.Create(ctx, copied); err != nil {
-		t.Fatal(err)
-	}
+	copyReplicationSecret(t, src, rep)
 	created := time.Now()
 	st := rep.waitFollowing(2, 10*time.Minute)
-	t.Logf("the replica cluster streamed from %s %s after it was created; designated primary %s", host, time.Since(created).Round(time.Second), st.DesignatedPrimary)
+	t.Logf("the replica cluster streamed from %s %s after it was created; designated primary %s", srcHost, time.Since(created).Round(time.Second), st.DesignatedPrimary)
 	rep.waitRouted(time.Minute, "ro")
 	rep.waitCount("ro", "t", 100, time.Minute)
 	if err := rep.exec("ro", "INSERT INTO t (id) VALUES (-1)"); err == nil {
@@ -90,44 +82,121 @@ func TestReplicaCluster(t *testing.T) {
 		t.Errorf("status.replica: %+v", pgc.Status.Replica)
 	}
 
-	// The planned move: the source stops, primary first, its final WAL sent.
-	acked := w.acked()
-	src.update(func(p *dbv1.PostgresCluster) { p.Spec.Stopped = true })
-	testutil.Eventually(t, 5*time.Minute, func() error {
-		if pgc := src.cluster(); pgc.Status.Phase != dbv1.PhaseStopped {
-			return fmt.Errorf("the source is %s", pgc.Status.Phase)
+	// The switch, with a writer on each cluster's -rw all along (the replica cluster's
+	// with its own credentials: they work once it is promoted).
+	repWrites := &writes{d: &db{t: t, ns: rep.ns, name: rep.name}, next: 1_000_000}
+	var repAcked atomic.Int64 // the attempts are read once the writer stopped
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			_ = w.try()
+			if repWrites.try() == nil {
+				repAcked.Add(1)
+			}
+		}
+	}()
+	copyReplicationSecret(t, rep, src)
+	repHost := fmt.Sprintf("%s.%s.svc", dbv1.NamesOf(rep.name).ReadWriteService(), rep.ns)
+	switched := time.Now()
+	src.update(func(p *dbv1.PostgresCluster) {
+		p.Spec.Replica = &dbv1.ReplicaSpec{Enabled: true, Source: dbv1.ReplicaSource{Host: repHost, ReplicationSecretName: "my-db-source"}}
+	})
+	var token string
+	testutil.Eventually(t, 3*time.Minute, func() error {
+		if r := src.cluster().Status.Replica; r != nil && r.DemotionToken != "" {
+			token = r.DemotionToken
+			return nil
+		}
+		return fmt.Errorf("no demotion token in the source's status yet")
+	})
+	t.Logf("the source was demoted %s after spec.replica was set: token %s", time.Since(switched).Round(time.Millisecond), token)
+	rep.update(func(p *dbv1.PostgresCluster) {
+		p.Spec.Replica.Enabled = false
+		p.Spec.Replica.PromotionToken = token
+	})
+	testutil.Eventually(t, 3*time.Minute, func() error {
+		if n := repAcked.Load(); n < 50 {
+			return fmt.Errorf("%d writes acknowledged by the promoted cluster", n)
 		}
 		return nil
 	})
-	rep.waitCount("ro", "t", acked, time.Minute)
-	testutil.Eventually(t, time.Minute, func() error {
-		if r := rep.cluster().Status.Replica; r == nil || r.Streaming {
-			return fmt.Errorf("status.replica %+v: want not streaming from the stopped source", r)
-		}
-		return nil
-	})
-	promoted := time.Now()
-	rep.update(func(p *dbv1.PostgresCluster) { p.Spec.Replica.Enabled = false })
+	close(stop)
+	<-done
+	lastOld, firstNew := lastAck(w.attempts), firstAck(repWrites.attempts)
+	t.Logf("the old source's last acknowledged write came %s before the new primary's first; %s from spec.replica on the source to that first write",
+		firstNew.Sub(lastOld).Round(time.Millisecond), firstNew.Sub(switched).Round(time.Millisecond))
+	if !lastOld.Before(firstNew) {
+		t.Errorf("the old source acknowledged a write at %s, after the new primary's first at %s: two writable clusters", lastOld, firstNew)
+	}
 	rep.loginAs = nil
-	rw := &writes{d: rep, next: 1_000_000}
-	took := rw.untilWritable(promoted, 3*time.Minute)
-	t.Logf("the promoted replica cluster took a write through its own -rw %s after spec.replica.enabled was set false", took.Round(time.Millisecond))
-	rw.insert(10)
 	rep.waitHealthy(2, 5*time.Minute)
 	if check := rep.checkRows("t", w.attempts); len(check.Lost) > 0 {
-		t.Fatalf("%d of %d rows acknowledged by the source are missing from the promoted cluster: %v", len(check.Lost), check.Acked, check.Lost)
+		t.Fatalf("%d of %d rows acknowledged by the old source are missing from the new primary: %v", len(check.Lost), check.Acked, check.Lost)
 	}
-	rw.check()
-	testutil.Eventually(t, time.Minute, func() error {
-		if r := rep.cluster().Status.Replica; r == nil || r.PromotedAt == nil {
-			return fmt.Errorf("status.replica %+v: no promotion recorded", r)
-		}
-		return nil
-	})
-	t.Logf("status.replica after the promotion: %s", rep.cluster().Status.Replica.Message)
+	repWrites.check()
+	if r := rep.cluster().Status.Replica; r == nil || r.PromotedAt == nil {
+		t.Errorf("status.replica of the promoted cluster: %+v", r)
+	} else {
+		t.Logf("status.replica of the promoted cluster: %s", r.Message)
+	}
+
+	// The old source follows the new primary, and has its writes.
+	src.loginAs = rep
+	st = src.waitFollowing(2, 5*time.Minute)
+	n, err := rep.count("rw", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.waitCount("ro", "t", n, time.Minute)
+	t.Logf("the old source follows %s (designated primary %s) with all %d rows", st.Source, st.DesignatedPrimary, n)
 }
 
-// waitReplica waits until the replica cluster is Healthy with n ready instances and
+// copyReplicationSecret copies from's replication certificate into to's namespace as
+// my-db-source: what a user copies from a source's Kubernetes cluster. Its ca.crt is
+// the CA the source's server certificate is issued from.
+func copyReplicationSecret(t *testing.T, from, to *db) {
+	t.Helper()
+	ctx := context.Background()
+	var repl corev1.Secret
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: from.ns, Name: dbv1.NamesOf(from.name).ReplicationTLSSecret()}, &repl); err != nil {
+		t.Fatal(err)
+	}
+	copied := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "my-db-source", Namespace: to.ns},
+		Data: map[string][]byte{"tls.crt": repl.Data["tls.crt"], "tls.key": repl.Data["tls.key"], "ca.crt": repl.Data["ca.crt"]}}
+	if err := k8s.Create(ctx, copied); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lastAck and firstAck are when the last and the first acknowledged attempt ended.
+func lastAck(attempts []testutil.Attempt) time.Time {
+	var t time.Time
+	for _, a := range attempts {
+		if a.Acked() && a.End.After(t) {
+			t = a.End
+		}
+	}
+	return t
+}
+
+func firstAck(attempts []testutil.Attempt) time.Time {
+	var t time.Time
+	for _, a := range attempts {
+		if a.Acked() && (t.IsZero() || a.End.Before(t)) {
+			t = a.End
+		}
+	}
+	return t
+}
+
+// waitFollowing waits until the replica cluster is Healthy with n ready instances and
 // its designated primary streams from the source.
 func (d *db) waitFollowing(n int32, timeout time.Duration) dbv1.ReplicaStatus {
 	d.t.Helper()
