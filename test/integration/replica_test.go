@@ -24,8 +24,8 @@ func asReplica(enabled bool) clusterOption {
 }
 
 // A replica cluster renders the source's certificate mounted and the source in
-// config.json; the API refuses what would mix two histories: spec.replica added to or
-// removed from a cluster, following again after a promotion, and a restore with it.
+// config.json. The API refuses removing spec.replica and a malformed source or token;
+// the plan refuses a new cluster that would both restore and follow a source.
 func TestReplicaClusterSpec(t *testing.T) {
 	ns := newNamespace(t)
 	create(t, newCluster(ns, "dr", asReplica(true)))
@@ -59,22 +59,47 @@ func TestReplicaClusterSpec(t *testing.T) {
 			t.Errorf("got %v, want an Invalid error containing %q", err, want)
 		}
 	}
-	refused(update(ns, "dr", func(c *dbv1.PostgresCluster) { c.Spec.Replica = nil }), "replica cannot be added or removed")
-	if err := update(ns, "dr", func(c *dbv1.PostgresCluster) { c.Spec.Replica.Enabled = false }); err != nil {
+	refused(update(ns, "dr", func(c *dbv1.PostgresCluster) { c.Spec.Replica = nil }), "replica cannot be removed")
+	// Promoted, then demoted again (a switch of roles back): both are allowed.
+	if err := update(ns, "dr", func(c *dbv1.PostgresCluster) {
+		c.Spec.Replica.Enabled = false
+		c.Spec.Replica.PromotionToken = "7716692280013944060:1:0/6000028"
+	}); err != nil {
 		t.Fatalf("promoting: %v", err)
 	}
-	refused(update(ns, "dr", func(c *dbv1.PostgresCluster) { c.Spec.Replica.Enabled = true }), "a promoted replica cluster cannot follow its source again")
+	if err := update(ns, "dr", func(c *dbv1.PostgresCluster) { c.Spec.Replica.Enabled = true }); err != nil {
+		t.Fatalf("demoting: %v", err)
+	}
+	refused(update(ns, "dr", func(c *dbv1.PostgresCluster) { c.Spec.Replica.PromotionToken = "0/6000028" }), "spec.replica.promotionToken")
 
+	// A running cluster may be demoted.
 	create(t, newCluster(ns, "own"))
-	refused(update(ns, "own", func(c *dbv1.PostgresCluster) { asReplica(true)(c) }), "replica cannot be added or removed")
+	if err := update(ns, "own", func(c *dbv1.PostgresCluster) { asReplica(true)(c) }); err != nil {
+		t.Fatalf("demoting a cluster: %v", err)
+	}
 
-	both := newCluster(ns, "both", asReplica(true), func(c *dbv1.PostgresCluster) {
-		c.Spec.Bootstrap.FromBackup = &dbv1.FromBackup{BackupName: "nightly"}
-	})
-	refused(k8s.Create(context.Background(), both), "replica and bootstrap.fromBackup cannot both be set")
 	bad := newCluster(ns, "bad-host", func(c *dbv1.PostgresCluster) {
 		asReplica(true)(c)
 		c.Spec.Replica.Source.Host = "http://src"
 	})
 	refused(k8s.Create(context.Background(), bad), "spec.replica.source.host")
+
+	// A new cluster cannot be both a replica and a restore: said in Ready, nothing rendered.
+	create(t, newCluster(ns, "both", asReplica(true), func(c *dbv1.PostgresCluster) {
+		c.Spec.Bootstrap.FromBackup = &dbv1.FromBackup{BackupName: "nightly"}
+	}))
+	testutil.Eventually(t, timeout, func() error {
+		var c dbv1.PostgresCluster
+		if err := get(ns, "both", &c); err != nil {
+			return err
+		}
+		ready := dbv1.FindCondition(c.Status.Conditions, dbv1.ConditionReady)
+		if c.Status.Phase != dbv1.PhaseFailed || ready == nil || !strings.Contains(ready.Message, "replica and bootstrap.fromBackup cannot both be set") {
+			return fmt.Errorf("phase %q, Ready %+v", c.Status.Phase, ready)
+		}
+		return nil
+	})
+	if err := get(ns, "both", &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the StatefulSet of a replica restored from a backup was rendered (%v)", err)
+	}
 }

@@ -107,3 +107,15 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
+
+func TestParsePromotionToken(t *testing.T) {
+	tok, err := parsePromotionToken("7716692280013944060:3:0/6000028")
+	if err != nil || tok.system != "7716692280013944060" || tok.timeline != 3 || tok.lsn.String() != "0/6000028" {
+		t.Errorf("parsed %+v, %v", tok, err)
+	}
+	for _, bad := range []string{"", "0/6000028", "x:1", "7:one:0/1", "7:1:zz"} {
+		if _, err := parsePromotionToken(bad); err == nil {
+			t.Errorf("%q was taken for a token", bad)
+		}
+	}
+}

@@ -229,16 +229,16 @@ func Decide(cluster Cluster, v Values, observed Observed) (*Plan, error) {
 			backupClaim = b.Store.Volume.ClaimName
 		}
 	}
-	if from := v.Bootstrap.FromBackup; from != nil {
-		if err := planRestore(p, cluster, from, backupClaim, observed); err != nil {
-			return nil, err
-		}
-	}
 	if r := v.Replica; r != nil {
 		if v.Bootstrap.FromBackup != nil && observed.StatefulSet == nil {
 			return nil, fmt.Errorf("replica and bootstrap.fromBackup cannot both be set on a new cluster: a replica cluster clones its source; remove one of them")
 		}
 		planReplica(p, *r)
+	}
+	if from := v.Bootstrap.FromBackup; from != nil {
+		if err := planRestore(p, cluster, from, backupClaim, observed); err != nil {
+			return nil, err
+		}
 	}
 	mountCustomQueries(p, v.Monitoring.CustomQueries)
 	if err := planPooler(p, cluster.Name, v); err != nil {
