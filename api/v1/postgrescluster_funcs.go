@@ -24,6 +24,11 @@ const (
 	// into the pod template, as kubectl rollout restart does for a Deployment
 	// (kubectl pgpilot restart sets it to the time).
 	AnnotationRestartedAt = "db.example.com/restartedAt"
+	// AnnotationReplicaConfig on an instance pod is a digest of the replica-cluster
+	// settings its config.json should hold (spec.replica): the failover controller
+	// sets it when they change, which has the kubelet refresh the pod's ConfigMap
+	// volume at once instead of within its sync period (a minute by default).
+	AnnotationReplicaConfig = "db.example.com/replica-config"
 	// AnnotationRolloutPaused on a cluster, "true", holds its rolling update: no pod of
 	// it is restarted for a new instance template (a new agent image after an operator
 	// upgrade, say) until it is removed. A rollout that has begun stops between two

@@ -274,6 +274,9 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	requeue, err := c.decideAndAct(ctx)
+	if rerr := c.refreshReplicaConfig(ctx); rerr != nil && err == nil {
+		err = rerr
+	}
 	if lerr := c.label(ctx); lerr != nil && err == nil {
 		err = lerr
 	}

@@ -2,15 +2,22 @@ package failover
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
 	"github.com/pgpilot/pgpilot/internal/protocol/agentapi"
+	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 	"github.com/pgpilot/pgpilot/internal/protocol/primarylease"
 	"github.com/pgpilot/pgpilot/internal/protocol/report"
 )
@@ -109,4 +116,46 @@ func (c *cycle) recordReplica(ctx context.Context) error {
 	}
 	c.reported.Replica = next
 	return nil
+}
+
+// refreshReplicaConfig has the kubelet bring a changed spec.replica to the pods at
+// once. A demotion or a promotion is read by the agents from config.json, which the
+// kubelet rewrites in a pod's ConfigMap volume only when it syncs the pod: within a
+// minute by default (make e2e: a planned switch of roles waited 62 s for it). Any
+// change of the pod makes it sync; so once the ConfigMap the chart rendered holds new
+// replica settings, each instance pod is annotated with their digest.
+func (c *cycle) refreshReplicaConfig(ctx context.Context) error {
+	if c.cluster.Spec.Replica == nil {
+		return nil
+	}
+	var cm corev1.ConfigMap
+	if err := c.r.client.Get(ctx, client.ObjectKey{Namespace: c.cluster.Namespace, Name: dbv1.NamesOf(c.cluster.Name).ConfigMap()}, &cm); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	var cfg clusterconfig.Config
+	if json.Unmarshal([]byte(cm.Data["config.json"]), &cfg) != nil || cfg.Replica == nil {
+		return nil
+	}
+	b, _ := json.Marshal(cfg.Replica)
+	sum := sha256.Sum256(b)
+	want := hex.EncodeToString(sum[:8])
+	var errs []error
+	for i := range c.pods {
+		p := &c.pods[i]
+		if p.Annotations[dbv1.AnnotationReplicaConfig] == want || p.DeletionTimestamp != nil {
+			continue
+		}
+		p = p.DeepCopy() // the cache's: change and patch a copy
+		patch := client.MergeFrom(p.DeepCopy())
+		metav1.SetMetaDataAnnotation(&p.ObjectMeta, dbv1.AnnotationReplicaConfig, want)
+		if err := c.r.client.Patch(ctx, p, patch); err != nil {
+			if !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("annotating %s for its replica settings: %w", p.Name, err))
+			}
+			continue
+		}
+		c.log("Asked the kubelet to refresh the pod's configuration: the replica settings changed", "pod", p.Name,
+			"enabled", cfg.Replica.Enabled, "source", cfg.Replica.Host)
+	}
+	return errors.Join(errs...)
 }
