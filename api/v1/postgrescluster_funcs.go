@@ -162,6 +162,10 @@ func (n Names) ServerTLSSecret() string { return n.Cluster + "-server-tls" }
 // pg_basebackup and pg_rewind log in with it, without a password.
 func (n Names) ReplicationTLSSecret() string { return n.Cluster + "-replication-tls" }
 
+// SourceTLSSecret is the operator's copy of spec.replica.source.replicationSecretName,
+// which every instance pod mounts (optional: absent outside replica clusters).
+func (n Names) SourceTLSSecret() string { return n.Cluster + "-source-tls" }
+
 // PoolerReadWrite names the read-write pooler's Deployment, Service and
 // PodDisruptionBudget (spec.pooler).
 func (n Names) PoolerReadWrite() string { return n.Cluster + "-pooler-rw" }

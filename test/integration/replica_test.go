@@ -1,17 +1,22 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	dbv1 "github.com/pgpilot/pgpilot/api/v1"
+	"github.com/pgpilot/pgpilot/internal/operator/controller/certificates"
+	"github.com/pgpilot/pgpilot/internal/operator/pki"
 	"github.com/pgpilot/pgpilot/internal/protocol/clusterconfig"
 	"github.com/pgpilot/pgpilot/test/testutil"
 )
@@ -29,17 +34,44 @@ func asReplica(enabled bool) clusterOption {
 func TestReplicaClusterSpec(t *testing.T) {
 	ns := newNamespace(t)
 	create(t, newCluster(ns, "dr", asReplica(true)))
+	// Every cluster's pods mount the copy of the source's certificate, optionally: a
+	// demotion then changes no pod template.
 	testutil.Eventually(t, timeout, func() error {
 		var sts appsv1.StatefulSet
 		if err := get(ns, "dr", &sts); err != nil {
 			return err
 		}
 		for _, v := range sts.Spec.Template.Spec.Volumes {
-			if v.Name == "tls-source" && v.Secret != nil && v.Secret.SecretName == "src-replication" {
+			if v.Name == "tls-source" && v.Secret != nil && v.Secret.SecretName == "dr-source-tls" && v.Secret.Optional != nil && *v.Secret.Optional {
 				return nil
 			}
 		}
-		return fmt.Errorf("the StatefulSet mounts no source certificate: %+v", sts.Spec.Template.Spec.Volumes)
+		return fmt.Errorf("the StatefulSet mounts no optional source certificate: %+v", sts.Spec.Template.Spec.Volumes)
+	})
+	// The user's copy of the source's replication certificate is copied for the pods.
+	ca, err := pki.NewCA("src test CA", time.Now(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := pki.Issue(ca, certificates.ReplicationRequest(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "src-replication"},
+		Data: map[string][]byte{"tls.crt": leaf.CertPEM, "tls.key": leaf.KeyPEM, "ca.crt": ca.CertPEM, "other": []byte("not copied")}})
+	// A spec change has the certificates controller look again (it also does every 5 minutes).
+	if err := update(ns, "dr", func(c *dbv1.PostgresCluster) { c.Spec.Replica.Source.Port = 5433 }); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, timeout, func() error {
+		var copied corev1.Secret
+		if err := get(ns, "dr-source-tls", &copied); err != nil {
+			return err
+		}
+		if !bytes.Equal(copied.Data["tls.key"], leaf.KeyPEM) || !bytes.Equal(copied.Data["ca.crt"], ca.CertPEM) || len(copied.Data) != 3 {
+			return fmt.Errorf("the copy holds %d keys", len(copied.Data))
+		}
+		return nil
 	})
 	var cm corev1.ConfigMap
 	if err := get(ns, dbv1.NamesOf("dr").ConfigMap(), &cm); err != nil {
@@ -49,7 +81,7 @@ func TestReplicaClusterSpec(t *testing.T) {
 	if err := json.Unmarshal([]byte(cm.Data["config.json"]), &cfg); err != nil {
 		t.Fatal(err)
 	}
-	if r := cfg.Replica; r == nil || !r.Enabled || r.Host != "src-rw.prod.svc" || r.Port != 5432 {
+	if r := cfg.Replica; r == nil || !r.Enabled || r.Host != "src-rw.prod.svc" {
 		t.Errorf("config.json's replica: %+v", r)
 	}
 

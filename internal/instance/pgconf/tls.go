@@ -62,10 +62,11 @@ func (t TLSFiles) SourceCert() string { return filepath.Join(t.Dir, "source.crt"
 // SourceKey is the source's replication certificate's key.
 func (t TLSFiles) SourceKey() string { return filepath.Join(t.Dir, "source.key") }
 
-// hasSource reports whether the pod mounts a replica cluster's source certificate
-// (source/): only a replica cluster's pods do.
+// hasSource reports whether the pod has a replica cluster's source certificate
+// (source/tls.crt): every pod mounts the directory, only a replica cluster's holds it
+// (the operator's copy of spec.replica.source.replicationSecretName).
 func (t TLSFiles) hasSource() bool {
-	_, err := os.Stat(filepath.Join(t.Source, "source"))
+	_, err := os.Stat(filepath.Join(t.Source, "source", "tls.crt"))
 	return err == nil
 }
 

@@ -97,6 +97,10 @@ type Names struct {
 	// or the one the operator issues.
 	ServerTLSSecret      string `json:"serverTLSSecret"`
 	ReplicationTLSSecret string `json:"replicationTLSSecret"`
+	// SourceTLSSecret is the operator's copy of a replica cluster's source certificate
+	// (spec.replica.source.replicationSecretName), which every pod mounts optionally: a
+	// demotion then restarts no pod.
+	SourceTLSSecret string `json:"sourceTLSSecret"`
 	// InstanceTLSSecret is the certificate the operator issues, which the agent API
 	// serves whatever PostgreSQL does.
 	InstanceTLSSecret string `json:"instanceTLSSecret"`
@@ -271,6 +275,7 @@ func namesOf(cluster string, replicas int, tls dbv1.TLSSpec) Names {
 		AgentTokenSecret:     n.AgentTokenSecret(),
 		ServerTLSSecret:      orDefault(tls.ServerSecretName, n.ServerTLSSecret()),
 		ReplicationTLSSecret: n.ReplicationTLSSecret(),
+		SourceTLSSecret:      n.SourceTLSSecret(),
 		InstanceTLSSecret:    n.ServerTLSSecret(),
 		AgentAuthSecret:      n.AgentAuthSecret(),
 		MetricsTokenSecret:   n.MetricsTokenSecret(),
@@ -534,23 +539,14 @@ func mountStore(p *Plan, store dbv1.BackupStore, field, cluster, role string, sh
 	return config, nil
 }
 
-// SourceTLSDirectory is where the pods mount spec.replica.source.replicationSecretName:
-// under the instance's TLS directory, as source/, which the agent copies its files from.
-const SourceTLSDirectory = "/etc/pgpilot/tls/source"
-
 // planReplica makes the cluster follow spec.replica's source: the agents find it in
-// config.json, and its TLS Secret mounted.
+// config.json.
 func planReplica(p *Plan, r dbv1.ReplicaSpec) {
 	port := int(r.Source.Port)
 	if port == 0 {
 		port = 5432
 	}
 	p.Config.Replica = &clusterconfig.Replica{Enabled: r.Enabled, Host: r.Source.Host, Port: port, PromotionToken: r.PromotionToken}
-	mode := int32(0o440)
-	p.Volumes = append(p.Volumes, corev1.Volume{Name: "tls-source", VolumeSource: corev1.VolumeSource{
-		Secret: &corev1.SecretVolumeSource{SecretName: r.Source.ReplicationSecretName, DefaultMode: &mode},
-	}})
-	p.VolumeMounts = append(p.VolumeMounts, corev1.VolumeMount{Name: "tls-source", MountPath: SourceTLSDirectory, ReadOnly: true})
 }
 
 func storeDirectory(role string) string { return "/var/lib/pgpilot/" + role }

@@ -141,7 +141,7 @@ func TestNames(t *testing.T) {
 		ReplicationSecret: n.ReplicationSecret(), AppSecret: n.AppSecret(), AgentTokenSecret: n.AgentTokenSecret(),
 		ServiceAccount: n.InstanceServiceAccount(), NetworkPolicy: n.NetworkPolicy(), DisruptionBudget: n.DisruptionBudget(),
 		Instances:       []string{"my-db-0", "my-db-1"},
-		ServerTLSSecret: n.ServerTLSSecret(), ReplicationTLSSecret: n.ReplicationTLSSecret(),
+		ServerTLSSecret: n.ServerTLSSecret(), ReplicationTLSSecret: n.ReplicationTLSSecret(), SourceTLSSecret: n.SourceTLSSecret(),
 		InstanceTLSSecret: n.ServerTLSSecret(), AgentAuthSecret: n.AgentAuthSecret(),
 		MetricsTokenSecret: n.MetricsTokenSecret(), CASecret: n.CASecret(),
 	}

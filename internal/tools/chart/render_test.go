@@ -360,6 +360,7 @@ func wantStatefulSet() *appsv1.StatefulSet {
 							{Name: "tls-server", MountPath: "/etc/pgpilot/tls/server", ReadOnly: true},
 							{Name: "tls-replication", MountPath: "/etc/pgpilot/tls/replication", ReadOnly: true},
 							{Name: "tls-instance", MountPath: "/etc/pgpilot/tls/instance", ReadOnly: true},
+							{Name: "tls-source", MountPath: "/etc/pgpilot/tls/source", ReadOnly: true},
 							{Name: "tmp", MountPath: "/tmp"},
 							{Name: "run", MountPath: "/run/postgresql"},
 							{Name: "shm", MountPath: "/dev/shm"},
@@ -377,6 +378,8 @@ func wantStatefulSet() *appsv1.StatefulSet {
 						secretVolume("tls-server", dbv1.NamesOf(name).ServerTLSSecret()),
 						secretVolume("tls-replication", dbv1.NamesOf(name).ReplicationTLSSecret()),
 						secretVolume("tls-instance", dbv1.NamesOf(name).ServerTLSSecret()),
+						{Name: "tls-source", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+							SecretName: dbv1.NamesOf(name).SourceTLSSecret(), DefaultMode: ptr.To[int32](0o440), Optional: ptr.To(true)}}},
 						{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 						{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 						{Name: "shm", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},

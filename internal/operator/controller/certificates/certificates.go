@@ -7,6 +7,7 @@ package certificates
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"time"
 
@@ -102,7 +103,62 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 	r.checkUserSecret(ctx, &cluster)
-	return ctrl.Result{RequeueAfter: max(next.Sub(now), time.Second)}, nil
+	wait := max(next.Sub(now), time.Second)
+	if cluster.Spec.Replica != nil {
+		if err := r.copySourceSecret(ctx, &cluster); err != nil {
+			return ctrl.Result{}, err
+		}
+		// The user's Secret is not watched (it is not the cluster's): its renewals are
+		// copied within this.
+		wait = min(wait, sourceSecretEvery)
+	}
+	return ctrl.Result{RequeueAfter: wait}, nil
+}
+
+// sourceSecretEvery is how often a replica cluster's source Secret is copied again.
+const sourceSecretEvery = 5 * time.Minute
+
+// copySourceSecret keeps <cluster>-source-tls a copy of the tls.crt, tls.key and ca.crt
+// of spec.replica.source.replicationSecretName. Every instance pod mounts the copy,
+// optionally: a Secret named in the pod template would restart every pod when
+// spec.replica is added (a demotion) or renamed, and a rolling update cannot move a
+// replica cluster's designated primary by a switchover. A missing or unusable Secret
+// is told in a Warning event; the copy is then left as it was.
+func (r *Reconciler) copySourceSecret(ctx context.Context, c *dbv1.PostgresCluster) error {
+	name := c.Spec.Replica.Source.ReplicationSecretName
+	var s corev1.Secret
+	err := secrets.Get(ctx, r.client, r.reader, client.ObjectKey{Namespace: c.Namespace, Name: name}, &s)
+	problem := ""
+	switch {
+	case apierrors.IsNotFound(err):
+		problem = "does not exist"
+	case err != nil:
+		return err
+	default:
+		problem = SourceSecretProblem(&s)
+	}
+	if problem != "" {
+		r.recorder.Eventf(c, corev1.EventTypeWarning, dbv1.ReasonCertificateInvalid,
+			"Secret %s (spec.replica.source.replicationSecretName) %s: the instances cannot reach the source %s until it is fixed; copy the source's <cluster>-replication-tls Secret",
+			name, problem, c.Spec.Replica.Source.Host)
+		return nil
+	}
+	return r.ensureSecret(ctx, c, c.Names().SourceTLSSecret(), corev1.SecretTypeOpaque,
+		map[string][]byte{KeyCert: s.Data[KeyCert], KeyKey: s.Data[KeyKey], KeyCA: s.Data[KeyCA]})
+}
+
+// SourceSecretProblem says what makes a replica cluster's source Secret unusable: a
+// missing key, or a certificate that does not go with its key.
+func SourceSecretProblem(s *corev1.Secret) string {
+	for _, k := range []string{KeyCert, KeyKey, KeyCA} {
+		if len(s.Data[k]) == 0 {
+			return fmt.Sprintf("has no %s", k)
+		}
+	}
+	if _, err := tls.X509KeyPair(s.Data[KeyCert], s.Data[KeyKey]); err != nil {
+		return fmt.Sprintf("holds a certificate that does not go with its key (%v)", err)
+	}
+	return ""
 }
 
 // ServerRequest is the certificate of a cluster's instances: every name of its Services

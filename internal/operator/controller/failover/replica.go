@@ -118,8 +118,8 @@ func (c *cycle) recordReplica(ctx context.Context) error {
 	return nil
 }
 
-// refreshReplicaConfig has the kubelet bring a changed spec.replica to the pods at
-// once. A demotion or a promotion is read by the agents from config.json, which the
+// refreshReplicaConfig has the kubelet bring a changed spec.replica, and the copy of
+// the source's certificate, to the pods at once. A demotion or a promotion is read by the agents from config.json, which the
 // kubelet rewrites in a pod's ConfigMap volume only when it syncs the pod: within a
 // minute by default (make e2e: a planned switch of roles waited 62 s for it). Any
 // change of the pod makes it sync; so once the ConfigMap the chart rendered holds new
@@ -136,7 +136,15 @@ func (c *cycle) refreshReplicaConfig(ctx context.Context) error {
 	if json.Unmarshal([]byte(cm.Data["config.json"]), &cfg) != nil || cfg.Replica == nil {
 		return nil
 	}
-	b, _ := json.Marshal(cfg.Replica)
+	// The source certificate's copy too: the kubelet refreshes Secret volumes the same way.
+	var copied corev1.Secret
+	if err := c.r.client.Get(ctx, client.ObjectKey{Namespace: c.cluster.Namespace, Name: dbv1.NamesOf(c.cluster.Name).SourceTLSSecret()}, &copied); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	b, _ := json.Marshal(struct {
+		Replica    *clusterconfig.Replica
+		SourceCert string
+	}{cfg.Replica, copied.ResourceVersion})
 	sum := sha256.Sum256(b)
 	want := hex.EncodeToString(sum[:8])
 	var errs []error
