@@ -73,6 +73,22 @@ func TestReplicaClusterSpec(t *testing.T) {
 		}
 		return nil
 	})
+	// A copy about to expire is warned about.
+	short := certificates.ReplicationRequest()
+	short.Validity = 24 * time.Hour
+	soon, err := pki.Issue(ca, short, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Update(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "src-replication"},
+		Data: map[string][]byte{"tls.crt": soon.CertPEM, "tls.key": soon.KeyPEM, "ca.crt": ca.CertPEM}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := update(ns, "dr", func(c *dbv1.PostgresCluster) { c.Spec.Replica.Source.Port = 5434 }); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, timeout, func() error { return event(ns, "dr", dbv1.ReasonCertificateInvalid, "expires in") })
+
 	var cm corev1.ConfigMap
 	if err := get(ns, dbv1.NamesOf("dr").ConfigMap(), &cm); err != nil {
 		t.Fatal(err)

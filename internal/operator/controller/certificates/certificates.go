@@ -8,6 +8,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"time"
 
@@ -143,8 +145,31 @@ func (r *Reconciler) copySourceSecret(ctx context.Context, c *dbv1.PostgresClust
 			name, problem, c.Spec.Replica.Source.Host)
 		return nil
 	}
+	if left, ok := certificateLeft(s.Data[KeyCert], r.clock.Now()); ok && left < sourceCertWarning {
+		r.recorder.Eventf(c, corev1.EventTypeWarning, dbv1.ReasonCertificateInvalid,
+			"the source's replication certificate in Secret %s expires in %s: copy the source's renewed <cluster>-replication-tls into it (the source renews its own 30 days before expiry), or the replica cluster stops following %s",
+			name, left.Round(time.Hour), c.Spec.Replica.Source.Host)
+	}
 	return r.ensureSecret(ctx, c, c.Names().SourceTLSSecret(), corev1.SecretTypeOpaque,
 		map[string][]byte{KeyCert: s.Data[KeyCert], KeyKey: s.Data[KeyKey], KeyCA: s.Data[KeyCA]})
+}
+
+// sourceCertWarning: a source certificate with less left than this is warned about at
+// every copy. The source renews its own with 30 days left, so a copy made since has
+// about 90.
+const sourceCertWarning = 14 * 24 * time.Hour
+
+// certificateLeft is how long the PEM certificate is still valid at now.
+func certificateLeft(certPEM []byte, now time.Time) (time.Duration, bool) {
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		return 0, false
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return 0, false
+	}
+	return cert.NotAfter.Sub(now), true
 }
 
 // SourceSecretProblem says what makes a replica cluster's source Secret unusable: a
