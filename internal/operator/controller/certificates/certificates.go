@@ -107,18 +107,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	r.checkUserSecret(ctx, &cluster)
 	wait := max(next.Sub(now), time.Second)
 	if cluster.Spec.Replica != nil {
-		if err := r.copySourceSecret(ctx, &cluster); err != nil {
+		copied, err := r.copySourceSecret(ctx, &cluster)
+		if err != nil {
 			return ctrl.Result{}, err
 		}
-		// The user's Secret is not watched (it is not the cluster's): its renewals are
-		// copied within this.
-		wait = min(wait, sourceSecretEvery)
+		// The user's Secret is not watched (it is not the cluster's, and the cache
+		// holds only those): it is looked at again soon while it is missing or
+		// unusable, and its renewals are copied within sourceSecretEvery.
+		if copied {
+			wait = min(wait, sourceSecretEvery)
+		} else {
+			wait = min(wait, sourceSecretRetry)
+		}
 	}
 	return ctrl.Result{RequeueAfter: wait}, nil
 }
 
-// sourceSecretEvery is how often a replica cluster's source Secret is copied again.
-const sourceSecretEvery = 5 * time.Minute
+// sourceSecretEvery is how often a replica cluster's source Secret is copied again;
+// sourceSecretRetry how often it is looked for while missing or unusable.
+const (
+	sourceSecretEvery = 5 * time.Minute
+	sourceSecretRetry = 10 * time.Second
+)
 
 // copySourceSecret keeps <cluster>-source-tls a copy of the tls.crt, tls.key and ca.crt
 // of spec.replica.source.replicationSecretName. Every instance pod mounts the copy,
@@ -126,16 +136,16 @@ const sourceSecretEvery = 5 * time.Minute
 // spec.replica is added (a demotion) or renamed, and a rolling update cannot move a
 // replica cluster's designated primary by a switchover. A missing or unusable Secret
 // is told in a Warning event; the copy is then left as it was.
-func (r *Reconciler) copySourceSecret(ctx context.Context, c *dbv1.PostgresCluster) error {
+func (r *Reconciler) copySourceSecret(ctx context.Context, c *dbv1.PostgresCluster) (copied bool, err error) {
 	name := c.Spec.Replica.Source.ReplicationSecretName
 	var s corev1.Secret
-	err := secrets.Get(ctx, r.client, r.reader, client.ObjectKey{Namespace: c.Namespace, Name: name}, &s)
+	err = secrets.Get(ctx, r.client, r.reader, client.ObjectKey{Namespace: c.Namespace, Name: name}, &s)
 	problem := ""
 	switch {
 	case apierrors.IsNotFound(err):
 		problem = "does not exist"
 	case err != nil:
-		return err
+		return false, err
 	default:
 		problem = SourceSecretProblem(&s)
 	}
@@ -143,15 +153,16 @@ func (r *Reconciler) copySourceSecret(ctx context.Context, c *dbv1.PostgresClust
 		r.recorder.Eventf(c, corev1.EventTypeWarning, dbv1.ReasonCertificateInvalid,
 			"Secret %s (spec.replica.source.replicationSecretName) %s: the instances cannot reach the source %s until it is fixed; copy the source's <cluster>-replication-tls Secret",
 			name, problem, c.Spec.Replica.Source.Host)
-		return nil
+		return false, nil
 	}
 	if left, ok := certificateLeft(s.Data[KeyCert], r.clock.Now()); ok && left < sourceCertWarning {
 		r.recorder.Eventf(c, corev1.EventTypeWarning, dbv1.ReasonCertificateInvalid,
 			"the source's replication certificate in Secret %s expires in %s: copy the source's renewed <cluster>-replication-tls into it (the source renews its own 30 days before expiry), or the replica cluster stops following %s",
 			name, left.Round(time.Hour), c.Spec.Replica.Source.Host)
 	}
-	return r.ensureSecret(ctx, c, c.Names().SourceTLSSecret(), corev1.SecretTypeOpaque,
+	err = r.ensureSecret(ctx, c, c.Names().SourceTLSSecret(), corev1.SecretTypeOpaque,
 		map[string][]byte{KeyCert: s.Data[KeyCert], KeyKey: s.Data[KeyKey], KeyCA: s.Data[KeyCA]})
+	return err == nil, err
 }
 
 // sourceCertWarning: a source certificate with less left than this is warned about at
