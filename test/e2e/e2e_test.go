@@ -221,16 +221,21 @@ func (d *db) exec(svc, sql string, args ...any) error {
 }
 
 func (d *db) count(svc, table string) (int64, error) {
+	var n int64
+	err := d.queryRow(svc, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize(), nil, &n)
+	return n, err
+}
+
+// queryRow runs one query through svc and scans its row.
+func (d *db) queryRow(svc, sql string, args []any, dest ...any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	conn, err := d.conn(ctx, svc)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer conn.Close(context.Background())
-	var n int64
-	err = conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&n)
-	return n, err
+	return conn.QueryRow(ctx, sql, args...).Scan(dest...)
 }
 
 func (d *db) waitCount(svc, table string, n int64, timeout time.Duration) {

@@ -214,15 +214,3 @@ func (d *db) waitFollowing(n int32, timeout time.Duration) dbv1.ReplicaStatus {
 	})
 	return st
 }
-
-// queryRow runs one query through svc and scans its row.
-func (d *db) queryRow(svc, sql string, args []any, dest ...any) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := d.conn(ctx, svc)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	return conn.QueryRow(ctx, sql, args...).Scan(dest...)
-}

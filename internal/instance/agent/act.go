@@ -218,7 +218,8 @@ func (a *Agent) startRestored(ctx context.Context) error {
 func (a *Agent) finishPrimaryStart(ctx context.Context, fresh bool) error {
 	a.startGate()
 	a.kickLease()
-	if err := a.adoptData(ctx, fresh); err != nil {
+	adopted, err := a.adoptData(ctx, fresh)
+	if err != nil {
 		return err
 	}
 	// The lineage the WAL archive is bound to: made with the cluster (or by a restore);
@@ -232,12 +233,14 @@ func (a *Agent) finishPrimaryStart(ctx context.Context, fresh bool) error {
 		}
 		a.log.Info("Gave the data directory its lineage", "lineage", lineage)
 	}
-	changed, err := a.db.SyncPasswords(ctx, a.creds)
-	if err != nil {
-		return err
-	}
-	if len(changed) > 0 {
-		a.log.Info("Set passwords from the credentials Secrets", "roles", changed)
+	if !adopted {
+		changed, err := a.db.SyncPasswords(ctx, a.creds)
+		if err != nil {
+			return err
+		}
+		if len(changed) > 0 {
+			a.log.Info("Set passwords from the credentials Secrets", "roles", changed)
+		}
 	}
 	a.slotsDone = time.Time{}
 	a.walGapsDone = false
@@ -245,45 +248,29 @@ func (a *Agent) finishPrimaryStart(ctx context.Context, fresh bool) error {
 	return a.maintainPrimary(ctx)
 }
 
-// adoptData makes a primary's data this cluster's: until the bootstrap marker exists
-// (a new cluster, one restored from a backup or a promoted replica cluster, or an
-// agent stopped midway) the bootstrap owner and database may be missing or half made.
-// It creates what is missing, then marks it done.
-func (a *Agent) adoptData(ctx context.Context, fresh bool) error {
+// adoptData makes a primary's data this cluster's, once. Until the bootstrap marker
+// exists (a new cluster, one restored from a backup, a promoted replica cluster whose
+// clone of the source dropped the marker, or an agent stopped midway) the bootstrap
+// owner and database may be missing or half made, and the passwords another cluster's.
+// It creates what is missing and sets the passwords from the credentials Secrets, and
+// only then marks it done, so that a failure is tried again. It reports whether it
+// had to (fresh: a new database, whatever the marker says).
+func (a *Agent) adoptData(ctx context.Context, fresh bool) (bool, error) {
 	if !fresh && a.pg.Bootstrapped() {
-		return nil
+		return false, nil
 	}
 	if err := a.db.Bootstrap(ctx, a.cluster.Bootstrap, a.creds); err != nil {
-		return err
-	}
-	if err := a.pg.MarkBootstrapped(); err != nil {
-		return err
-	}
-	a.log.Info("Bootstrapped the cluster", "database", a.cluster.Bootstrap.Database, "owner", a.cluster.Bootstrap.Owner)
-	return nil
-}
-
-// adoptSource makes a promoted replica cluster's data its own, once: the data was its
-// source's (clone.go removed the bootstrap marker), with the source's owner, database
-// and passwords. Marked only once the passwords are this cluster's too, so a failure
-// is tried again at the next step.
-func (a *Agent) adoptSource(ctx context.Context) error {
-	if a.pg.Bootstrapped() {
-		return nil
-	}
-	if err := a.db.Bootstrap(ctx, a.cluster.Bootstrap, a.creds); err != nil {
-		return err
+		return false, err
 	}
 	changed, err := a.db.SyncPasswords(ctx, a.creds)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := a.pg.MarkBootstrapped(); err != nil {
-		return err
+		return false, err
 	}
-	a.log.Info("Made the data of the source this cluster was a replica of its own: its owner, database and passwords",
-		"database", a.cluster.Bootstrap.Database, "owner", a.cluster.Bootstrap.Owner, "passwordsSet", changed)
-	return nil
+	a.log.Info("Bootstrapped the cluster", "database", a.cluster.Bootstrap.Database, "owner", a.cluster.Bootstrap.Owner, "passwordsSet", changed)
+	return true, nil
 }
 
 // upstreamOf is how to reach pod's postgres as the replication role.
@@ -382,7 +369,7 @@ const walGoneFor = 15 * time.Second
 // never streams again.
 func (a *Agent) maintainStandby(ctx context.Context, proc *postgres.Process, primary string) error {
 	a.watchReceiver(ctx, proc, primary)
-	if a.receiverHealthy() {
+	if a.receiverReady(time.Now()) == nil {
 		a.dropDemotion()
 	}
 	if err := a.keepSlots(ctx, true); err != nil {
@@ -640,11 +627,6 @@ func (a *Agent) promote(ctx context.Context, view LeaseView) error {
 	if err := a.writeConfigAsPrimary(ctx); err != nil {
 		return err
 	}
-	// Before it reports itself primary (and so ready): a client with this cluster's
-	// credentials must find them working.
-	if err := a.adoptSource(ctx); err != nil {
-		a.log.Error(err, "Making the source's data this cluster's; tried again at the next step")
-	}
 	a.startGate()
 	a.kickLease()
 	a.setState(a.process(), agentapi.RolePrimary, "")
@@ -772,7 +754,9 @@ func (a *Agent) maintainPrimary(ctx context.Context) error {
 	if err := a.maintainSync(ctx); err != nil {
 		return err
 	}
-	if err := a.adoptSource(ctx); err != nil {
+	// A promoted replica cluster's data was its source's: it is not ready until this
+	// is done (Ready), so a client with this cluster's credentials finds them working.
+	if _, err := a.adoptData(ctx, false); err != nil {
 		return err
 	}
 	a.readyWALGaps(ctx)

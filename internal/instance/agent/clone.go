@@ -92,7 +92,7 @@ func (a *Agent) clone(ctx context.Context, host pgconf.Upstream, primary string)
 	if host.Source {
 		// The source's bootstrap is not this cluster's: once promoted, its roles,
 		// database and passwords are set up from this cluster's spec and Secrets, as
-		// after a restore (adoptSource).
+		// after a restore (adoptData).
 		if err := os.Remove(filepath.Join(a.cfg.PGData, postgres.BootstrapMarker)); err != nil && !os.IsNotExist(err) {
 			return err
 		}

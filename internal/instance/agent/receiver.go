@@ -358,18 +358,6 @@ func (a *Agent) receiverReady(now time.Time) error {
 	return nil
 }
 
-// receiverHealthy reports whether the standby's WAL receiver streams healthily now.
-func (a *Agent) receiverHealthy() bool {
-	maxLag := a.readLagBound()
-	a.recv.mu.Lock()
-	defer a.recv.mu.Unlock()
-	if a.recv.w == nil || a.recv.w.state != agentapi.ReceiverStreaming {
-		return false
-	}
-	ok, _ := a.recv.w.health(time.Now(), maxLag)
-	return ok
-}
-
 // following is the source this replica cluster follows, "" for none
 // (clusterconfig.Config.Following).
 func (a *Agent) following() string {

@@ -7,9 +7,6 @@ package certificates
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"time"
 
@@ -139,6 +136,7 @@ const (
 func (r *Reconciler) copySourceSecret(ctx context.Context, c *dbv1.PostgresCluster) (copied bool, err error) {
 	name := c.Spec.Replica.Source.ReplicationSecretName
 	var s corev1.Secret
+	var pair *pki.KeyPair
 	err = secrets.Get(ctx, r.client, r.reader, client.ObjectKey{Namespace: c.Namespace, Name: name}, &s)
 	problem := ""
 	switch {
@@ -147,7 +145,7 @@ func (r *Reconciler) copySourceSecret(ctx context.Context, c *dbv1.PostgresClust
 	case err != nil:
 		return false, err
 	default:
-		problem = SourceSecretProblem(&s)
+		pair, problem = secretKeyPair(&s)
 	}
 	if problem != "" {
 		r.recorder.Eventf(c, corev1.EventTypeWarning, dbv1.ReasonCertificateInvalid,
@@ -155,7 +153,7 @@ func (r *Reconciler) copySourceSecret(ctx context.Context, c *dbv1.PostgresClust
 			name, problem, c.Spec.Replica.Source.Host)
 		return false, nil
 	}
-	if left, ok := certificateLeft(s.Data[KeyCert], r.clock.Now()); ok && left < sourceCertWarning {
+	if left := pair.Cert.NotAfter.Sub(r.clock.Now()); left < sourceCertWarning {
 		r.recorder.Eventf(c, corev1.EventTypeWarning, dbv1.ReasonCertificateInvalid,
 			"the source's replication certificate in Secret %s expires in %s: copy the source's renewed <cluster>-replication-tls into it (the source renews its own 30 days before expiry), or the replica cluster stops following %s",
 			name, left.Round(time.Hour), c.Spec.Replica.Source.Host)
@@ -170,31 +168,19 @@ func (r *Reconciler) copySourceSecret(ctx context.Context, c *dbv1.PostgresClust
 // about 90.
 const sourceCertWarning = 14 * 24 * time.Hour
 
-// certificateLeft is how long the PEM certificate is still valid at now.
-func certificateLeft(certPEM []byte, now time.Time) (time.Duration, bool) {
-	block, _ := pem.Decode(certPEM)
-	if block == nil {
-		return 0, false
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return 0, false
-	}
-	return cert.NotAfter.Sub(now), true
-}
-
-// SourceSecretProblem says what makes a replica cluster's source Secret unusable: a
-// missing key, or a certificate that does not go with its key.
-func SourceSecretProblem(s *corev1.Secret) string {
+// secretKeyPair reads a user's certificate Secret: tls.crt and tls.key that go
+// together, and ca.crt. problem says what is wrong, "" when nothing is.
+func secretKeyPair(s *corev1.Secret) (pair *pki.KeyPair, problem string) {
 	for _, k := range []string{KeyCert, KeyKey, KeyCA} {
 		if len(s.Data[k]) == 0 {
-			return fmt.Sprintf("has no %s", k)
+			return nil, fmt.Sprintf("has no %s", k)
 		}
 	}
-	if _, err := tls.X509KeyPair(s.Data[KeyCert], s.Data[KeyKey]); err != nil {
-		return fmt.Sprintf("holds a certificate that does not go with its key (%v)", err)
+	pair, err := pki.Parse(s.Data[KeyCert], s.Data[KeyKey])
+	if err != nil {
+		return nil, "has a tls.crt and tls.key that do not go together: " + err.Error()
 	}
-	return ""
+	return pair, ""
 }
 
 // ServerRequest is the certificate of a cluster's instances: every name of its Services
@@ -355,13 +341,8 @@ func (r *Reconciler) checkUserSecret(ctx context.Context, c *dbv1.PostgresCluste
 // not verify for the names clients and replicas connect to (the -rw Service and a pod
 // behind the headless Service).
 func UserSecretProblem(s *corev1.Secret, c *dbv1.PostgresCluster, now time.Time) string {
-	for _, k := range []string{KeyCert, KeyKey, KeyCA} {
-		if len(s.Data[k]) == 0 {
-			return fmt.Sprintf("has no %s", k)
-		}
-	}
-	if _, err := pki.Parse(s.Data[KeyCert], s.Data[KeyKey]); err != nil {
-		return "has a tls.crt and tls.key that do not go together: " + err.Error()
+	if _, problem := secretKeyPair(s); problem != "" {
+		return problem
 	}
 	n := c.Names()
 	for _, host := range []string{

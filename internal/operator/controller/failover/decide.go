@@ -689,23 +689,24 @@ func Unsettled(lease primarylease.Record, d Decision, instances []Instance, want
 		case st.Term != lease.Term:
 			return UnsettledTerm
 		}
-		if in.Name == lease.Holder && source != "" {
-			if st.Role != agentapi.RoleReplica || st.Receiver == nil || st.Receiver.State != agentapi.ReceiverStreaming ||
-				!st.Receiver.Healthy || st.Receiver.Upstream != source {
+		switch {
+		case in.Name == lease.Holder && source != "":
+			if !streamsFrom(st, source) {
 				return UnsettledPrimary
 			}
-			continue
-		}
-		if in.Name == lease.Holder {
+		case in.Name == lease.Holder:
 			if st.Role != agentapi.RolePrimary || st.Gate != agentapi.GateAcking || st.Confirmation == nil || !st.Confirmation.Valid {
 				return UnsettledPrimary
 			}
-			continue
-		}
-		if st.Role != agentapi.RoleReplica || st.Receiver == nil || st.Receiver.State != agentapi.ReceiverStreaming ||
-			!st.Receiver.Healthy || st.Receiver.Upstream != lease.Holder {
+		case !streamsFrom(st, lease.Holder):
 			return UnsettledStandby
 		}
 	}
 	return ""
+}
+
+// streamsFrom reports whether st is a standby streaming healthily from upstream.
+func streamsFrom(st agentapi.Status, upstream string) bool {
+	return st.Role == agentapi.RoleReplica && st.Receiver != nil && st.Receiver.State == agentapi.ReceiverStreaming &&
+		st.Receiver.Healthy && st.Receiver.Upstream == upstream
 }
